@@ -1,0 +1,9 @@
+"""Training-step and inference throughput of every selected model, device, batch size and dtype,
+asserted against this hardware's baseline (throughput ratio and peak-memory ceiling)."""
+
+import pytest
+
+
+@pytest.mark.throughput
+def test_throughput(hwbench, device, workload, mode, batch_size, dtype):
+    hwbench.throughput(device, workload, mode, batch_size, dtype)

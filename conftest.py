@@ -1,0 +1,13 @@
+"""The hardware suite's root conftest: load the hwregress plugin and the fixtures that parametrize
+bench_tests/. Nothing else lives here."""
+
+pytest_plugins = [
+    "hwregress.plugin",
+    "fixtures.matrix",
+    "fixtures.devices",
+    "fixtures.models",
+    "fixtures.batch_sizes",
+    "fixtures.modes",
+    "fixtures.dtypes",
+    "fixtures.data",
+]

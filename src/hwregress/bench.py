@@ -1,0 +1,202 @@
+"""One benchmark of a model on one device: build, warm up, time a window while telemetry samples and
+peak memory is tracked, then a separate profiled window and the FLOP count.
+
+This module knows nothing of pytest; the plugin turns its results into assertions and records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from hwregress import profiling
+from hwregress.devices import device_kind, synchronize
+from hwregress.memory import PeakMemoryMeter, release_device_memory
+from hwregress.telemetry import TelemetrySampler
+from hwregress.timing import RoundTimer, Timing, TimingPlan, measure
+from hwregress.workloads import Workload, make_batch
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16")
+MODES = ("train", "infer")
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+
+
+class OutOfMemory(Exception):
+    """The batch did not fit; the message reads "out of memory at batch 512 on cuda:0"."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a benchmark beyond the timing plan.
+
+    Attributes:
+        plan: warmup, rounds and noise handling of the timed window.
+        telemetry_interval_s: background sampling interval.
+        profile_steps: steps in the separate profiled window (0 turns profiling and FLOP counting off).
+        trace_path: where to save the profiled window's Chrome trace, None for no trace.
+        round_driver: drives the planned rounds (pytest-benchmark's pedantic when active).
+    """
+
+    plan: TimingPlan = TimingPlan()
+    telemetry_interval_s: float = 0.1
+    profile_steps: int = 3
+    trace_path: Path | None = None
+    round_driver: Callable[[Callable[[], None], int], None] | None = None
+
+
+@dataclass
+class Measurement:
+    """What one benchmark measured.
+
+    Attributes:
+        timing: the timed window (per-round seconds, steps per round).
+        samples_per_step: samples processed per step (the batch size; GEMM FLOPs or bytes for ceilings).
+        peak_memory_bytes: see :class:`hwregress.memory.PeakMemoryMeter`.
+        telemetry: summary of the window; ``telemetry_series`` its thinned time series.
+        profile: the operator breakdown, None when profiling is off.
+        flops_per_sample: forward (infer) or forward+backward (train) FLOPs per sample, None if not counted.
+        bytes_per_sample: estimated DRAM traffic per sample (see profiling.estimate_bytes_moved).
+    """
+
+    timing: Timing
+    samples_per_step: float
+    peak_memory_bytes: int | None
+    telemetry: dict[str, Any]
+    telemetry_series: dict[str, list[Any]] = field(default_factory=dict)
+    profile: profiling.OperatorProfile | None = None
+    flops_per_sample: float | None = None
+    bytes_per_sample: float | None = None
+
+    @property
+    def throughput_samples(self) -> list[float]:
+        """Per-round throughput (units of work per second)."""
+        return [self.samples_per_step / s for s in self.timing.step_seconds]
+
+    @property
+    def window_samples(self) -> float:
+        """Samples processed in the timed window."""
+        return self.samples_per_step * self.timing.steps_per_round * len(self.timing.round_seconds)
+
+
+@contextlib.contextmanager
+def precision(device: str, dtype: str) -> Iterator[None]:
+    """Numerics for ``dtype``: autocast for bf16/fp16; TF32 matmul and cuDNN switched on for ``tf32`` and
+    off for ``fp32`` (true fp32) on CUDA; previous flags restored on exit."""
+    kind = device_kind(device)
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = dtype == "tf32"
+    try:
+        if dtype in _AUTOCAST:
+            with torch.autocast(device_type=kind, dtype=_AUTOCAST[dtype]):
+                yield
+        else:
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for CUDA/MPS/CPU allocation failures (``torch.OutOfMemoryError`` and its older spellings)."""
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    if oom_type and isinstance(error, oom_type):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (RuntimeError, MemoryError)) and (
+        "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError)
+    )
+
+
+def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: torch.Tensor,
+               labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
+    """The step function of ``mode``: ``train`` = zero grads, forward, loss, backward, SGD step (with
+    a GradScaler for fp16 on CUDA); ``infer`` = forward in inference mode.
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    if mode == "infer":
+        model.eval()
+
+        def infer_step() -> None:
+            with torch.inference_mode(), precision(device, dtype):
+                model(inputs)
+
+        return infer_step
+    if mode != "train":
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler(device_kind(device), enabled=dtype == "fp16" and device_kind(device) == "cuda")
+
+    def train_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with precision(device, dtype):
+            loss = workload.loss(model(inputs).float(), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    return train_step
+
+
+def run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
+              timer: RoundTimer, options: RunOptions) -> Measurement:
+    """Benchmark ``workload`` on ``device``: see the module docstring.
+
+    Raises:
+        OutOfMemory: the batch did not fit; device memory has been released.
+    """
+    failed_oom = False
+    try:
+        return _run_model(workload, device, mode, batch_size, dtype, timer, options)
+    except Exception as error:
+        if not is_out_of_memory(error):
+            raise
+        failed_oom = True  # leave the except block first: its traceback pins the tensors
+    finally:
+        gc.collect()
+    if failed_oom:
+        release_device_memory(device)
+        raise OutOfMemory(f"out of memory at batch {batch_size} on {device}")
+    raise AssertionError("unreachable")
+
+
+def _run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
+               timer: RoundTimer, options: RunOptions) -> Measurement:
+    with PeakMemoryMeter(device) as memory:
+        model = workload.build().to(device)
+        inputs, labels = make_batch(workload, batch_size, device)
+        step = build_step(workload, model, mode, inputs, labels, device, dtype)
+        sampler = TelemetrySampler(device, options.telemetry_interval_s)
+        timing = measure(step, timer, options.plan, options.round_driver, window=sampler)
+    measurement = Measurement(timing, batch_size, memory.peak_bytes, sampler.summary(), sampler.compact_series())
+    if options.profile_steps > 0:
+        measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
+                                                          trace_path=options.trace_path)
+        with precision(device, dtype):
+            flops = profiling.count_flops(_flop_probe(workload, model, mode, inputs, labels))
+            moved = profiling.estimate_bytes_moved(model, inputs, mode == "train", ELEMENT_BYTES[dtype])
+        measurement.flops_per_sample = flops / batch_size
+        measurement.bytes_per_sample = moved / batch_size
+    synchronize(device)
+    return measurement
+
+
+def _flop_probe(workload: Workload, model: torch.nn.Module, mode: str, inputs: torch.Tensor,
+                labels: torch.Tensor) -> Callable[[], None]:
+    def forward_backward() -> None:
+        model.zero_grad(set_to_none=True)
+        workload.loss(model(inputs).float(), labels).backward()
+        model.zero_grad(set_to_none=True)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(inputs)
+
+    return forward_backward if mode == "train" else forward

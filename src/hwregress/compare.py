@@ -1,0 +1,171 @@
+"""Verdicts: a measured test against its baseline entry (throughput, peak memory, accuracy, speedup,
+environment), with failure messages that state the numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from hwregress import stats
+from hwregress.devices import fingerprint_changes
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """What counts as a change.
+
+    Attributes:
+        throughput: relative throughput loss tolerated (fraction); the noise bound may raise it.
+        memory: relative peak-memory growth tolerated (fraction).
+        memory_slack_bytes: absolute growth tolerated on top, for RSS-sampled (CPU) memory.
+        accuracy_margin: absolute accuracy drop tolerated against the baseline (fraction).
+        device_accuracy_margin: |accuracy on device - accuracy on CPU| tolerated (fraction).
+        alpha: significance level of the Mann-Whitney test.
+        z: standard errors of baseline noise that the threshold must exceed.
+    """
+
+    throughput: float = 0.05
+    memory: float = 0.10
+    memory_slack_bytes: int = 64 * 2**20
+    accuracy_margin: float = 0.02
+    device_accuracy_margin: float = 0.03
+    alpha: float = 0.01
+    z: float = 3.0
+
+
+@dataclass
+class Judgement:
+    """The verdict of one test and why.
+
+    Attributes:
+        verdict: ``pass``, ``regression``, ``improvement``, ``new``, ``unstable`` or ``env-changed``.
+        failures: sentences that make the test fail (empty: the test passes).
+        notes: sentences shown beside the verdict.
+        fields: figures for the results record (ratio, threshold, p_value, memory_ratio, baseline_*).
+    """
+
+    verdict: str = "pass"
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one test measured, as the judge needs it."""
+
+    test_id: str
+    samples: Sequence[float]
+    unit: str
+    stable: bool
+    environment: Mapping[str, Any]
+    peak_memory_bytes: int | None = None
+    accuracy: float | None = None
+    speedup: float | None = None
+
+
+def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
+          strict_env: bool = False) -> Judgement:
+    """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``).
+
+    Throughput: see :func:`hwregress.stats.compare`. Memory: fails when current peak >
+    baseline peak * (1 + memory tolerance) + slack. Accuracy: fails when current < baseline - margin.
+    Speedup: fails when current speedup < baseline speedup * (1 - threshold).
+    """
+    if baseline is None:
+        return Judgement("new", notes=["no baseline for this test on this hardware; record one with --update-baselines"])
+    judgement = Judgement()
+    if measured.samples and baseline.get("samples"):
+        _judge_throughput(measured, baseline, tolerances, judgement)
+    _judge_memory(measured, baseline, tolerances, judgement)
+    _judge_accuracy(measured, baseline, tolerances, judgement)
+    _judge_speedup(measured, baseline, tolerances, judgement)
+    _judge_environment(measured, baseline, strict_env, judgement)
+    if judgement.failures and judgement.verdict in ("pass", "improvement", "env-changed", "unstable"):
+        judgement.verdict = "regression"
+    return judgement
+
+
+def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                      judgement: Judgement) -> None:
+    comparison = stats.compare(measured.samples, baseline["samples"], tolerances.throughput,
+                               alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()))
+    baseline_median = stats.summarize(baseline["samples"]).median
+    judgement.fields.update(ratio=comparison.ratio, threshold=comparison.threshold,
+                            p_value=comparison.p_slower, baseline_throughput=baseline_median)
+    current_median = stats.summarize(measured.samples).median
+    if comparison.direction == "regression":
+        judgement.verdict = "regression"
+        judgement.failures.append(
+            f"{measured.test_id}: throughput regressed: {current_median:.4g} {measured.unit} vs baseline "
+            f"{baseline_median:.4g} {measured.unit}, ratio {comparison.ratio:.3f} < {1 - comparison.threshold:.3f} "
+            f"(tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g})"
+        )
+    elif comparison.direction == "improvement":
+        judgement.verdict = "improvement"
+        judgement.notes.append(
+            f"faster than the baseline: ratio {comparison.ratio:.3f} > {1 + comparison.threshold:.3f}; "
+            "refresh it with --update-baselines"
+        )
+    elif not measured.stable:
+        judgement.verdict = "unstable"
+        judgement.notes.append("the window stayed noisy after extending its rounds; the verdict is not trustworthy")
+
+
+def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                  judgement: Judgement) -> None:
+    base_peak = baseline.get("peak_memory_bytes")
+    if measured.peak_memory_bytes is None or base_peak is None:
+        return
+    judgement.fields["baseline_peak_memory_bytes"] = base_peak
+    judgement.fields["memory_ratio"] = measured.peak_memory_bytes / base_peak if base_peak else None
+    ceiling = base_peak * (1 + tolerances.memory) + tolerances.memory_slack_bytes
+    if measured.peak_memory_bytes > ceiling:
+        judgement.failures.append(
+            f"{measured.test_id}: peak memory {measured.peak_memory_bytes / 2**20:.1f} MiB exceeds the ceiling "
+            f"{ceiling / 2**20:.1f} MiB (baseline {base_peak / 2**20:.1f} MiB x (1 + {tolerances.memory:.0%}) "
+            f"+ {tolerances.memory_slack_bytes / 2**20:.0f} MiB slack)"
+        )
+
+
+def _judge_accuracy(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                    judgement: Judgement) -> None:
+    base_accuracy = baseline.get("accuracy")
+    if measured.accuracy is None or base_accuracy is None:
+        return
+    judgement.fields["baseline_accuracy"] = base_accuracy
+    if measured.accuracy < base_accuracy - tolerances.accuracy_margin:
+        judgement.failures.append(
+            f"{measured.test_id}: accuracy {measured.accuracy:.4f} < baseline {base_accuracy:.4f} - margin "
+            f"{tolerances.accuracy_margin:.3f}"
+        )
+
+
+def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                   judgement: Judgement) -> None:
+    base_speedup = baseline.get("speedup")
+    if measured.speedup is None or base_speedup is None:
+        return
+    judgement.fields["baseline_speedup"] = base_speedup
+    threshold = judgement.fields.get("threshold", tolerances.throughput)
+    if measured.speedup < base_speedup * (1 - threshold):
+        judgement.failures.append(
+            f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "
+            f"x (1 - {threshold:.1%})"
+        )
+
+
+def _judge_environment(measured: Measured, baseline: Mapping[str, Any], strict_env: bool,
+                       judgement: Judgement) -> None:
+    changes = fingerprint_changes(baseline.get("environment", {}), dict(measured.environment))
+    judgement.fields["env_changes"] = changes
+    if not changes:
+        return
+    judgement.notes.append("environment changed since the baseline: " + "; ".join(changes))
+    if judgement.verdict == "pass":
+        judgement.verdict = "env-changed"
+    if strict_env:
+        judgement.failures.append(
+            f"{measured.test_id}: environment differs from the baseline's ({'; '.join(changes)}) and "
+            "--strict-env is set; re-record with --update-baselines"
+        )

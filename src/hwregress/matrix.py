@@ -1,0 +1,125 @@
+"""The test matrix: which (device, model, mode, batch size, dtype) combinations a session runs.
+
+Per-device defaults keep the CPU tier to a few minutes on 2 cores and run the whole zoo on GPUs; every
+axis can be narrowed or replaced from the command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hwregress import workloads
+from hwregress.bench import DTYPES, MODES
+from hwregress.devices import device_kind
+
+# batch sizes per device kind and mode: 1 for latency, larger for throughput
+DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {
+    "cpu": {"infer": (1, 8), "train": (8,)},
+    "cuda": {"infer": (1, 32, 256), "train": (32, 128)},
+    "mps": {"infer": (1, 32), "train": (32,)},
+}
+CEILINGS = ("gemm", "copy", "h2d")
+FAMILIES = ("throughput", "parity", "output-parity", "speedup", "ceiling")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the user selected; None means the per-device default.
+
+    Attributes:
+        devices: device specs, e.g. ``["cpu", "cuda:0"]``.
+        models: workload names or None.
+        batch_sizes: batch sizes for every mode, or None.
+        modes: subset of ``("train", "infer")``.
+        dtypes: subset of ``("fp32", "tf32", "bf16", "fp16")``.
+    """
+
+    devices: list[str]
+    models: list[str] | None = None
+    batch_sizes: list[int] | None = None
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    dtypes: list[str] = field(default_factory=lambda: ["fp32"])
+
+
+def models_for(selection: Selection, device: str) -> list[str]:
+    """The selected models, or the device's default tier (CPU: a few small models; GPUs: the zoo)."""
+    if selection.models is not None:
+        return selection.models
+    return list(workloads.CPU_TIER) if device_kind(device) == "cpu" else list(workloads.ZOO)
+
+
+def batch_sizes_for(selection: Selection, device: str, mode: str) -> list[int]:
+    """The selected batch sizes, or the device's defaults for ``mode``."""
+    if selection.batch_sizes is not None:
+        return selection.batch_sizes
+    return list(DEFAULT_BATCH_SIZES.get(device_kind(device), DEFAULT_BATCH_SIZES["cpu"])[mode])
+
+
+def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
+    """The parameter sets of one test family, as dicts over a subset of ``device, workload, mode,
+    batch_size, dtype, ceiling``.
+
+    Families: ``throughput`` (the full product), ``parity`` (device x dtype), ``output-parity``
+    (device x model x dtype), ``speedup`` (CUDA devices x model, the largest train batch, fp32),
+    ``ceiling`` (device x roof x dtype; only ``gemm`` varies the dtype, ``h2d`` only on CUDA).
+
+    Raises:
+        ValueError: unknown family.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown test family {family!r}; one of {FAMILIES}")
+    out: list[dict[str, Any]] = []
+    for device in selection.devices:
+        if family == "throughput":
+            out += [
+                {"device": device, "workload": m, "mode": mode, "batch_size": b, "dtype": d}
+                for m in models_for(selection, device)
+                for mode in selection.modes
+                for b in batch_sizes_for(selection, device, mode)
+                for d in selection.dtypes
+            ]
+        elif family == "parity":
+            out += [{"device": device, "dtype": d} for d in selection.dtypes]
+        elif family == "output-parity":
+            out += [{"device": device, "workload": m, "dtype": d} for m in models_for(selection, device)
+                    for d in selection.dtypes]
+        elif family == "speedup" and device_kind(device) == "cuda":
+            out += [{"device": device, "workload": m, "mode": "train",
+                     "batch_size": max(batch_sizes_for(selection, device, "train")), "dtype": "fp32"}
+                    for m in models_for(selection, device)]
+        elif family == "ceiling":
+            for name in CEILINGS:
+                if name == "h2d" and device_kind(device) != "cuda":
+                    continue
+                for d in (selection.dtypes if name == "gemm" else ["fp32"]):
+                    out.append({"device": device, "ceiling": name, "dtype": d})
+    return out
+
+
+def case_id(params: dict[str, Any]) -> str:
+    """A readable test id: ``cpu-resnet18-train-bs8-fp32``."""
+    parts = [params.get(k) for k in ("device", "workload", "ceiling", "mode")]
+    if "batch_size" in params:
+        parts.append(f"bs{params['batch_size']}")
+    parts.append(params.get("dtype"))
+    return "-".join(str(p) for p in parts if p is not None)
+
+
+def validate(selection: Selection) -> None:
+    """Check every name and number of ``selection``.
+
+    Raises:
+        ValueError: an unknown model, mode or dtype, or a batch size < 1; the message lists valid values.
+    """
+    for model in selection.models or []:
+        workloads.get(model)  # raises KeyError with the registered names
+    for mode in selection.modes:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use {', '.join(MODES)}")
+    for dtype in selection.dtypes:
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; use {', '.join(DTYPES)}")
+    for batch in selection.batch_sizes or []:
+        if batch < 1:
+            raise ValueError(f"batch sizes must be >= 1, got {batch}")

@@ -1,0 +1,172 @@
+"""Operator breakdown (torch.profiler) and FLOP counting (torch.utils.flop_counter) of a workload.
+
+The profiled window is separate from the timed one, so profiler overhead never touches the measured
+throughput. FLOPs follow torch.utils.flop_counter's convention: one multiply-add counts as 2 FLOPs
+(torchvision's published "GFLOPS" are multiply-adds, so they are half of these figures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.utils.flop_counter import FlopCounterMode
+
+from hwregress.devices import device_kind, synchronize
+
+COMPUTE_HINTS = ("conv", "mm", "matmul", "linear", "gemm", "bmm", "attention", "sdpa", "baddbmm")
+MEMCPY_HINTS = ("memcpy", "memset", "aten::copy_", "aten::fill_", "aten::zero_", "aten::to", "aten::clone",
+                "aten::contiguous", "aten::empty", "aten::zeros")
+COMM_HINTS = ("nccl", "c10d::", "allreduce", "all_reduce", "allgather", "broadcast")
+
+
+@dataclass
+class OperatorProfile:
+    """Where a profiled window spent its time.
+
+    Attributes:
+        top_device_ops: by self device time: dicts ``name, calls, total_ms, share`` (empty on the CPU).
+        top_cpu_ops: by self CPU time, same fields.
+        categories: fraction of the window per category: ``compute``, ``memcpy/memset``,
+            ``communication``, ``other`` and, on accelerators, ``idle`` (sums to 1).
+        steps: steps in the window; ``wall_ms``: its wall time.
+    """
+
+    top_device_ops: list[dict[str, Any]] = field(default_factory=list)
+    top_cpu_ops: list[dict[str, Any]] = field(default_factory=list)
+    categories: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    wall_ms: float = 0.0
+
+
+def categorize(name: str) -> str:
+    """Category of an operator or kernel name (case-insensitive substring rules)."""
+    lowered = name.lower()
+    if any(h in lowered for h in COMM_HINTS):
+        return "communication"
+    if any(h in lowered for h in MEMCPY_HINTS):
+        return "memcpy/memset"
+    if any(h in lowered for h in COMPUTE_HINTS):
+        return "compute"
+    return "other"
+
+
+def _self_device_us(event: Any) -> float:
+    # torch 2.4 renamed self_cuda_time_total to self_device_time_total; accept both
+    value = getattr(event, "self_device_time_total", None)
+    if value is None:
+        value = getattr(event, "self_cuda_time_total", 0.0)
+    return float(value or 0.0)
+
+
+def _table(events: list[Any], time_of: Callable[[Any], float], top: int) -> list[dict[str, Any]]:
+    timed = [(e, time_of(e)) for e in events if time_of(e) > 0]
+    total = sum(t for _, t in timed) or 1.0
+    timed.sort(key=lambda pair: pair[1], reverse=True)
+    return [
+        {"name": e.key, "calls": int(e.count), "total_ms": t / 1000.0, "share": t / total, "category": categorize(e.key)}
+        for e, t in timed[:top]
+    ]
+
+
+def profile_operators(step: Callable[[], None], device: str, steps: int = 3, top: int = 15,
+                      trace_path: Path | None = None) -> OperatorProfile:
+    """Run ``step`` ``steps`` times under torch.profiler and break the time down.
+
+    On CUDA the categories split the window's wall time by kernel self time (compute, memcpy/memset,
+    communication) and the rest is ``idle`` (the device waited on the host); on the CPU they split the
+    total self CPU time of the operators. ``trace_path`` saves the Chrome trace there.
+    """
+    activities = [ProfilerActivity.CPU]
+    on_cuda = device_kind(device) == "cuda"
+    if on_cuda:
+        activities.append(ProfilerActivity.CUDA)
+    synchronize(device)
+    with profile(activities=activities, record_shapes=False) as prof:
+        for _ in range(steps):
+            step()
+        synchronize(device)
+    averages = list(prof.key_averages())
+    result = OperatorProfile(steps=steps)
+    result.top_cpu_ops = _table(averages, lambda e: float(e.self_cpu_time_total), top)
+    events = list(prof.events())
+    result.wall_ms = _window_ms(events)
+    if on_cuda:
+        result.top_device_ops = _table(averages, _self_device_us, top)
+        result.categories = _device_categories(averages, result.wall_ms)
+    else:
+        result.categories = _shares({categorize(e.key): 0.0 for e in averages}, averages,
+                                    lambda e: float(e.self_cpu_time_total))
+    if trace_path is not None:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace_path))
+    return result
+
+
+def _window_ms(events: list[Any]) -> float:
+    spans = [(e.time_range.start, e.time_range.end) for e in events if getattr(e, "time_range", None)]
+    if not spans:
+        return 0.0
+    return (max(end for _, end in spans) - min(start for start, _ in spans)) / 1000.0
+
+
+def _shares(totals: dict[str, float], events: list[Any], time_of: Callable[[Any], float]) -> dict[str, float]:
+    for event in events:
+        totals[categorize(event.key)] = totals.get(categorize(event.key), 0.0) + time_of(event)
+    grand = sum(totals.values()) or 1.0
+    return {k: v / grand for k, v in sorted(totals.items()) if v > 0}
+
+
+def _device_categories(averages: list[Any], wall_ms: float) -> dict[str, float]:
+    busy = {"compute": 0.0, "memcpy/memset": 0.0, "communication": 0.0, "other": 0.0}
+    for event in averages:
+        busy[categorize(event.key) if categorize(event.key) != "other" else "compute"] += _self_device_us(event) / 1000.0
+    window = max(wall_ms, sum(busy.values())) or 1.0
+    shares = {k: v / window for k, v in busy.items()}
+    shares["idle"] = max(0.0, 1.0 - sum(shares.values()))
+    return shares
+
+
+def count_flops(run: Callable[[], Any]) -> int:
+    """FLOPs (2 x multiply-adds) executed by ``run()``, counted by ``FlopCounterMode``.
+
+    Counts matmul, convolution and attention operators (forward and, when ``run`` calls backward,
+    backward); elementwise and optimizer operators are not counted, as in the published figures.
+    """
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return int(counter.get_total_flops())
+
+
+def estimate_bytes_moved(model: torch.nn.Module, inputs: torch.Tensor, training: bool,
+                         element_bytes: int) -> int:
+    """Estimated DRAM traffic of one step, in bytes (the roofline's denominator).
+
+    Method: every parameter is read once per forward pass; every leaf module's output activation is
+    written once and read once (2x); a training step doubles the activation traffic for the backward
+    pass and adds the gradient write plus the optimizer's read-modify-write of parameters and one
+    momentum buffer (parameters counted 5x in total). Caches are ignored, so this is an upper bound on
+    compulsory traffic for layers whose working set fits on chip and a lower bound otherwise.
+    """
+    parameter_bytes = sum(p.numel() for p in model.parameters()) * element_bytes
+    activation_bytes = 0
+
+    def count_output(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
+        nonlocal activation_bytes
+        if isinstance(output, torch.Tensor):
+            activation_bytes += output.numel() * element_bytes
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(count_output) for m in leaves]
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if training:
+        return 5 * parameter_bytes + 4 * activation_bytes
+    return parameter_bytes + 2 * activation_bytes

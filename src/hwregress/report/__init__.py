@@ -1,0 +1,180 @@
+"""The HTML report: one self-contained page (inline CSS and SVG) rendered with Jinja2.
+
+``write_outputs`` writes ``results.json`` and ``report.html`` plus timestamped copies under
+``archive/``; ``render_merge`` puts several machines' results side by side.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from hwregress import __version__, roofline
+from hwregress.baselines import atomic_write_json
+from hwregress.report import charts
+from hwregress.results import VERDICT_ORDER, SessionResults, TestRecord, machine_label, verdict_rank
+
+ROOFLINE_METHOD = (
+    "Arithmetic intensity = FLOPs per sample (torch.utils.flop_counter, 2 x multiply-adds) / estimated bytes "
+    "moved per sample: parameters read once per forward pass, every leaf module's output written and read once; "
+    "a training step doubles activation traffic and counts parameters five times (read, gradient write, optimizer "
+    "read-modify-write of weights and momentum). Caches are ignored. Roofs are the ceilings measured in this "
+    "session (GEMM TFLOP/s, device copy GB/s) and, for known GPUs, the published dense peaks."
+)
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("hwregress", "report/templates"),
+                      autoescape=select_autoescape(["html", "j2"], default=True), trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=_num, gib=_gib, pct=_pct)
+    return env
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{value:.{digits}g}"
+
+
+def _gib(value: Any) -> str:
+    return "–" if value is None else f"{value / 2**30:.3f}"
+
+
+def _pct(value: Any) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def render(results: SessionResults) -> str:
+    """The report page of one session, as HTML text."""
+    records = sorted(results.records, key=lambda r: (verdict_rank(r.verdict), r.test_id))
+    return _environment().get_template("report.html.j2").render(
+        meta=results.meta,
+        counts=results.counts(),
+        verdict_order=VERDICT_ORDER,
+        records=records,
+        has_new=any(r.verdict == "new" for r in records),
+        throughput_charts=_by_batch_charts(records, "throughput", "throughput (samples/s)"),
+        memory_charts=_by_batch_charts(records, "peak_memory_bytes", "peak memory (GiB)", scale=2**-30),
+        speedup_chart=_speedup_chart(records),
+        roofline_charts=_roofline_charts(records),
+        roofline_method=ROOFLINE_METHOD,
+        parity=[r for r in records if r.family in ("parity", "output-parity")],
+        ceilings=[r for r in records if r.family == "ceiling"],
+        details=[_detail(r) for r in records if r.samples],
+        version=__version__,
+    )
+
+
+def write_outputs(results: SessionResults, report_dir: Path) -> dict[str, Path]:
+    """Write ``results.json`` and ``report.html`` under ``report_dir`` (atomically) and timestamped
+    copies under ``report_dir/archive/``. Returns the paths written by name."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    archive = report_dir / "archive"
+    data = results.to_json()
+    html = render(results)
+    paths = {"results": report_dir / "results.json", "report": report_dir / "report.html",
+             "results archive": archive / f"results-{stamp}.json", "report archive": archive / f"report-{stamp}.html"}
+    for name in ("results", "results archive"):
+        atomic_write_json(paths[name], data)
+    for name in ("report", "report archive"):
+        _atomic_write_text(paths[name], html)
+    return paths
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
+def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0) -> list[Any]:
+    groups: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        value = getattr(r, field)
+        if r.family == "throughput" and value is not None and r.batch_size:
+            groups[(r.device or "", r.mode or "")][f"{r.model} {r.dtype}"].append((r.batch_size, value * scale))
+    return [charts.line_chart(series, f"{label} vs batch size — {device} {mode}", "batch size", label, log_x=True)
+            for (device, mode), series in sorted(groups.items())]
+
+
+def _speedup_chart(records: list[TestRecord]) -> Any:
+    bars = [(f"{r.model} {r.device} bs{r.batch_size}", r.speedup) for r in records if r.speedup]
+    if not bars:  # same-session throughput of GPU vs CPU for identical settings
+        cpu = {(r.model, r.mode, r.batch_size, r.dtype): r.throughput for r in records
+               if r.family == "throughput" and r.device == "cpu" and r.throughput}
+        bars = [(f"{r.model} {r.mode} bs{r.batch_size} {r.device}", r.throughput / cpu[(r.model, r.mode, r.batch_size, r.dtype)])
+                for r in records if r.family == "throughput" and r.device != "cpu" and r.throughput
+                and (r.model, r.mode, r.batch_size, r.dtype) in cpu]
+    return charts.bar_chart(bars, "speedup over the CPU (same session)", "x CPU throughput")
+
+
+def _roofline_charts(records: list[TestRecord]) -> list[Any]:
+    out = []
+    devices = sorted({r.device for r in records if r.arithmetic_intensity and r.achieved_tflops and r.device})
+    for device in devices:
+        roofs = _roofs(records, device)
+        points = [(f"{r.model} {r.mode} {r.dtype}", r.arithmetic_intensity, r.achieved_tflops) for r in records
+                  if r.device == device and r.arithmetic_intensity and r.achieved_tflops]
+        out.append(charts.roofline_chart(points, roofs, f"roofline — {device}"))
+    return [c for c in out if c]
+
+
+def _roofs(records: list[TestRecord], device: str) -> list[tuple[str, float, float]]:
+    """(label, peak TFLOP/s, bandwidth TB/s) from this session's ceilings and the published table."""
+    gemm = {r.dtype: r.throughput for r in records if r.device == device and r.family == "ceiling"
+            and r.model == "gemm" and r.throughput}
+    copy = [r.throughput for r in records if r.device == device and r.family == "ceiling" and r.model == "copy" and r.throughput]
+    roofs = [(f"measured {dtype} roof", tflops, copy[0] / 1000.0) for dtype, tflops in sorted(gemm.items()) if copy]
+    name = next((r.device_name for r in records if r.device == device and r.device_name), "")
+    peak = roofline.published_peak(name or "")
+    if peak is not None:
+        for dtype in ("fp32", "bf16"):
+            if dtype in peak.tflops:
+                roofs.append((f"{peak.name} {dtype} spec", peak.tflops[dtype], peak.memory_tb_s))
+    return roofs
+
+
+def _detail(record: TestRecord) -> dict[str, Any]:
+    series = record.details.get("telemetry_series") or {}
+    times = series.get("t_s", [])
+    sparks = [charts.sparkline(times, series.get(key, []), label, unit) for key, label, unit in (
+        ("gpu_util_pct", "GPU utilization", "%"), ("power_w", "power", "W"), ("temperature_c", "temperature", "°C"),
+        ("sm_clock_mhz", "SM clock", "MHz"), ("cpu_util_pct", "CPU utilization", "%"), ("rss_bytes", "process RSS", "bytes"))]
+    return {"record": record, "sparks": [s for s in sparks if s],
+            "split": charts.stacked_bar(record.op_categories, f"time split of {record.test_id}")}
+
+
+def render_merge(sessions: Iterable[SessionResults]) -> str:
+    """Several machines' results side by side: one row per test identity, one column per machine with
+    its throughput and its ratio to the first machine that ran the test (the seed studies' K40 / P100 /
+    V100 table, for whatever hardware the user has)."""
+    sessions = list(sessions)
+    labels = [machine_label(s) for s in sessions]
+    rows: dict[tuple[Any, ...], list[TestRecord | None]] = {}
+    for column, session in enumerate(sessions):
+        for r in session.records:
+            if r.throughput is None:
+                continue
+            key = (r.family, r.model, r.mode, r.batch_size, r.dtype, (r.device or "").split(":")[0])
+            rows.setdefault(key, [None] * len(sessions))[column] = r
+    table = []
+    for key, cells in sorted(rows.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
+        reference = next((c.throughput for c in cells if c is not None and c.throughput), None)
+        table.append({"key": key, "cells": [
+            None if c is None else {"throughput": c.throughput, "unit": c.unit, "verdict": c.verdict,
+                                    "ratio": c.throughput / reference if reference else None} for c in cells]})
+    return _environment().get_template("merge.html.j2").render(labels=labels, sessions=sessions, table=table,
+                                                               version=__version__)
+
+
+def results_json_text(results: SessionResults) -> str:
+    return json.dumps(results.to_json(), indent=1)

@@ -1,0 +1,150 @@
+"""Plain records of one measured test and of one session; JSON in and out; merging across machines.
+
+Units: throughput in ``unit`` (samples/s for models, TFLOP/s or GB/s for ceilings), latency in ms,
+memory in bytes, energy in J, power in W, accuracy as a fraction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+RESULTS_SCHEMA_VERSION = 1
+
+# Verdicts, worst first: the report sorts by this order.
+VERDICT_ORDER = (
+    "regression",
+    "failed",
+    "env-changed",
+    "unstable",
+    "oom",
+    "unsupported",
+    "skipped",
+    "new",
+    "improvement",
+    "pass",
+)
+
+
+@dataclass
+class TestRecord:
+    """One test's measurements and verdict (a row of ``results.json``)."""
+
+    test_id: str
+    family: str = "throughput"
+    hardware_key: str | None = None
+    device: str | None = None
+    device_name: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    batch_size: int | None = None
+    dtype: str | None = None
+    unit: str = "samples/s"
+    throughput: float | None = None
+    throughput_iqr: float | None = None
+    samples: list[float] = field(default_factory=list)
+    rounds: int | None = None
+    steps_per_round: int | None = None
+    latency_ms: float | None = None
+    peak_memory_bytes: int | None = None
+    accuracy: float | None = None
+    reference_accuracy: float | None = None
+    speedup: float | None = None
+    baseline_throughput: float | None = None
+    baseline_peak_memory_bytes: int | None = None
+    baseline_accuracy: float | None = None
+    baseline_speedup: float | None = None
+    ratio: float | None = None
+    threshold: float | None = None
+    p_value: float | None = None
+    memory_ratio: float | None = None
+    verdict: str = "new"
+    outcome: str | None = None
+    message: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+    env_changes: list[str] = field(default_factory=list)
+    baseline_recorded_at: str | None = None
+    baseline_action: str | None = None
+    flops_per_sample: float | None = None
+    achieved_tflops: float | None = None
+    mfu: float | None = None
+    arithmetic_intensity: float | None = None
+    energy_j_per_sample: float | None = None
+    samples_per_joule: float | None = None
+    telemetry: dict[str, Any] | None = None
+    top_ops: list[dict[str, Any]] = field(default_factory=list)
+    top_cpu_ops: list[dict[str, Any]] = field(default_factory=list)
+    op_categories: dict[str, float] = field(default_factory=dict)
+    throttled: bool = False
+    trace_path: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TestRecord":
+        """Build a record, ignoring keys this version does not know (forward compatible)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class SessionResults:
+    """One session: its metadata (machine, software, options, timing) and its records."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    records: list[TestRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": RESULTS_SCHEMA_VERSION,
+            "meta": self.meta,
+            "records": [r.to_json() for r in sorted(self.records, key=lambda r: r.test_id)],
+        }
+
+    def counts(self) -> dict[str, int]:
+        """Number of records per verdict, in :data:`VERDICT_ORDER`."""
+        found = {r.verdict for r in self.records}
+        order = list(VERDICT_ORDER) + sorted(found - set(VERDICT_ORDER))
+        return {v: sum(r.verdict == v for r in self.records) for v in order if v in found}
+
+
+def load(path: str | Path) -> SessionResults:
+    """Read a ``results.json``.
+
+    Raises:
+        ValueError: the file is not JSON, not a results file, or of an unknown schema version; the
+            message names the file.
+    """
+    source = Path(path)
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{source}: cannot read results ({error})") from None
+    if not isinstance(data, dict) or data.get("schema_version") != RESULTS_SCHEMA_VERSION:
+        raise ValueError(
+            f"{source}: not a hwregress results file of schema version {RESULTS_SCHEMA_VERSION} "
+            f"(found {data.get('schema_version') if isinstance(data, dict) else type(data).__name__!r})"
+        )
+    return SessionResults(data.get("meta", {}), [TestRecord.from_json(r) for r in data.get("records", [])])
+
+
+def verdict_rank(verdict: str) -> int:
+    """Sort key: regressions first, passes last, unknown verdicts before passes."""
+    return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else len(VERDICT_ORDER) - 2
+
+
+def machine_label(results: SessionResults) -> str:
+    """A column title for one machine's results: its hardware keys, or its host name."""
+    keys = sorted({r.hardware_key for r in results.records if r.hardware_key})
+    return ", ".join(keys) or str(results.meta.get("hostname", "unknown"))
+
+
+def merge_sessions(sessions: Iterable[SessionResults]) -> list[SessionResults]:
+    """Sessions in a stable order (by machine label) for side-by-side reports."""
+    return sorted(sessions, key=machine_label)

@@ -1,0 +1,127 @@
+"""A benchmark session's library side: turn measurements into records, judge them against the
+baseline store, apply the baseline lifecycle. Independent of pytest (the plugin drives it)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hwregress import lifecycle, roofline
+from hwregress.baselines import BaselineError, BaselineFile, BaselineStore
+from hwregress.bench import Measurement
+from hwregress.compare import Measured, Tolerances, judge
+from hwregress.devices import DeviceInfo
+from hwregress.results import TestRecord
+from hwregress.stats import summarize
+
+
+@dataclass
+class Policy:
+    """Session-wide decisions.
+
+    Attributes:
+        tolerances: see :class:`hwregress.compare.Tolerances`.
+        update_mode: None, ``all``, ``missing`` or ``force`` (``--update-baselines``).
+        require_baselines: a test without a baseline fails.
+        strict_env: an environment change against the baseline fails the test.
+    """
+
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    update_mode: str | None = None
+    require_baselines: bool = False
+    strict_env: bool = False
+
+
+class BenchSession:
+    """Baseline look-ups (cached per hardware key) and verdicts for one pytest process."""
+
+    def __init__(self, store: BaselineStore, policy: Policy) -> None:
+        self.store = store
+        self.policy = policy
+        self._files: dict[str, BaselineFile | None] = {}
+        self._lock = threading.Lock()
+
+    def baseline_entry(self, hardware_key: str, key: str) -> dict[str, Any] | None:
+        """The stored entry, None when the hardware or the test has none.
+
+        Raises:
+            BaselineError: the hardware's file is corrupt or of an unknown version.
+        """
+        with self._lock:
+            if hardware_key not in self._files:
+                self._files[hardware_key] = self.store.load(hardware_key)
+        baseline_file = self._files[hardware_key]
+        return None if baseline_file is None else baseline_file.entries.get(key)
+
+    def conclude(self, record: TestRecord, key: str) -> list[str]:
+        """Judge ``record`` against its baseline, fill its verdict fields, apply the update policy.
+
+        Returns the failure sentences (empty: the test passes).
+
+        Raises:
+            BaselineError: the baselines file cannot be trusted (the record's verdict is ``failed``).
+        """
+        assert record.hardware_key is not None
+        try:
+            entry = self.baseline_entry(record.hardware_key, key)
+        except BaselineError:
+            record.verdict = "failed"
+            raise
+        measured = Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
+                            record.environment, record.peak_memory_bytes, record.accuracy, record.speedup)
+        judgement = judge(measured, entry, self.policy.tolerances, self.policy.strict_env)
+        record.verdict = judgement.verdict
+        for name, value in judgement.fields.items():
+            setattr(record, name, value)
+        if entry is not None:
+            record.baseline_recorded_at = entry.get("recorded_at")
+        notes = list(judgement.notes)
+        failures = list(judgement.failures)
+        if entry is None and self.policy.require_baselines and self.policy.update_mode is None:
+            failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
+                            "and --require-baselines is set; record one with --update-baselines")
+        action = lifecycle.update_action(self.policy.update_mode, record.verdict, entry is not None)
+        record.baseline_action = action
+        if action == "recorded":
+            self.store.write_entries(record.hardware_key, record.device_name or "", {key: lifecycle.make_entry(record, entry)})
+            notes.append(f"baseline recorded in {self.store.path_for(record.hardware_key)}")
+        elif action == "kept-regression":
+            notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the new figures")
+        record.message = " | ".join(failures + notes)
+        return failures
+
+    def baseline_path(self, hardware_key: str) -> Path:
+        return self.store.path_for(hardware_key)
+
+
+def fill_measurement(record: TestRecord, measurement: Measurement, info: DeviceInfo, dtype: str) -> None:
+    """Copy a measurement into ``record``: throughput median/IQR, latency, memory, telemetry, energy,
+    operator tables, FLOPs, achieved TFLOP/s, MFU and arithmetic intensity."""
+    samples = measurement.throughput_samples
+    summary = summarize(samples)
+    record.samples = samples
+    record.throughput, record.throughput_iqr = summary.median, summary.iqr
+    record.rounds = len(samples)
+    record.steps_per_round = measurement.timing.steps_per_round
+    record.latency_ms = summarize(measurement.timing.step_seconds).median * 1000.0
+    record.peak_memory_bytes = measurement.peak_memory_bytes
+    record.details.update(stable=measurement.timing.stable, extended_rounds=measurement.timing.extended_rounds,
+                          warmup_steps=measurement.timing.warmup_steps, telemetry_series=measurement.telemetry_series)
+    record.telemetry = measurement.telemetry
+    record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
+    energy = measurement.telemetry.get("energy_j")
+    if energy:
+        record.energy_j_per_sample = energy / measurement.window_samples
+        record.samples_per_joule = measurement.window_samples / energy
+    if measurement.profile is not None:
+        record.top_ops = measurement.profile.top_device_ops
+        record.top_cpu_ops = measurement.profile.top_cpu_ops
+        record.op_categories = measurement.profile.categories
+    if measurement.flops_per_sample is not None:
+        record.flops_per_sample = measurement.flops_per_sample
+        record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, summary.median)
+        record.mfu = roofline.mfu(record.achieved_tflops, info.name, dtype)
+        if measurement.bytes_per_sample:
+            record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample
