@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -43,7 +44,7 @@ class RunOptions:
         round_driver: drives the planned rounds (pytest-benchmark's pedantic when active).
     """
 
-    plan: TimingPlan = TimingPlan()
+    plan: TimingPlan = field(default_factory=TimingPlan)
     telemetry_interval_s: float = 0.1
     profile_steps: int = 3
     trace_path: Path | None = None

@@ -8,8 +8,8 @@ moves its size once over the bus.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

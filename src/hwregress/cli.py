@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hwregress import results as results_module
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore, entry_key, parse
@@ -78,8 +79,8 @@ def cmd_show(args: argparse.Namespace) -> None:
         median = entry.get("median") if entry.get("median") is not None else entry.get("accuracy")
         rel = (entry["iqr"] / entry["median"]) if entry.get("iqr") is not None and entry.get("median") else None
         peak = entry.get("peak_memory_bytes")
-        print(f"{key:<52} {_fmt(median):>12} {str(entry.get('unit', '')):<10} {_fmt(rel):>8} {_fmt(entry.get('n')):>4} "
-              f"{_fmt(peak / 2**20 if peak is not None else None):>9} {str(entry.get('environment', {}).get('torch')):<14} "
+        print(f"{key:<52} {_fmt(median):>12} {entry.get('unit', '')!s:<10} {_fmt(rel):>8} {_fmt(entry.get('n')):>4} "
+              f"{_fmt(peak / 2**20 if peak is not None else None):>9} {entry.get('environment', {}).get('torch')!s:<14} "
               f"{entry.get('recorded_at', '-')}")
 
 

@@ -3,8 +3,9 @@ environment), with failure messages that state the numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from hwregress import stats
 from hwregress.devices import fingerprint_changes

@@ -105,7 +105,7 @@ def unavailable_reason(spec: str) -> str | None:
     return f"{spec}: not available on this machine"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_model_name() -> str:
     """The CPU model string from /proc/cpuinfo (Linux) or ``platform.processor()``."""
     try:
@@ -189,7 +189,7 @@ def environment_fingerprint(spec: str) -> dict[str, str | None]:
     kind = device_kind(spec)
     fingerprint: dict[str, str | None] = {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "torchvision": _torchvision_version(),
         "cuda": torch.version.cuda if kind == "cuda" else None,
         "cudnn": str(torch.backends.cudnn.version()) if kind == "cuda" and torch.backends.cudnn.is_available() else None,

@@ -75,5 +75,5 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None) -> di
         if stack_changed:
             history = []  # another software stack: its drift says nothing about this one
         entry.update(median=summary.median, iqr=summary.iqr, n=summary.n,
-                     history=(history + [summary.median])[-HISTORY_LENGTH:])
+                     history=[*history, summary.median][-HISTORY_LENGTH:])
     return entry

@@ -34,7 +34,7 @@ class PeakMemoryMeter:
         self._start_rss = 0
         self._peak_rss = 0
 
-    def __enter__(self) -> "PeakMemoryMeter":
+    def __enter__(self) -> PeakMemoryMeter:
         if device_kind(self.device) == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)

@@ -9,13 +9,15 @@ report. Workers write baselines themselves, under the store's file lock.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -66,8 +68,8 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 # (option, ini name, default, help); every option has an ini twin so CI runners can pin them.
 _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
-    ("--devices", "hwregress_devices", None, "comma list of devices: cpu, cuda, cuda:N, mps (default: every visible device)"),
-    ("--models", "hwregress_models", None, "comma list of models (default: per-device tier; CPU: a few small ones, GPU: the zoo)"),
+    ("--devices", "hwregress_devices", None, "comma list of devices: cpu, cuda, cuda:N, mps (default: all visible)"),
+    ("--models", "hwregress_models", None, "comma list of models (default: per device; CPU: a few small ones, GPU: the zoo)"),
     ("--batch-sizes", "hwregress_batch_sizes", None, "comma list of batch sizes for every mode (default: per device and mode)"),
     ("--modes", "hwregress_modes", "train,infer", "comma list of modes: train, infer"),
     ("--dtypes", "hwregress_dtypes", "fp32", "comma list of numerics: fp32, tf32, bf16, fp16 (autocast)"),
@@ -149,7 +151,8 @@ def build_settings(config: pytest.Config) -> Settings:
     try:
         batch_sizes = [int(b) for b in batch_text] if batch_text is not None else None
     except ValueError:
-        raise pytest.UsageError(f"{batch_source}: batch sizes must be whole numbers, got {','.join(batch_text or [])!r}") from None
+        given = ",".join(batch_text or [])
+        raise pytest.UsageError(f"{batch_source}: batch sizes must be whole numbers, got {given!r}") from None
     selection = Selection(devices, models, batch_sizes, modes or [], dtypes or [])
     try:
         validate(selection)
@@ -187,7 +190,7 @@ def _default_devices() -> list[str]:
     """Every visible device; ``cuda:0`` too when none is visible, so ``pytest -m gpu`` on a machine
     without a GPU reports skipped tests with the reason instead of collecting nothing."""
     found = visible_devices()
-    return found if any(d.startswith("cuda") for d in found) else found + ["cuda:0"]
+    return found if any(d.startswith("cuda") for d in found) else [*found, "cuda:0"]
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -344,9 +347,14 @@ class HwBench:
         return lambda run_round, rounds: bench.pedantic(run_round, rounds=rounds, iterations=1, warmup_rounds=0)
 
     def _benchmark_fixture(self) -> Any:
-        if "benchmark" not in getattr(self.request, "fixturenames", ()):
+        """pytest-benchmark's fixture when that plugin is active (it switches itself off under xdist)."""
+        if not self.config.pluginmanager.hasplugin("pytest_benchmark") and \
+                not self.config.pluginmanager.hasplugin("benchmark"):
             return None
-        bench = self.request.getfixturevalue("benchmark")
+        try:
+            bench = self.request.getfixturevalue("benchmark")
+        except pytest.FixtureLookupError:
+            return None
         return None if getattr(bench, "disabled", True) else bench
 
     def _benchmark_extra_info(self, record: TestRecord) -> None:
@@ -373,7 +381,9 @@ class HwBench:
         return record
 
     def _attach(self, record: TestRecord) -> None:
-        self.item.user_properties.append((RECORD_PROPERTY, record.to_json()))
+        # plain JSON types only: xdist's execnet refuses str subclasses (torch's TorchVersion), numpy scalars
+        plain = json.loads(json.dumps(record.to_json(), default=str))
+        self.item.user_properties.append((RECORD_PROPERTY, plain))
 
 
 def _safe_name(text: str) -> str:

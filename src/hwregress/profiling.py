@@ -7,9 +7,10 @@ throughput. FLOPs follow torch.utils.flop_counter's convention: one multiply-add
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 RESULTS_SCHEMA_VERSION = 1
 
@@ -32,6 +33,8 @@ VERDICT_ORDER = (
 @dataclass
 class TestRecord:
     """One test's measurements and verdict (a row of ``results.json``)."""
+
+    __test__ = False  # not a pytest test class despite its name
 
     test_id: str
     family: str = "throughput"
@@ -87,7 +90,7 @@ class TestRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TestRecord":
+    def from_json(cls, data: dict[str, Any]) -> TestRecord:
         """Build a record, ignoring keys this version does not know (forward compatible)."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})

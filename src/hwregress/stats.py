@@ -23,8 +23,8 @@ judges a result by its z-score against the history of its baseline runs:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats

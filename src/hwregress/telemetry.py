@@ -11,10 +11,12 @@ nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetCurrentClocksEventReasons).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -137,7 +139,7 @@ class TelemetrySampler:
         self._start = 0.0
         self._energy_start: int | None = None
 
-    def __enter__(self) -> "TelemetrySampler":
+    def __enter__(self) -> TelemetrySampler:
         if device_kind(self.device) == "cuda":
             self._open_nvml()
         else:
@@ -194,7 +196,7 @@ class TelemetrySampler:
             return
         points = [(s["t_s"], s["power_w"]) for s in self.series if s.get("power_w") is not None]
         if len(points) >= 2:
-            self.energy_j = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:]))
+            self.energy_j = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in itertools.pairwise(points))
             self.energy_j *= self.duration_s / (points[-1][0] - points[0][0])  # extend to the whole window
             self.energy_source = "integrated power"
 

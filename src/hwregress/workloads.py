@@ -7,8 +7,8 @@ downloaded). Projects add their own with :func:`register`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -52,7 +52,7 @@ _REGISTRY: dict[str, Workload] = {}
 
 
 @functools.lru_cache(maxsize=1)
-def import_torchvision():  # noqa: ANN201 - returns the torchvision module
+def import_torchvision():
     """Import torchvision, working around a wheel whose compiled ops cannot load.
 
     A CUDA build of torchvision beside a CPU build of torch (the only torchvision wheels on PyPI for

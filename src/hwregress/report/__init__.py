@@ -10,10 +10,11 @@ import datetime as _dt
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 
 from hwregress import __version__, roofline
 from hwregress.baselines import atomic_write_json
@@ -36,20 +37,26 @@ def _environment() -> Environment:
     return env
 
 
+def _missing(value: Any) -> bool:
+    return value is None or isinstance(value, Undefined) or (isinstance(value, float) and not math.isfinite(value))
+
+
 def _num(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+    if _missing(value):
         return "–"
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
         return f"{value:,}"
     return f"{value:.{digits}g}"
 
 
 def _gib(value: Any) -> str:
-    return "–" if value is None else f"{value / 2**30:.3f}"
+    return "–" if _missing(value) else f"{value / 2**30:.3f}"
 
 
 def _pct(value: Any) -> str:
-    return "–" if value is None else f"{value:.1%}"
+    return "–" if _missing(value) else f"{value:.1%}"
 
 
 def render(results: SessionResults) -> str:

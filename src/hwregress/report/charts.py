@@ -6,7 +6,7 @@ Every function returns ``markupsafe.Markup`` with all text escaped; numbers are 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
@@ -58,7 +58,9 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], title: str, x_l
     y_low = min(p[1] for p in points) if log_y else 0.0
     y_bounds = _axis(y_low, max(p[1] for p in points), log_y)
     parts = [_frame(title, x_label, y_label)]
-    for tick in _ticks(x_bounds, log_x):
+    distinct_x = sorted({p[0] for p in points})
+    x_ticks = distinct_x if log_x and len(distinct_x) <= 8 else _ticks(x_bounds, log_x)  # batch sizes as ticks
+    for tick in x_ticks:
         x = MARGIN["left"] + _scale(tick, x_bounds, log_x, plot_w)
         parts.append(f'<line x1="{x:.1f}" y1="{MARGIN["top"]}" x2="{x:.1f}" y2="{MARGIN["top"] + plot_h}" class="grid"/>'
                      f'<text x="{x:.1f}" y="{MARGIN["top"] + plot_h + 15}" class="tick" text-anchor="middle">{_fmt(tick)}</text>')
@@ -73,7 +75,7 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], title: str, x_l
         if len(coords) > 1:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for (x, y), (vx, vy) in zip(coords, sorted(values)):
+        for (x, y), (vx, vy) in zip(coords, sorted(v for v in values if v[1] is not None), strict=True):
             parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(label)}: '
                          f'{_fmt(vx)}, {_fmt(vy)}</title></circle>')
         legend_y = MARGIN["top"] + 12 + index * 16
@@ -121,7 +123,7 @@ def stacked_bar(shares: dict[str, float], title: str) -> Markup:
 
 def sparkline(times: Sequence[float], values: Sequence[float | None], label: str, unit: str) -> Markup:
     """A small line of one telemetry metric over the window, with its min and max."""
-    points = [(t, v) for t, v in zip(times, values) if v is not None]
+    points = [(t, v) for t, v in zip(times, values, strict=False) if v is not None]
     if len(points) < 2:
         return Markup("")
     width, height = 220, 40
@@ -154,10 +156,11 @@ def roofline_chart(points: Sequence[tuple[str, float, float]], roofs: Sequence[t
 
 
 def _frame(title: str, x_label: str, y_label: str) -> str:
-    plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
-    return (f'<text x="{(WIDTH - MARGIN["right"] + MARGIN["left"]) / 2}" y="18" class="title" text-anchor="middle">{escape(title)}</text>'
-            f'<text x="{(WIDTH - MARGIN["right"] + MARGIN["left"]) / 2}" y="{HEIGHT - 6}" class="axis" text-anchor="middle">{escape(x_label)}</text>'
-            f'<text transform="translate(14,{MARGIN["top"] + plot_h / 2}) rotate(-90)" class="axis" text-anchor="middle">{escape(y_label)}</text>')
+    center_x = (WIDTH - MARGIN["right"] + MARGIN["left"]) / 2
+    center_y = MARGIN["top"] + (HEIGHT - MARGIN["top"] - MARGIN["bottom"]) / 2
+    return (f'<text x="{center_x}" y="18" class="title" text-anchor="middle">{escape(title)}</text>'
+            f'<text x="{center_x}" y="{HEIGHT - 6}" class="axis" text-anchor="middle">{escape(x_label)}</text>'
+            f'<text transform="translate(14,{center_y}) rotate(-90)" class="axis" text-anchor="middle">{escape(y_label)}</text>')
 
 
 def _wrap(parts: list[str], css_class: str, title: str) -> Markup:

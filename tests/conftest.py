@@ -1,0 +1,63 @@
+"""Shared helpers of the self-tests: a pytester project that is a copy of this repository's suite
+(conftest.py, fixtures/, bench_tests/, pytest config) plus tests/support/selftest_support.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SUPPORT = Path(__file__).resolve().parent / "support" / "selftest_support.py"
+
+# fast, deterministic settings for end-to-end runs of the plugin
+FAST = ["-p", "no:cacheprovider", "--devices", "cpu", "--models", "tiny", "--batch-sizes", "4",
+        "--modes", "train,infer", "--rounds", "6", "--warmup", "1", "--min-round-time", "0.02",
+        "--time-budget", "1", "--telemetry-interval", "0.01", "--profile-steps", "1"]
+
+
+class HwProject:
+    """A pytester project holding the suite; runs pytest in a subprocess."""
+
+    def __init__(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pytester = pytester
+        self.monkeypatch = monkeypatch
+        self.path = pytester.path
+        shutil.copytree(REPO / "fixtures", self.path / "fixtures")
+        (self.path / "bench_tests").mkdir()
+        shutil.copy(REPO / "bench_tests" / "test_throughput.py", self.path / "bench_tests")
+        shutil.copy(REPO / "pyproject.toml", self.path)
+        shutil.copy(SUPPORT, self.path)
+        conftest = (REPO / "conftest.py").read_text()
+        (self.path / "conftest.py").write_text(conftest + '\npytest_plugins.append("selftest_support")\n')
+
+    def run(self, *args: str, env: dict[str, str] | None = None, fast: bool = True,
+            inprocess: bool = False) -> pytest.RunResult:
+        for key in ("HWREGRESS_SELFTEST_SLOWDOWN", "HWREGRESS_SELFTEST_INTERRUPT", "HWREGRESS_SELFTEST_OOM_AT"):
+            self.monkeypatch.delenv(key, raising=False)
+        for key, value in (env or {}).items():
+            self.monkeypatch.setenv(key, value)
+        full = [*(FAST if fast else []), *args]
+        if inprocess:  # cheap, for runs that stop before any test (usage errors)
+            return self.pytester.runpytest_inprocess(*full)
+        return self.pytester.runpytest_subprocess(*full, timeout=600)
+
+    @property
+    def results(self) -> dict:
+        return json.loads((self.path / "reports" / "results.json").read_text())
+
+    def baseline_files(self) -> list[Path]:
+        return sorted((self.path / "baselines").glob("*.json"))
+
+
+@pytest.fixture
+def hw_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> HwProject:
+    return HwProject(pytester, monkeypatch)
+
+
+@pytest.fixture(params=["serial", "xdist-2"], ids=["no-xdist", "n2"])
+def xdist_args(request: pytest.FixtureRequest) -> list[str]:
+    """Run an end-to-end scenario without xdist and with two workers."""
+    return [] if request.param == "serial" else ["-n", "2"]

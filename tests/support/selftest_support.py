@@ -1,0 +1,63 @@
+"""Loaded by the pytester projects of the self-tests: a tiny workload, a deterministic clock with an
+injectable slowdown, an injectable interrupt, and an injectable out-of-memory.
+
+Environment knobs (read at each use, so one project serves every scenario):
+    HWREGRESS_SELFTEST_SLOWDOWN   multiply every timed round by this factor (default 1.0)
+    HWREGRESS_SELFTEST_INTERRUPT  raise KeyboardInterrupt at the start of the N-th test
+    HWREGRESS_SELFTEST_OOM_AT     batch sizes >= this raise torch.OutOfMemoryError in the model
+"""
+
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from hwregress import workloads
+
+STEP_SECONDS = 0.01
+# a fixed +-1% pattern: deterministic spread, so the statistics see realistic, repeatable noise
+JITTER = (1.0, 1.01, 0.99, 1.005, 0.995)
+
+
+class _MaybeOom(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 32), nn.ReLU(), nn.Linear(32, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        limit = os.environ.get("HWREGRESS_SELFTEST_OOM_AT")
+        if limit and x.shape[0] >= int(limit):
+            raise getattr(torch, "OutOfMemoryError", RuntimeError)("CUDA out of memory (injected by the self-test)")
+        return self.body(x)
+
+
+workloads.register(workloads.Workload("tiny", _MaybeOom, input_shape=(3, 8, 8), num_classes=10), replace=True)
+
+
+class FakeClockTimer:
+    """Runs the steps for real, but reports STEP_SECONDS per step x slowdown x a fixed jitter."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def time_round(self, run_steps, steps):
+        run_steps()
+        self.rounds += 1
+        slowdown = float(os.environ.get("HWREGRESS_SELFTEST_SLOWDOWN", "1.0"))
+        return steps * STEP_SECONDS * slowdown * JITTER[self.rounds % len(JITTER)]
+
+
+def pytest_hwregress_round_timer(config, device):
+    return FakeClockTimer()
+
+
+_started = {"count": 0}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    _started["count"] += 1
+    target = os.environ.get("HWREGRESS_SELFTEST_INTERRUPT")
+    if target and _started["count"] == int(target):
+        raise KeyboardInterrupt

@@ -1,0 +1,54 @@
+"""One benchmark end to end on the CPU, through the library API (deterministic timer)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from hwregress import workloads
+from hwregress.bench import OutOfMemory, RunOptions, build_step, is_out_of_memory, run_model
+from hwregress.timing import TimingPlan
+
+TINY = workloads.Workload("tiny-bench", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10)), (3, 4, 4), 10)
+
+
+class FixedTimer:
+    def time_round(self, run_steps, steps):
+        run_steps()
+        return steps * 0.002
+
+
+def test_run_model_measures_everything():
+    options = RunOptions(TimingPlan(warmup_steps=2, rounds=5, min_round_s=0.01), telemetry_interval_s=0.005, profile_steps=2)
+    measurement = run_model(TINY, "cpu", "train", 8, "fp32", FixedTimer(), options)
+    assert measurement.throughput_samples == pytest.approx([8 / 0.002] * 5)
+    assert measurement.timing.steps_per_round == 5
+    # forward (2 x 48 x 10) + weight gradient (same); the input needs no gradient, so 2x forward
+    assert measurement.flops_per_sample == pytest.approx(2 * (2 * 48 * 10))
+    assert measurement.peak_memory_bytes is not None
+    assert measurement.profile is not None and measurement.profile.top_cpu_ops
+
+
+def test_train_step_updates_weights_and_infer_does_not():
+    model = TINY.build()
+    inputs, labels = workloads.make_batch(TINY, 4, "cpu")
+    before = [p.detach().clone() for p in model.parameters()]
+    build_step(TINY, model, "infer", inputs, labels, "cpu", "fp32")()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    build_step(TINY, model, "train", inputs, labels, "cpu", "fp32")()
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_out_of_memory_is_reported_with_batch_and_device():
+    def build():
+        class Boom(nn.Module):
+            def forward(self, x):
+                raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB")
+        return Boom()
+
+    workload = workloads.Workload("boom", build, (3, 4, 4), 10)
+    with pytest.raises(OutOfMemory, match="out of memory at batch 512 on cpu"):
+        run_model(workload, "cpu", "infer", 512, "fp32", FixedTimer(), RunOptions(profile_steps=0))
+    assert is_out_of_memory(MemoryError())
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))

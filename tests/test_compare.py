@@ -1,0 +1,70 @@
+"""Verdicts of one test against its baseline entry."""
+
+from __future__ import annotations
+
+from hwregress.compare import Measured, Tolerances, judge
+
+ENV = {"torch": "2.13.0", "cuda": None, "cudnn": None, "driver": None, "python": "3.11.7"}
+BASE = {"samples": [100.0, 101, 99, 100.5, 99.5, 100, 100.2, 99.8], "peak_memory_bytes": 1000 * 2**20,
+        "accuracy": 0.97, "environment": ENV}
+
+
+def measured(scale=1.0, peak=1000 * 2**20, accuracy=None, env=ENV, stable=True, speedup=None):
+    return Measured("t[cpu]", [x * scale for x in BASE["samples"]], "samples/s", stable, env, peak, accuracy, speedup)
+
+
+def test_no_baseline_is_new():
+    judgement = judge(measured(), None, Tolerances())
+    assert judgement.verdict == "new" and not judgement.failures and "--update-baselines" in judgement.notes[0]
+
+
+def test_same_numbers_pass():
+    judgement = judge(measured(), BASE, Tolerances())
+    assert judgement.verdict == "pass" and not judgement.failures
+    assert judgement.fields["ratio"] == 1.0
+
+
+def test_slowdown_is_regression_with_numbers():
+    judgement = judge(measured(0.8), BASE, Tolerances())
+    assert judgement.verdict == "regression"
+    (message,) = judgement.failures
+    assert "t[cpu]: throughput regressed" in message and "ratio 0.800 < 0.950" in message and "tolerance 5.0%" in message
+
+
+def test_speedup_is_improvement_not_failure():
+    judgement = judge(measured(1.3), BASE, Tolerances())
+    assert judgement.verdict == "improvement" and not judgement.failures
+
+
+def test_memory_ceiling():
+    tolerances = Tolerances(memory=0.10, memory_slack_bytes=0)
+    assert not judge(measured(peak=1100 * 2**20), BASE, tolerances).failures
+    judgement = judge(measured(peak=1101 * 2**20), BASE, tolerances)
+    assert judgement.verdict == "regression" and "peak memory 1101.0 MiB exceeds the ceiling 1100.0 MiB" in judgement.failures[0]
+
+
+def test_accuracy_margin():
+    assert not judge(measured(accuracy=0.955), BASE, Tolerances(accuracy_margin=0.02)).failures
+    assert "accuracy 0.9400 < baseline 0.9700" in judge(measured(accuracy=0.94), BASE, Tolerances()).failures[0]
+
+
+def test_environment_change_is_flagged_and_strict_env_fails():
+    other = dict(ENV, torch="2.14.0")
+    judgement = judge(measured(env=other), BASE, Tolerances())
+    assert judgement.verdict == "env-changed" and not judgement.failures
+    assert judgement.fields["env_changes"] == ["torch 2.13.0 -> 2.14.0"]
+    assert "--strict-env" in judge(measured(env=other), BASE, Tolerances(), strict_env=True).failures[0]
+
+
+def test_regression_wins_over_env_change():
+    assert judge(measured(0.5, env=dict(ENV, driver="590")), BASE, Tolerances()).verdict == "regression"
+
+
+def test_noisy_window_is_unstable():
+    assert judge(measured(stable=False), BASE, Tolerances()).verdict == "unstable"
+
+
+def test_speedup_against_baseline():
+    base = dict(BASE, speedup=20.0)
+    assert not judge(measured(speedup=19.5), base, Tolerances()).failures
+    assert "speedup 15.00x < baseline 20.00x" in judge(measured(speedup=15.0), base, Tolerances()).failures[0]

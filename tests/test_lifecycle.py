@@ -1,0 +1,46 @@
+"""The baseline lifecycle: which update mode writes what."""
+
+from __future__ import annotations
+
+import pytest
+
+from hwregress.lifecycle import HISTORY_LENGTH, make_entry, update_action
+from hwregress.results import TestRecord
+
+
+@pytest.mark.parametrize(("mode", "verdict", "has_entry", "action"), [
+    (None, "regression", True, "none"),
+    ("all", "pass", True, "recorded"),
+    ("all", "new", False, "recorded"),
+    ("all", "regression", True, "kept-regression"),
+    ("force", "regression", True, "recorded"),
+    ("missing", "pass", True, "kept-existing"),
+    ("missing", "new", False, "recorded"),
+    ("all", "oom", False, "none"),
+])
+def test_update_action(mode, verdict, has_entry, action):
+    assert update_action(mode, verdict, has_entry) == action
+
+
+def test_bad_mode_is_an_error():
+    with pytest.raises(ValueError, match="use one of all, missing, force"):
+        update_action("sometimes", "pass", True)
+
+
+def record(median: float, torch_version: str = "2.13.0") -> TestRecord:
+    return TestRecord("t", samples=[median] * 5, environment={"torch": torch_version}, verdict="pass")
+
+
+def test_entry_records_when_and_with_what_and_keeps_history():
+    entry = make_entry(record(10.0))
+    assert entry["environment"] == {"torch": "2.13.0"} and entry["recorded_at"] and entry["hwregress_version"]
+    assert entry["history"] == [10.0]
+    for value in range(HISTORY_LENGTH + 5):
+        entry = make_entry(record(float(value)), entry)
+    assert len(entry["history"]) == HISTORY_LENGTH and entry["history"][-1] == HISTORY_LENGTH + 4
+
+
+def test_history_restarts_on_a_new_software_stack():
+    entry = make_entry(record(10.0), make_entry(record(9.0)))
+    assert entry["history"] == [9.0, 10.0]
+    assert make_entry(record(11.0, "2.14.0"), entry)["history"] == [11.0]

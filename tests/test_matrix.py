@@ -1,0 +1,69 @@
+"""The test matrix, device parsing and hardware keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from hwregress import matrix, workloads
+from hwregress.devices import describe, dtype_unsupported_reason, parse_device_list, slugify
+
+
+def test_cpu_defaults_are_the_small_tier():
+    cases = matrix.cases(matrix.Selection(["cpu"]), "throughput")
+    assert {c["workload"] for c in cases} == set(workloads.CPU_TIER)
+    assert {(c["mode"], c["batch_size"]) for c in cases} == {("infer", 1), ("infer", 8), ("train", 8)}
+
+
+def test_gpu_defaults_are_the_zoo_and_speedup_only_on_cuda():
+    selection = matrix.Selection(["cuda:0", "cpu"])
+    assert {c["workload"] for c in matrix.cases(selection, "throughput") if c["device"] == "cuda:0"} == set(workloads.ZOO)
+    speedup = matrix.cases(selection, "speedup")
+    assert {c["device"] for c in speedup} == {"cuda:0"} and {c["batch_size"] for c in speedup} == {128}
+
+
+def test_selection_overrides_and_ids():
+    selection = matrix.Selection(["cpu"], models=["resnet50"], batch_sizes=[2], modes=["infer"], dtypes=["bf16"])
+    (case,) = matrix.cases(selection, "throughput")
+    assert matrix.case_id(case) == "cpu-resnet50-infer-bs2-bf16"
+
+
+def test_ceilings_skip_h2d_on_cpu():
+    names = {c["ceiling"] for c in matrix.cases(matrix.Selection(["cpu"]), "ceiling")}
+    assert names == {"gemm", "copy"}
+
+
+def test_zoo_holds_the_seed_models():
+    assert set(workloads.ZOO) >= {"alexnet", "resnet18", "resnet50", "resnet152", "vgg16", "vgg19", "densenet121",
+                                  "mobilenet_v3_small", "vit_b_16", "convnext_tiny"}
+    with pytest.raises(KeyError, match="unknown model 'nope'; registered models: alexnet"):
+        workloads.get("nope")
+
+
+@pytest.mark.parametrize("selection, message", [
+    (matrix.Selection(["cpu"], modes=["eval"]), "unknown mode 'eval'"),
+    (matrix.Selection(["cpu"], dtypes=["int8"]), "unknown dtype 'int8'"),
+    (matrix.Selection(["cpu"], batch_sizes=[-1]), "batch sizes must be >= 1"),
+])
+def test_validation(selection, message):
+    with pytest.raises(ValueError, match=message):
+        matrix.validate(selection)
+
+
+def test_parse_device_list():
+    assert parse_device_list("cuda:1, cpu,cpu", "--devices") == ["cuda:1", "cpu"]
+    expected = r"--devices: 'tpu' is not a device; use cpu, mps, cuda or cuda:<index> \(visible here: cpu"
+    with pytest.raises(ValueError, match=expected):
+        parse_device_list("tpu", "--devices")
+
+
+def test_hardware_keys():
+    assert slugify("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    info = describe("cpu")
+    assert info.hardware_key.endswith(f"-{info.facts['threads']}t")
+
+
+def test_dtype_support():
+    assert dtype_unsupported_reason("cpu", "fp32") is None
+    assert dtype_unsupported_reason("cpu", "bf16") is None
+    assert "tf32" in dtype_unsupported_reason("cpu", "tf32")
+    assert "fp16" in dtype_unsupported_reason("cpu", "fp16")

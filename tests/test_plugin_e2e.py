@@ -1,0 +1,179 @@
+"""End-to-end runs of the plugin in a pytester copy of the suite, with and without ``-n 2``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+THROUGHPUT_IDS = {
+    "bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs4-fp32]",
+    "bench_tests/test_throughput.py::test_throughput[cpu-tiny-infer-bs4-fp32]",
+}
+
+
+def test_injected_slowdown_fails_with_numbers_and_plain_rerun_passes(hw_project, xdist_args):
+    recorded = hw_project.run("--update-baselines", *xdist_args)
+    recorded.assert_outcomes(passed=2)
+    slow = hw_project.run(*xdist_args, env={"HWREGRESS_SELFTEST_SLOWDOWN": "1.5"})
+    slow.assert_outcomes(failed=2)
+    output = slow.stdout.str()
+    assert "test_throughput[cpu-tiny-train-bs4-fp32]: throughput regressed" in output
+    assert "ratio 0.667 < 0.950 (tolerance 5.0%" in output
+    verdicts = {r["test_id"]: r["verdict"] for r in hw_project.results["records"]}
+    assert verdicts == dict.fromkeys(THROUGHPUT_IDS, "regression")
+    hw_project.run(*xdist_args).assert_outcomes(passed=2)
+    assert {r["verdict"] for r in hw_project.results["records"]} == {"pass"}
+
+
+def test_results_and_report_have_every_field(hw_project):
+    hw_project.run().assert_outcomes(passed=2)
+    records = hw_project.results["records"]
+    assert {r["test_id"] for r in records} == THROUGHPUT_IDS
+    for record in records:
+        for field in ("test_id", "hardware_key", "device", "model", "mode", "batch_size", "dtype", "throughput",
+                      "latency_ms", "peak_memory_bytes", "accuracy", "baseline_throughput", "ratio", "verdict",
+                      "flops_per_sample", "achieved_tflops", "mfu", "energy_j_per_sample", "telemetry", "top_ops",
+                      "throttled"):
+            assert field in record, field
+        assert record["verdict"] == "new"
+        assert record["throughput"] == pytest.approx(4 / 0.01, rel=0.02)  # batch 4 / 10 ms per step
+        assert record["flops_per_sample"] > 0
+    html = (hw_project.path / "reports" / "report.html").read_text()
+    assert "test_throughput[cpu-tiny-train-bs4-fp32]" in html and "--update-baselines" in html
+    assert list((hw_project.path / "reports" / "archive").glob("report-*.html"))
+
+
+def test_xdist_yields_the_same_results_as_serial(hw_project):
+    hw_project.run().assert_outcomes(passed=2)
+    serial = {r["test_id"]: r["verdict"] for r in hw_project.results["records"]}
+    result = hw_project.run("-n", "2")
+    result.assert_outcomes(passed=2)
+    distributed = {r["test_id"]: r["verdict"] for r in hw_project.results["records"]}
+    assert distributed == serial
+    assert hw_project.results["meta"]["workers"] == 2
+
+
+def test_xdist_update_baselines_writes_every_entry(hw_project):
+    result = hw_project.run("--update-baselines", "-n", "2", "--batch-sizes", "1,2,3,4")
+    result.assert_outcomes(passed=8)
+    (baseline_file,) = hw_project.baseline_files()
+    entries = json.loads(baseline_file.read_text())["entries"]
+    assert sorted(entries) == sorted(f"throughput/tiny/{m}/bs{b}/fp32" for m in ("train", "infer") for b in (1, 2, 3, 4))
+
+
+def test_corrupt_baseline_fails_names_file_and_leaves_it_unchanged(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    (baseline_file,) = hw_project.baseline_files()
+    corrupt = baseline_file.read_bytes()[:-20] + b"\x00garbage"
+    baseline_file.write_bytes(corrupt)
+    for args in ([], ["--update-baselines"]):
+        result = hw_project.run(*args)
+        result.assert_outcomes(failed=2)
+        assert f"{baseline_file}: not valid JSON" in result.stdout.str()
+        assert baseline_file.read_bytes() == corrupt
+
+
+def test_unknown_schema_version_is_refused(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    (baseline_file,) = hw_project.baseline_files()
+    data = json.loads(baseline_file.read_text())
+    data["schema_version"] = 99
+    baseline_file.write_text(json.dumps(data))
+    result = hw_project.run()
+    result.assert_outcomes(failed=2)
+    assert "schema version 99 is not supported" in result.stdout.str()
+
+
+def test_interrupted_session_keeps_results_of_finished_tests(hw_project):
+    result = hw_project.run("--batch-sizes", "1,2,3", env={"HWREGRESS_SELFTEST_INTERRUPT": "3"})
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    results = hw_project.results
+    assert results["meta"]["interrupted"] is True
+    assert len(results["records"]) == 2
+    assert {r["verdict"] for r in results["records"]} == {"new"}
+    assert "interrupted" in (hw_project.path / "reports" / "report.html").read_text()
+
+
+def test_out_of_memory_skips_with_reason_and_session_continues(hw_project):
+    result = hw_project.run("--batch-sizes", "2,512", env={"HWREGRESS_SELFTEST_OOM_AT": "512"})
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(["*out of memory at batch 512 on cpu*"])
+    verdicts = sorted(r["verdict"] for r in hw_project.results["records"])
+    assert verdicts == ["new", "new", "oom", "oom"]
+
+
+def test_update_never_absorbs_a_regression_unless_forced(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    (baseline_file,) = hw_project.baseline_files()
+    before = json.loads(baseline_file.read_text())["entries"]
+    slow = {"HWREGRESS_SELFTEST_SLOWDOWN": "2.0"}
+    result = hw_project.run("--update-baselines", env=slow)
+    result.assert_outcomes(failed=2)
+    assert "baseline kept" in result.stdout.str()
+    assert json.loads(baseline_file.read_text())["entries"] == before
+    hw_project.run("--update-baselines=force", env=slow).assert_outcomes(failed=2)
+    after = json.loads(baseline_file.read_text())["entries"]
+    for key, entry in after.items():
+        assert entry["median"] == pytest.approx(before[key]["median"] / 2, rel=0.02)
+        assert len(entry["history"]) == 2
+    hw_project.run(env=slow).assert_outcomes(passed=2)
+
+
+def test_update_missing_only_adds_new_entries(hw_project):
+    hw_project.run("--update-baselines", "--modes", "train").assert_outcomes(passed=1)
+    (baseline_file,) = hw_project.baseline_files()
+    train_entry = json.loads(baseline_file.read_text())["entries"]["throughput/tiny/train/bs4/fp32"]
+    hw_project.run("--update-baselines=missing", env={"HWREGRESS_SELFTEST_SLOWDOWN": "1.2"}).assert_outcomes(
+        passed=1, failed=1)
+    entries = json.loads(baseline_file.read_text())["entries"]
+    assert entries["throughput/tiny/train/bs4/fp32"] == train_entry
+    assert "throughput/tiny/infer/bs4/fp32" in entries
+
+
+def test_require_baselines_fails_new_tests(hw_project):
+    result = hw_project.run("--require-baselines")
+    result.assert_outcomes(failed=2)
+    assert "--require-baselines is set; record one with --update-baselines" in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--models", "resnet9000"], "unknown model 'resnet9000'; registered models: alexnet, resnet18"),
+        (["--batch-sizes", "8,x"], "--batch-sizes: batch sizes must be whole numbers, got '8,x'"),
+        (["--batch-sizes", "0"], "batch sizes must be >= 1, got 0"),
+        (["--devices", "gpu0"], "--devices: 'gpu0' is not a device; use cpu, mps, cuda or cuda:<index>"),
+        (["--dtypes", "fp8"], "unknown dtype 'fp8'; use fp32, tf32, bf16, fp16"),
+        (["--update-baselines=sometimes"], "--update-baselines='sometimes': use one of all, missing, force"),
+        (["--tolerance", "1.5"], "--tolerance='1.5' is out of range"),
+    ],
+)
+def test_usage_errors_suggest_valid_values(hw_project, args, expected):
+    result = hw_project.run(*args, fast=False, inprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert expected in result.stderr.str()
+
+
+def test_pytest_benchmark_table_and_json_carry_the_measurements(hw_project):
+    result = hw_project.run("--benchmark-json", "bench.json", "--modes", "infer")
+    result.assert_outcomes(passed=1)
+    data = json.loads((hw_project.path / "bench.json").read_text())
+    (bench,) = data["benchmarks"]
+    assert bench["extra_info"]["unit"] == "samples/s"
+    assert bench["extra_info"]["throughput"] == pytest.approx(400, rel=0.02)
+    assert bench["stats"]["rounds"] == 6
+
+
+def test_gpu_marker_without_a_gpu_reports_skips(hw_project):
+    result = hw_project.run("-m", "gpu", "-p", "no:cacheprovider", "--models", "tiny", "--batch-sizes", "1",
+                            "--modes", "infer", fast=False)
+    result.assert_outcomes(skipped=1) if not _cuda() else None
+    if not _cuda():
+        assert "no CUDA device visible" in result.stdout.str()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,71 @@
+"""FLOP counts against published figures, the CPU operator table, roofline helpers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hwregress import profiling, roofline, workloads
+
+# torchvision's model cards (weights docs) publish "GFLOPS" at 224x224 that are multiply-adds.
+PUBLISHED_GMACS = {"resnet18": 1.81, "alexnet": 0.71, "vgg16": 15.47}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_GMACS))
+def test_forward_flops_match_published_counts(name):
+    model = workloads.get(name).build().eval()
+    inputs = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        flops = profiling.count_flops(lambda: model(inputs))
+    assert flops / 2 / 1e9 == pytest.approx(PUBLISHED_GMACS[name], rel=0.01)
+
+
+def test_cpu_operator_table_is_dominated_by_convolution():
+    model = workloads.get("resnet18").build().eval()
+    inputs = torch.randn(2, 3, 224, 224)
+
+    def step():
+        with torch.inference_mode():
+            model(inputs)
+
+    step()
+    result = profiling.profile_operators(step, "cpu", steps=2)
+    top = result.top_cpu_ops[0]
+    assert "conv" in top["name"] and top["category"] == "compute"
+    assert result.categories["compute"] > 0.5
+    assert sum(result.categories.values()) == pytest.approx(1.0)
+
+
+def test_trace_is_saved(tmp_path):
+    path = tmp_path / "traces" / "t.json"
+    profiling.profile_operators(lambda: torch.ones(64, 64) @ torch.ones(64, 64), "cpu", steps=1, trace_path=path)
+    assert path.stat().st_size > 0
+
+
+@pytest.mark.parametrize(("name", "category"), [
+    ("aten::mkldnn_convolution", "compute"), ("sm90_xmma_gemm_bf16bf16", "compute"),
+    ("Memcpy HtoD (Pageable -> Device)", "memcpy/memset"), ("ncclDevKernel_AllReduce_Sum_f32", "communication"),
+    ("aten::relu_", "other"),
+])
+def test_categorize(name, category):
+    assert profiling.categorize(name) == category
+
+
+def test_bytes_moved_estimate_grows_for_training():
+    model = torch.nn.Sequential(torch.nn.Linear(100, 100))
+    inputs = torch.randn(4, 100)
+    infer = profiling.estimate_bytes_moved(model, inputs, False, 4)
+    assert infer == 10100 * 4 + 2 * 4 * 100 * 4
+    assert profiling.estimate_bytes_moved(model, inputs, True, 4) > infer
+
+
+def test_published_peaks_and_mfu():
+    assert roofline.published_peak("NVIDIA H100 80GB HBM3").tflops["bf16"] == 989.4
+    assert roofline.published_peak("NVIDIA H100 PCIe").name == "H100 PCIe"
+    assert roofline.published_peak("NVIDIA A100-SXM4-80GB").name == "A100 80GB SXM"
+    assert roofline.published_peak("NVIDIA A10").name == "A10"
+    assert roofline.published_peak("AMD EPYC") is None
+    assert roofline.mfu(494.7, "NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(0.5)
+    assert roofline.mfu(1.0, "AMD EPYC", "fp32") is None
+    assert roofline.attainable_tflops(10, 989.4, 3.35) == pytest.approx(33.5)
+    assert roofline.ridge_point(989.4, 3.35) == pytest.approx(295.3, rel=1e-3)

@@ -1,0 +1,87 @@
+"""Statistics: summaries, the noise-aware comparison, and its measured detection quality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwregress import stats
+
+samples_strategy = st.lists(st.floats(min_value=1.0, max_value=1e6, allow_nan=False), min_size=5, max_size=30)
+
+
+def test_summary_of_known_values():
+    summary = stats.summarize([1, 2, 3, 4, 5])
+    assert (summary.median, summary.q1, summary.q3, summary.iqr, summary.n) == (3, 2, 4, 2, 5)
+    assert summary.rel_iqr == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
+def test_summary_rejects_empty_and_non_finite(bad):
+    with pytest.raises(ValueError):
+        stats.summarize(bad)
+
+
+def test_compare_rejects_bad_tolerance():
+    with pytest.raises(ValueError, match="tolerance must be a fraction"):
+        stats.compare([1.0] * 5, [1.0] * 5, tolerance=1.5)
+
+
+@given(samples_strategy)
+def test_identical_samples_never_regress(samples):
+    assert stats.compare(samples, samples, tolerance=0.05).direction == "none"
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples_strategy, st.lists(st.floats(min_value=0.05, max_value=1.0), min_size=2, max_size=6, unique=True))
+def test_scaling_current_down_moves_verdict_monotonically_towards_regression(baseline, factors):
+    order = {"improvement": 0, "none": 1, "regression": 2}
+    ranks = [order[stats.compare([x * f for x in baseline], baseline, 0.05).direction] for f in sorted(factors, reverse=True)]
+    assert ranks == sorted(ranks)
+
+
+def test_noise_bound_follows_baseline_spread():
+    quiet = stats.noise_bound([100.0] * 10, 10)
+    noisy = stats.noise_bound([90.0, 95, 100, 105, 110] * 2, 10)
+    assert quiet == 0.0
+    assert noisy > 0.05
+    big = np.random.default_rng(0).normal(100, 10, 10)
+    assert stats.compare(big * 0.93, big, 0.05).direction == "none"  # 7% inside 10% noise: not a verdict
+
+
+def test_history_widens_threshold():
+    baseline = [100.0, 100.5, 99.5, 100.2, 99.8]
+    current = [x * 0.85 for x in baseline]
+    assert stats.compare(current, baseline, 0.05).direction == "regression"
+    drifting = [100.0, 80.0, 120.0, 90.0]
+    assert stats.history_bound(drifting) > 0.15
+    assert stats.compare(current, baseline, 0.05, history=drifting).direction == "none"
+    assert stats.history_bound([100.0, 101.0]) == 0.0  # too few sessions to know the drift
+
+
+DEFAULT_ROUNDS = 10  # the plugin's --rounds default
+NOISE = 0.03
+
+
+def _rates(trials: int, seed: int = 20261122) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    false_positive = detected = 0
+    for _ in range(trials):
+        baseline = rng.normal(1000.0, 1000.0 * NOISE, DEFAULT_ROUNDS)
+        same = rng.normal(1000.0, 1000.0 * NOISE, DEFAULT_ROUNDS)
+        slower = rng.normal(900.0, 900.0 * NOISE, DEFAULT_ROUNDS)
+        false_positive += stats.compare(same, baseline, 0.05).direction != "none"
+        detected += stats.compare(slower, baseline, 0.05).direction == "regression"
+    return false_positive / trials, detected / trials
+
+
+def test_detection_quality_at_three_percent_noise(capsys):
+    """A/A false positives <= 1% and >= 95% detection of a 10% regression, default rounds, 3% noise."""
+    false_positive_rate, detection_rate = _rates(1000)
+    with capsys.disabled():
+        print(f"\n[detection quality] rounds={DEFAULT_ROUNDS} noise={NOISE:.0%} tolerance=5%: "
+              f"A/A false-positive rate {false_positive_rate:.2%}, 10% regression detected {detection_rate:.2%}")
+    assert false_positive_rate <= 0.01
+    assert detection_rate >= 0.95
