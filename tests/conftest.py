@@ -35,7 +35,8 @@ class HwProject:
 
     def run(self, *args: str, env: dict[str, str] | None = None, fast: bool = True,
             inprocess: bool = False) -> pytest.RunResult:
-        for key in ("HWREGRESS_SELFTEST_SLOWDOWN", "HWREGRESS_SELFTEST_INTERRUPT", "HWREGRESS_SELFTEST_OOM_AT"):
+        for key in ("HWREGRESS_SELFTEST_SLOWDOWN", "HWREGRESS_SELFTEST_INTERRUPT", "HWREGRESS_SELFTEST_OOM_AT",
+                    "HWREGRESS_SELFTEST_CRASH_AT"):
             self.monkeypatch.delenv(key, raising=False)
         for key, value in (env or {}).items():
             self.monkeypatch.setenv(key, value)

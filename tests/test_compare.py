@@ -68,3 +68,22 @@ def test_speedup_against_baseline():
     base = dict(BASE, speedup=20.0)
     assert not judge(measured(speedup=19.5), base, Tolerances()).failures
     assert "speedup 15.00x < baseline 20.00x" in judge(measured(speedup=15.0), base, Tolerances()).failures[0]
+
+
+def test_session_never_records_a_failed_extra_check(tmp_path):
+    from hwregress.baselines import BaselineStore
+    from hwregress.results import TestRecord
+    from hwregress.session import BenchSession, Policy
+
+    store = BaselineStore(tmp_path)
+    session = BenchSession(store, Policy(update_mode="all"))
+    record = TestRecord("t[cuda:0]", hardware_key="gpu", accuracy=0.5, environment=ENV)
+    failures = session.conclude(record, "parity/x", ["t[cuda:0]: accuracy differs from the CPU's"])
+    assert failures == ["t[cuda:0]: accuracy differs from the CPU's"]
+    assert record.verdict == "regression" and record.baseline_action == "kept-regression"
+    assert store.load("gpu") is None  # a failing test never becomes the baseline
+    session.conclude(TestRecord("t[cuda:0]", hardware_key="gpu", accuracy=0.5, environment=ENV), "parity/x")
+    record2 = TestRecord("t[cuda:0]", hardware_key="gpu", accuracy=0.1, environment=ENV)
+    BenchSession(store, Policy(update_mode="all")).conclude(record2, "parity/x", ["still differs"])
+    assert record2.baseline_action == "kept-regression"
+    assert store.load("gpu").entries["parity/x"]["accuracy"] == 0.5

@@ -18,7 +18,7 @@ def test_gpu_defaults_are_the_zoo_and_speedup_only_on_cuda():
     selection = matrix.Selection(["cuda:0", "cpu"])
     assert {c["workload"] for c in matrix.cases(selection, "throughput") if c["device"] == "cuda:0"} == set(workloads.ZOO)
     speedup = matrix.cases(selection, "speedup")
-    assert {c["device"] for c in speedup} == {"cuda:0"} and {c["batch_size"] for c in speedup} == {128}
+    assert {c["device"] for c in speedup} == {"cuda:0"} and {c["batch_size"] for c in speedup} == {32}
 
 
 def test_selection_overrides_and_ids():
@@ -27,9 +27,12 @@ def test_selection_overrides_and_ids():
     assert matrix.case_id(case) == "cpu-resnet50-infer-bs2-bf16"
 
 
-def test_ceilings_skip_h2d_on_cpu():
+def test_ceilings_skip_h2d_on_cpu_and_cover_every_gpu_dtype():
     names = {c["ceiling"] for c in matrix.cases(matrix.Selection(["cpu"]), "ceiling")}
     assert names == {"gemm", "copy"}
+    gpu = matrix.cases(matrix.Selection(["cuda:0"]), "ceiling")
+    assert {c["dtype"] for c in gpu if c["ceiling"] == "gemm"} == {"fp32", "tf32", "bf16", "fp16"}
+    assert {c["ceiling"] for c in gpu} == {"gemm", "copy", "h2d"}
 
 
 def test_zoo_holds_the_seed_models():

@@ -103,6 +103,19 @@ def test_out_of_memory_skips_with_reason_and_session_continues(hw_project):
     assert verdicts == ["new", "new", "oom", "oom"]
 
 
+def test_crash_inside_a_test_fails_it_and_keeps_the_rest(hw_project):
+    hw_project.run("--update-baselines", "--batch-sizes", "2,3").assert_outcomes(passed=4)
+    (baseline_file,) = hw_project.baseline_files()
+    before = baseline_file.read_bytes()
+    result = hw_project.run("--update-baselines", "--batch-sizes", "2,3", env={"HWREGRESS_SELFTEST_CRASH_AT": "2"})
+    result.assert_outcomes(passed=2, failed=2)
+    verdicts = {(r["mode"], r["batch_size"]): r["verdict"] for r in hw_project.results["records"]}
+    assert verdicts[("train", 2)] == verdicts[("infer", 2)] == "failed"
+    assert verdicts[("train", 3)] == verdicts[("infer", 3)] == "pass"
+    entries = json.loads(baseline_file.read_text())["entries"]
+    assert json.loads(before)["entries"]["throughput/tiny/train/bs2/fp32"] == entries["throughput/tiny/train/bs2/fp32"]
+
+
 def test_update_never_absorbs_a_regression_unless_forced(hw_project):
     hw_project.run("--update-baselines").assert_outcomes(passed=2)
     (baseline_file,) = hw_project.baseline_files()
@@ -177,3 +190,17 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def test_parity_tests_pass_on_cpu_and_report_shows_digits_accuracy(hw_project):
+    import shutil
+
+    from conftest import REPO  # tests/conftest.py
+
+    shutil.copy(REPO / "bench_tests" / "test_parity.py", hw_project.path / "bench_tests")
+    result = hw_project.run("bench_tests/test_parity.py")
+    result.assert_outcomes(passed=2)
+    records = {r["model"]: r for r in hw_project.results["records"]}
+    assert records["digits_cnn"]["accuracy"] >= 0.9 and records["tiny"]["accuracy"] == 1.0
+    html = (hw_project.path / "reports" / "report.html").read_text()
+    assert "digits test accuracy" in html and f"{records['digits_cnn']['accuracy']:.4g}" in html

@@ -20,6 +20,8 @@ DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {
     "mps": {"infer": (1, 32), "train": (32,)},
 }
 CEILINGS = ("gemm", "copy", "h2d")
+# GEMM roofs measured by default per device kind (plus any --dtypes): every tensor-core mode on GPUs
+DEFAULT_CEILING_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "tf32", "bf16", "fp16"), "mps": ("fp32", "fp16")}
 FAMILIES = ("throughput", "parity", "output-parity", "speedup", "ceiling")
 
 
@@ -61,8 +63,9 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
     batch_size, dtype, ceiling``.
 
     Families: ``throughput`` (the full product), ``parity`` (device x dtype), ``output-parity``
-    (device x model x dtype), ``speedup`` (CUDA devices x model, the largest train batch, fp32),
-    ``ceiling`` (device x roof x dtype; only ``gemm`` varies the dtype, ``h2d`` only on CUDA).
+    (device x model x dtype), ``speedup`` (CUDA devices x model, the smallest train batch, fp32),
+    ``ceiling`` (device x roof x dtype; only ``gemm`` varies the dtype, over the device's defaults plus
+    the selected dtypes; ``h2d`` only on CUDA).
 
     Raises:
         ValueError: unknown family.
@@ -86,15 +89,20 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
                     for d in selection.dtypes]
         elif family == "speedup" and device_kind(device) == "cuda":
             out += [{"device": device, "workload": m, "mode": "train",
-                     "batch_size": max(batch_sizes_for(selection, device, "train")), "dtype": "fp32"}
+                     "batch_size": min(batch_sizes_for(selection, device, "train")), "dtype": "fp32"}
                     for m in models_for(selection, device)]
         elif family == "ceiling":
             for name in CEILINGS:
                 if name == "h2d" and device_kind(device) != "cuda":
                     continue
-                for d in (selection.dtypes if name == "gemm" else ["fp32"]):
+                for d in (_gemm_dtypes(selection, device) if name == "gemm" else ["fp32"]):
                     out.append({"device": device, "ceiling": name, "dtype": d})
     return out
+
+
+def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
+    defaults = DEFAULT_CEILING_DTYPES.get(device_kind(device), ("fp32",))
+    return list(dict.fromkeys([*defaults, *selection.dtypes]))
 
 
 def case_id(params: dict[str, Any]) -> str:

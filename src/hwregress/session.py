@@ -55,9 +55,11 @@ class BenchSession:
         baseline_file = self._files[hardware_key]
         return None if baseline_file is None else baseline_file.entries.get(key)
 
-    def conclude(self, record: TestRecord, key: str) -> list[str]:
+    def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> list[str]:
         """Judge ``record`` against its baseline, fill its verdict fields, apply the update policy.
 
+        ``extra_failures`` are checks the caller made itself (device vs CPU accuracy, output parity); they
+        count as a regression before the update policy runs, so an update never absorbs them.
         Returns the failure sentences (empty: the test passes).
 
         Raises:
@@ -72,6 +74,9 @@ class BenchSession:
         measured = Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
                             record.environment, record.peak_memory_bytes, record.accuracy, record.speedup)
         judgement = judge(measured, entry, self.policy.tolerances, self.policy.strict_env)
+        if extra_failures:
+            judgement.failures[:0] = extra_failures
+            judgement.verdict = "regression"
         record.verdict = judgement.verdict
         for name, value in judgement.fields.items():
             setattr(record, name, value)

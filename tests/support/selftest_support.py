@@ -5,6 +5,7 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_SLOWDOWN   multiply every timed round by this factor (default 1.0)
     HWREGRESS_SELFTEST_INTERRUPT  raise KeyboardInterrupt at the start of the N-th test
     HWREGRESS_SELFTEST_OOM_AT     batch sizes >= this raise torch.OutOfMemoryError in the model
+    HWREGRESS_SELFTEST_CRASH_AT   batch sizes == this raise a plain bug (ValueError) in the model
 """
 
 import os
@@ -29,6 +30,9 @@ class _MaybeOom(nn.Module):
         limit = os.environ.get("HWREGRESS_SELFTEST_OOM_AT")
         if limit and x.shape[0] >= int(limit):
             raise getattr(torch, "OutOfMemoryError", RuntimeError)("CUDA out of memory (injected by the self-test)")
+        crash = os.environ.get("HWREGRESS_SELFTEST_CRASH_AT")
+        if crash and x.shape[0] == int(crash):
+            raise ValueError("injected crash inside the model")
         return self.body(x)
 
 
