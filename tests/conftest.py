@@ -36,7 +36,7 @@ class HwProject:
     def run(self, *args: str, env: dict[str, str] | None = None, fast: bool = True,
             inprocess: bool = False) -> pytest.RunResult:
         for key in ("HWREGRESS_SELFTEST_SLOWDOWN", "HWREGRESS_SELFTEST_INTERRUPT", "HWREGRESS_SELFTEST_OOM_AT",
-                    "HWREGRESS_SELFTEST_CRASH_AT"):
+                    "HWREGRESS_SELFTEST_CRASH_AT", "HWREGRESS_SELFTEST_HARD_EXIT"):
             self.monkeypatch.delenv(key, raising=False)
         for key, value in (env or {}).items():
             self.monkeypatch.setenv(key, value)

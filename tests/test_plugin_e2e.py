@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -93,6 +94,22 @@ def test_interrupted_session_keeps_results_of_finished_tests(hw_project):
     assert len(results["records"]) == 2
     assert {r["verdict"] for r in results["records"]} == {"new"}
     assert "interrupted" in (hw_project.path / "reports" / "report.html").read_text()
+
+
+def test_process_killed_mid_session_keeps_finished_results(hw_project):
+    dead = hw_project.run("--batch-sizes", "1,2,3", env={"HWREGRESS_SELFTEST_HARD_EXIT": "3"})
+    assert dead.ret == 3
+    journal = hw_project.path / "reports" / ".results.partial.jsonl"
+    assert len({json.loads(line)["test_id"] for line in journal.read_text().splitlines()}) == 2
+    again = hw_project.run("--modes", "infer")
+    again.assert_outcomes(passed=1)
+    (recovered,) = (hw_project.path / "reports" / "archive").glob("results-*-unfinished.jsonl")
+    assert "an earlier session died before writing its results" in again.stdout.str()
+    assert not journal.exists()
+    rendered = hw_project.pytester.run(sys.executable, "-m", "hwregress", "report", "render", str(recovered),
+                                       "-o", "recovered.html")
+    assert rendered.ret == 0 and "2 tests" in rendered.stdout.str()
+    assert "interrupted" in (hw_project.path / "recovered.html").read_text()
 
 
 def test_out_of_memory_skips_with_reason_and_session_continues(hw_project):

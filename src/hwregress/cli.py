@@ -4,6 +4,7 @@
     python -m hwregress baselines show KEY|FILE [--dir baselines]
     python -m hwregress baselines diff A B        (each a baselines file or a results.json)
     python -m hwregress report merge RESULTS.json... -o FILE.html
+    python -m hwregress report render RESULTS.json|UNFINISHED.jsonl -o FILE.html
 """
 
 from __future__ import annotations
@@ -128,6 +129,19 @@ def cmd_merge(args: argparse.Namespace) -> None:
     print(f"wrote {args.output} ({len(sessions)} machines)")
 
 
+def cmd_render(args: argparse.Namespace) -> None:
+    from hwregress.report import render
+
+    source = Path(args.source)
+    try:
+        session = results_module.load_journal(source) if source.suffix == ".jsonl" else results_module.load(source)
+    except (OSError, ValueError) as error:
+        raise CliError(f"{source}: {error}") from None
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(render(session), encoding="utf-8")
+    print(f"wrote {args.output} ({len(session.records)} tests)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hwregress", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("results", nargs="+", help="results.json files")
     merge.add_argument("-o", "--output", required=True, help="the HTML file to write")
     merge.set_defaults(handler=cmd_merge)
+    render = report.add_parser("render", help="render one results.json, or the journal of an unfinished session")
+    render.add_argument("source", help="results.json or results-*-unfinished.jsonl")
+    render.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    render.set_defaults(handler=cmd_render)
     return parser
 
 

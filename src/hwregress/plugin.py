@@ -29,12 +29,13 @@ from hwregress.compare import Tolerances
 from hwregress.devices import describe, environment_fingerprint, parse_device_list, unavailable_reason, visible_devices
 from hwregress.lifecycle import UPDATE_MODES
 from hwregress.matrix import Selection, validate
-from hwregress.results import SessionResults, TestRecord
+from hwregress.results import Journal, SessionResults, TestRecord
 from hwregress.session import BenchSession, Policy, fill_measurement
 from hwregress.stats import summarize
 from hwregress.timing import RoundTimer, TimingPlan, default_timer
 
 RECORD_PROPERTY = "hwregress.record"
+JOURNAL_NAME = ".results.partial.jsonl"
 IDENTITY_PROPERTY = "hwregress.identity"
 
 
@@ -412,6 +413,25 @@ class ResultsCollector:
         self.records: dict[str, TestRecord] = {}
         self.paths: dict[str, Path] = {}
         self.started = time.time()
+        self.journal: Journal | None = None
+        self.recovered: Path | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        current = settings(self.config)
+        if not current.write_report:
+            return
+        journal_path = current.report_dir / JOURNAL_NAME
+        if journal_path.exists():  # left by a session that died before it could write its results
+            stamp = _dt.datetime.fromtimestamp(journal_path.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+            self.recovered = current.report_dir / "archive" / f"results-{stamp}-unfinished.jsonl"
+            self.recovered.parent.mkdir(parents=True, exist_ok=True)
+            journal_path.replace(self.recovered)
+        self.journal = Journal(journal_path)
+
+    def _store(self, record: TestRecord) -> None:
+        self.records[record.test_id] = record
+        if self.journal is not None:
+            self.journal.append(record)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         properties = dict(report.user_properties) if report.user_properties else {}
@@ -420,9 +440,10 @@ class ResultsCollector:
             record = TestRecord.from_json(properties[RECORD_PROPERTY])
             if report.when == "call" or record.test_id not in self.records:
                 record.outcome = report.outcome
-                self.records[record.test_id] = record
+                self._store(record)
             elif report.failed:  # a teardown error after the measurement
                 self.records[record.test_id].outcome = "failed"
+                self._store(self.records[record.test_id])
             return
         if identity is None:
             return
@@ -434,20 +455,21 @@ class ResultsCollector:
             record.message = record.message or reason
             if record.verdict == "new":
                 record.verdict = _verdict_from_skip(reason) if report.skipped else "failed"
-            self.records[test_id] = record
+            self._store(record)
         elif report.when == "call" and test_id not in self.records:
             record = _record_from_identity(identity)
             record.outcome, record.verdict = "passed", "pass"
-            self.records[test_id] = record
+            self._store(record)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         current = settings(self.config)
-        if not self.records or not current.write_report:
-            return
-        from hwregress.report import write_outputs
+        if self.records and current.write_report:
+            from hwregress.report import write_outputs
 
-        results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
-        self.paths = write_outputs(results, current.report_dir)
+            results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
+            self.paths = write_outputs(results, current.report_dir)
+        if self.journal is not None:
+            self.journal.close(remove=True)  # the results file now holds everything it held
 
     def _meta(self, exitstatus: int) -> dict[str, Any]:
         current = settings(self.config)
@@ -490,6 +512,10 @@ class ResultsCollector:
                 terminalreporter.write_line(f"  {record.verdict:<12} {record.test_id}: {record.message[:300]}")
         for name, path in self.paths.items():
             terminalreporter.write_line(f"{name}: {path}")
+        if self.recovered is not None:
+            terminalreporter.write_line(f"an earlier session died before writing its results; what it finished is in "
+                                        f"{self.recovered} (render it: python -m hwregress report render {self.recovered} "
+                                        "-o FILE.html)")
 
 
 def _record_from_identity(identity: dict[str, Any]) -> TestRecord:

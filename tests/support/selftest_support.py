@@ -6,6 +6,7 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_INTERRUPT  raise KeyboardInterrupt at the start of the N-th test
     HWREGRESS_SELFTEST_OOM_AT     batch sizes >= this raise torch.OutOfMemoryError in the model
     HWREGRESS_SELFTEST_CRASH_AT   batch sizes == this raise a plain bug (ValueError) in the model
+    HWREGRESS_SELFTEST_HARD_EXIT  the process dies (os._exit, as on a segfault) at the N-th test
 """
 
 import os
@@ -65,3 +66,6 @@ def pytest_runtest_call(item):
     target = os.environ.get("HWREGRESS_SELFTEST_INTERRUPT")
     if target and _started["count"] == int(target):
         raise KeyboardInterrupt
+    hard = os.environ.get("HWREGRESS_SELFTEST_HARD_EXIT")
+    if hard and _started["count"] == int(hard):
+        os._exit(3)

@@ -47,8 +47,10 @@ def _fmt(value: float) -> str:
 
 
 def line_chart(series: dict[str, Sequence[tuple[float, float]]], title: str, x_label: str, y_label: str,
-               log_x: bool = False, log_y: bool = False, css_class: str = "chart") -> Markup:
-    """A multi-series line chart with markers; ``series`` maps a legend label to (x, y) points."""
+               log_x: bool = False, log_y: bool = False, css_class: str = "chart",
+               unmarked: frozenset[str] = frozenset()) -> Markup:
+    """A multi-series line chart; ``series`` maps a legend label to (x, y) points. Series named in
+    ``unmarked`` are drawn as plain lines (roofs), the others with a marker per point."""
     points = [p for values in series.values() for p in values if p[1] is not None]
     if not points:
         return Markup("")
@@ -75,7 +77,8 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], title: str, x_l
         if len(coords) > 1:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for (x, y), (vx, vy) in zip(coords, sorted(v for v in values if v[1] is not None), strict=True):
+        shown = [] if label in unmarked else sorted(v for v in values if v[1] is not None)
+        for (x, y), (vx, vy) in zip(coords[: len(shown)], shown, strict=True):
             parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(label)}: '
                          f'{_fmt(vx)}, {_fmt(vy)}</title></circle>')
         legend_y = MARGIN["top"] + 12 + index * 16
@@ -152,7 +155,7 @@ def roofline_chart(points: Sequence[tuple[str, float, float]], roofs: Sequence[t
     for label, intensity, achieved in points:
         curves.setdefault(label, []).append((intensity, achieved))
     return line_chart(curves, title, "arithmetic intensity (FLOP/byte)", "TFLOP/s", log_x=True, log_y=True,
-                      css_class="chart roofline")
+                      css_class="chart roofline", unmarked=frozenset(r[0] for r in roofs))
 
 
 def _frame(title: str, x_label: str, y_label: str) -> str:
