@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support" / "selftest_support.py"
@@ -51,6 +52,20 @@ class HwProject:
 
     def baseline_files(self) -> list[Path]:
         return sorted((self.path / "baselines").glob("*.json"))
+
+
+# shared CI machines are slow and noisy: property tests are judged on their examples, never on time
+settings.register_profile("hwregress", deadline=None, print_blob=True)
+settings.load_profile("hwregress")
+
+SELFTEST_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # a hung subprocess or browser must fail its test, not eat CI's time (pytest-timeout)
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SELFTEST_TIMEOUT_S))
 
 
 @pytest.fixture

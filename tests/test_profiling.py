@@ -69,3 +69,20 @@ def test_published_peaks_and_mfu():
     assert roofline.mfu(1.0, "AMD EPYC", "fp32") is None
     assert roofline.attainable_tflops(10, 989.4, 3.35) == pytest.approx(33.5)
     assert roofline.ridge_point(989.4, 3.35) == pytest.approx(295.3, rel=1e-3)
+
+
+class _Event:
+    def __init__(self, key, device_us, device_type):
+        self.key, self.self_device_time_total, self.device_type = key, device_us, device_type
+
+
+def test_device_split_counts_kernels_once_and_the_rest_is_idle():
+    from torch.autograd import DeviceType
+
+    events = [_Event("aten::mm", 600.0, DeviceType.CPU), _Event("sm90_xmma_gemm", 600.0, DeviceType.CUDA),
+              _Event("Memcpy HtoD (Pinned -> Device)", 200.0, DeviceType.CUDA),
+              _Event("vectorized_elementwise_kernel", 200.0, DeviceType.CUDA)]
+    kernels = [e for e in events if profiling.is_device_event(e)]
+    assert [e.key for e in kernels] == ["sm90_xmma_gemm", "Memcpy HtoD (Pinned -> Device)", "vectorized_elementwise_kernel"]
+    split = profiling.device_categories(kernels, wall_ms=2.0)
+    assert split == pytest.approx({"compute": 0.4, "memcpy/memset": 0.1, "communication": 0.0, "idle": 0.5})

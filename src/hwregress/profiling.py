@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -31,8 +32,9 @@ class OperatorProfile:
     Attributes:
         top_device_ops: by self device time: dicts ``name, calls, total_ms, share`` (empty on the CPU).
         top_cpu_ops: by self CPU time, same fields.
-        categories: fraction of the window per category: ``compute``, ``memcpy/memset``,
-            ``communication``, ``other`` and, on accelerators, ``idle`` (sums to 1).
+        categories: on accelerators, fractions of the window's wall time: ``compute``, ``memcpy/memset``,
+            ``communication`` and ``idle``; on the CPU, fractions of the operators' self time: ``compute``,
+            ``memcpy/memset``, ``communication``, ``other`` (each sums to 1).
         steps: steps in the window; ``wall_ms``: its wall time.
     """
 
@@ -96,11 +98,14 @@ def profile_operators(step: Callable[[], None], device: str, steps: int = 3, top
     events = list(prof.events())
     result.wall_ms = _window_ms(events)
     if on_cuda:
-        result.top_device_ops = _table(averages, _self_device_us, top)
-        result.categories = _device_categories(averages, result.wall_ms)
+        # The profiler lists a kernel's time twice: on the kernel (a device event) and as self device
+        # time of the operator that launched it. Operators make the table; kernels make the split.
+        device_events = [e for e in averages if is_device_event(e)]
+        host_ops = [e for e in averages if not is_device_event(e)]
+        result.top_device_ops = _table(host_ops, _self_device_us, top) or _table(device_events, _self_device_us, top)
+        result.categories = device_categories(device_events, result.wall_ms)
     else:
-        result.categories = _shares({categorize(e.key): 0.0 for e in averages}, averages,
-                                    lambda e: float(e.self_cpu_time_total))
+        result.categories = _shares(averages, lambda e: float(e.self_cpu_time_total))
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))
@@ -114,17 +119,27 @@ def _window_ms(events: list[Any]) -> float:
     return (max(end for _, end in spans) - min(start for start, _ in spans)) / 1000.0
 
 
-def _shares(totals: dict[str, float], events: list[Any], time_of: Callable[[Any], float]) -> dict[str, float]:
+def is_device_event(event: Any) -> bool:
+    """True for events that ran on an accelerator (kernels, memcpy, memset), False for host operators."""
+    device_type = getattr(event, "device_type", DeviceType.CPU)
+    return device_type is not None and device_type != DeviceType.CPU
+
+
+def _shares(events: list[Any], time_of: Callable[[Any], float]) -> dict[str, float]:
+    totals: dict[str, float] = {}
     for event in events:
         totals[categorize(event.key)] = totals.get(categorize(event.key), 0.0) + time_of(event)
     grand = sum(totals.values()) or 1.0
     return {k: v / grand for k, v in sorted(totals.items()) if v > 0}
 
 
-def _device_categories(averages: list[Any], wall_ms: float) -> dict[str, float]:
-    busy = {"compute": 0.0, "memcpy/memset": 0.0, "communication": 0.0, "other": 0.0}
-    for event in averages:
-        busy[categorize(event.key) if categorize(event.key) != "other" else "compute"] += _self_device_us(event) / 1000.0
+def device_categories(device_events: list[Any], wall_ms: float) -> dict[str, float]:
+    """Fractions of the window's wall time (ms) that the device spent in compute kernels (every kernel
+    that is not a copy or a collective), memcpy/memset, communication, and idle (the rest)."""
+    busy = {"compute": 0.0, "memcpy/memset": 0.0, "communication": 0.0}
+    for event in device_events:
+        category = categorize(event.key)
+        busy[category if category in busy else "compute"] += _self_device_us(event) / 1000.0
     window = max(wall_ms, sum(busy.values())) or 1.0
     shares = {k: v / window for k, v in busy.items()}
     shares["idle"] = max(0.0, 1.0 - sum(shares.values()))
