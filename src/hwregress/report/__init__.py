@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 from collections import defaultdict
@@ -33,8 +34,17 @@ ROOFLINE_METHOD = (
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("hwregress", "report/templates"),
                       autoescape=select_autoescape(["html", "j2"], default=True), trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=_num, gib=_gib, pct=_pct)
+    env.filters.update(num=_num, gib=_gib, pct=_pct, shortid=_short_id, anchor=_anchor)
     return env
+
+
+def _short_id(test_id: str) -> str:
+    """``bench_tests/test_throughput.py::test_throughput[cpu-resnet18-...]`` -> ``test_throughput[cpu-resnet18-...]``."""
+    return test_id.rsplit("::", 1)[-1]
+
+
+def _anchor(test_id: str) -> str:
+    return hashlib.sha1(test_id.encode("utf-8")).hexdigest()[:12]
 
 
 def _missing(value: Any) -> bool:
