@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,9 +161,3 @@ def entry_key(family: str, model: str, mode: str, batch_size: int, dtype: str) -
     """The identity of a test inside a hardware file, e.g. ``"throughput/resnet50/train/bs64/fp32"``."""
     return f"{family}/{model}/{mode}/bs{batch_size}/{dtype}"
 
-
-def iter_entries(files: Iterable[BaselineFile]) -> Iterable[tuple[str, str, dict[str, Any]]]:
-    """(hardware_key, entry_key, entry) over several files."""
-    for baseline_file in files:
-        for key, entry in baseline_file.entries.items():
-            yield baseline_file.hardware_key, key, entry

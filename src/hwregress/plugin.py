@@ -35,8 +35,8 @@ from hwregress.stats import summarize
 from hwregress.timing import RoundTimer, TimingPlan, default_timer
 
 RECORD_PROPERTY = "hwregress.record"
-JOURNAL_NAME = ".results.partial.jsonl"
 IDENTITY_PROPERTY = "hwregress.identity"
+JOURNAL_NAME = ".results.partial.jsonl"  # under the report dir, while a session runs
 
 
 @dataclass(frozen=True)

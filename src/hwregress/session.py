@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hwregress import lifecycle, roofline
@@ -96,9 +95,6 @@ class BenchSession:
             notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the new figures")
         record.message = " | ".join(failures + notes)
         return failures
-
-    def baseline_path(self, hardware_key: str) -> Path:
-        return self.store.path_for(hardware_key)
 
 
 def fill_measurement(record: TestRecord, measurement: Measurement, info: DeviceInfo, dtype: str) -> None:

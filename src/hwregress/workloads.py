@@ -7,6 +7,7 @@ downloaded). Projects add their own with :func:`register`.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ class Workload:
 
 
 _REGISTRY: dict[str, Workload] = {}
+_TORCHVISION_SCHEMAS: torch.library.Library | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,12 +70,10 @@ def import_torchvision():
     except RuntimeError as error:
         if "torchvision::nms does not exist" not in str(error):
             raise
-    library = torch.library.Library("torchvision", "DEF")
-    library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    import_torchvision._keepalive = library  # type: ignore[attr-defined]  # a dropped Library unregisters its ops
-    import sys
-
+    global _TORCHVISION_SCHEMAS
+    _TORCHVISION_SCHEMAS = torch.library.Library("torchvision", "DEF")  # kept: a dropped Library unregisters its ops
+    _TORCHVISION_SCHEMAS.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _TORCHVISION_SCHEMAS.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
         del sys.modules[name]
     import torchvision

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -192,6 +191,3 @@ def render_merge(sessions: Iterable[SessionResults]) -> str:
     return _environment().get_template("merge.html.j2").render(labels=labels, sessions=sessions, table=table,
                                                                version=__version__)
 
-
-def results_json_text(results: SessionResults) -> str:
-    return json.dumps(results.to_json(), indent=1)

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
+from hwregress import roofline
+
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 WIDTH, HEIGHT = 560, 300
@@ -146,12 +148,12 @@ def roofline_chart(points: Sequence[tuple[str, float, float]], roofs: Sequence[t
     bandwidth TB/s), each drawn as min(peak, intensity x bandwidth)."""
     if not points or not roofs:
         return Markup("")
-    intensities = [p[1] for p in points] + [r[1] / r[2] for r in roofs]
+    intensities = [p[1] for p in points] + [roofline.ridge_point(r[1], r[2]) for r in roofs]
     x_range = (min(intensities) / 4, max(intensities) * 4)
     curves: dict[str, list[tuple[float, float]]] = {}
     for label, peak, bandwidth in roofs:
         xs = [x_range[0] * (x_range[1] / x_range[0]) ** (i / 40) for i in range(41)]
-        curves[label] = [(x, min(peak, x * bandwidth)) for x in xs]
+        curves[label] = [(x, roofline.attainable_tflops(x, peak, bandwidth)) for x in xs]
     for label, intensity, achieved in points:
         curves.setdefault(label, []).append((intensity, achieved))
     return line_chart(curves, title, "arithmetic intensity (FLOP/byte)", "TFLOP/s", log_x=True, log_y=True,
