@@ -86,3 +86,22 @@ def test_device_split_counts_kernels_once_and_the_rest_is_idle():
     assert [e.key for e in kernels] == ["sm90_xmma_gemm", "Memcpy HtoD (Pinned -> Device)", "vectorized_elementwise_kernel"]
     split = profiling.device_categories(kernels, wall_ms=2.0)
     assert split == pytest.approx({"compute": 0.4, "memcpy/memset": 0.1, "communication": 0.0, "idle": 0.5})
+
+
+@pytest.mark.parametrize("groups", [1, 4, 64])
+def test_convolution_backward_costs_one_forward_per_gradient(groups):
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, groups=groups)
+    x = torch.randn(2, 64, 16, 16)
+    forward = profiling.count_flops(lambda: conv(x))
+    assert forward == 2 * 2 * 16 * 16 * 64 * (64 // groups) * 9
+    assert profiling.count_flops(lambda: conv(x).sum().backward()) == 2 * forward  # weight gradient only
+    x.requires_grad_(True)
+    assert profiling.count_flops(lambda: conv(x).sum().backward()) == 3 * forward  # input and weight gradients
+
+
+def test_training_step_of_a_depthwise_network_is_about_three_forward_passes():
+    model = workloads.get("mobilenet_v3_small").build()
+    inputs = torch.randn(2, 3, 224, 224)
+    forward = profiling.count_flops(lambda: model(inputs))
+    train = profiling.count_flops(lambda: model(inputs).sum().backward())
+    assert 2.5 < train / forward < 3.0
