@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hwregress.bench import Measurement, precision
+from hwregress.bench import Measurement, precision, prepare_process
 from hwregress.devices import device_kind
 from hwregress.memory import PeakMemoryMeter
 from hwregress.telemetry import TelemetrySampler
@@ -86,6 +86,7 @@ def run_ceiling(spec: CeilingSpec, device: str, dtype: str, timer: RoundTimer, p
     """
     if spec.name == "h2d" and device_kind(device) != "cuda":
         raise ValueError(f"h2d bandwidth needs a CUDA device, got {device}")
+    prepare_process(device)
     with PeakMemoryMeter(device) as memory, precision(device, dtype if spec.name == "gemm" else "fp32"):
         if spec.name == "gemm":
             step, work = _gemm(device, dtype, spec.size)
