@@ -53,6 +53,9 @@ def test_xdist_yields_the_same_results_as_serial(hw_project):
     distributed = {r["test_id"]: r["verdict"] for r in hw_project.results["records"]}
     assert distributed == serial
     assert hw_project.results["meta"]["workers"] == 2
+    # one device, one worker: its timing tests never run at the same time
+    workers = {r["details"]["worker"] for r in hw_project.results["records"]}
+    assert len(workers) == 1 and workers != {"main"}
 
 
 def test_xdist_update_baselines_writes_every_entry(hw_project):

@@ -213,7 +213,24 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"
 
 
+class XdistHooks:
+    """Registered on the controller only when pytest-xdist is present (its hook specs exist only then)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_configure_node(self, node: Any) -> None:
+        # Workers re-parse the original command line, so the dist mode chosen in pytest_cmdline_main
+        # never reaches them; without it they do not tag node ids with their xdist_group and the
+        # controller spreads one device's tests over several workers.
+        node.workerinput["hwregress_loadgroup"] = getattr(self.config.option, "dist", "no") == "loadgroup"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if is_worker(config) and config.workerinput.get("hwregress_loadgroup"):
+        config.option.loadgroup = True
+    elif not is_worker(config) and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(config), "hwregress-xdist")
     for line in ("cpu", "gpu", "mps", "train", "infer", "throughput", "parity", "speedup", "ceiling"):
         config.addinivalue_line("markers", f"{line}: hwregress test family or device marker")
     config.stash[SETTINGS_KEY] = build_settings(config)
@@ -329,6 +346,7 @@ class HwBench:
                             device=device, device_name=info.name, model=model, mode=mode, batch_size=batch_size,
                             dtype=dtype, environment=environment_fingerprint(device))
         record.details["device_facts"] = info.facts
+        record.details["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
         return record
 
     def _timer(self, device: str) -> RoundTimer:
@@ -358,9 +376,9 @@ class HwBench:
 
     def _benchmark_fixture(self) -> Any:
         """pytest-benchmark's fixture when that plugin is active (it switches itself off under xdist)."""
-        if not self.config.pluginmanager.hasplugin("pytest_benchmark") and \
-                not self.config.pluginmanager.hasplugin("benchmark"):
-            return None
+        if not self.config.pluginmanager.hasplugin("benchmark") or is_worker(self.config) \
+                or self.config.getoption("benchmark_disable", False):
+            return None  # asking for the fixture then would only earn "fixture was not used" warnings
         try:
             bench = self.request.getfixturevalue("benchmark")
         except pytest.FixtureLookupError:
