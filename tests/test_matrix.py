@@ -70,3 +70,17 @@ def test_dtype_support():
     assert dtype_unsupported_reason("cpu", "bf16") is None
     assert "tf32" in dtype_unsupported_reason("cpu", "tf32")
     assert "fp16" in dtype_unsupported_reason("cpu", "fp16")
+
+
+@pytest.mark.parametrize(("nodeid", "expected"), [
+    ("bench_tests/test_throughput.py::test_throughput[cuda:1-resnet50-train-bs32-fp32]", "cuda:1"),
+    ("bench_tests/test_parity.py::test_digits_accuracy[cpu-fp32]", "cpu"),
+    ("bench_tests/test_ceilings.py::test_ceiling[mps-gemm-fp16]", "mps"),
+    ("bench_tests/test_x.py::test_x[cpu]", "cpu"),
+    ("tests/test_stats.py::test_summary[cpuish-1]", None),
+    ("tests/test_stats.py::test_summary", None),
+])
+def test_device_scope_of_node_ids(nodeid, expected):
+    from hwregress.xdist_scheduling import device_scope
+
+    assert device_scope(nodeid) == expected

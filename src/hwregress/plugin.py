@@ -205,12 +205,17 @@ def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+DEVICE_SCHEDULING_KEY = pytest.StashKey[bool]()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    # Group every test of a device on one xdist worker, so two timing tests never share a device.
+    # With -n and no --dist of the user's, give each device to one worker (see xdist_scheduling), so two
+    # timing tests never share a device.
     numprocesses = getattr(config.option, "numprocesses", None)
     if numprocesses and getattr(config.option, "dist", "no") == "no":
-        config.option.dist = "loadgroup"
+        config.option.dist = "load"
+        config.stash[DEVICE_SCHEDULING_KEY] = True
 
 
 class XdistHooks:
@@ -219,17 +224,16 @@ class XdistHooks:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
-    def pytest_configure_node(self, node: Any) -> None:
-        # Workers re-parse the original command line, so the dist mode chosen in pytest_cmdline_main
-        # never reaches them; without it they do not tag node ids with their xdist_group and the
-        # controller spreads one device's tests over several workers.
-        node.workerinput["hwregress_loadgroup"] = getattr(self.config.option, "dist", "no") == "loadgroup"
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if not config.stash.get(DEVICE_SCHEDULING_KEY, False):
+            return None  # the user chose a --dist mode: respect it
+        from hwregress.xdist_scheduling import DeviceScheduling
+
+        return DeviceScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if is_worker(config) and config.workerinput.get("hwregress_loadgroup"):
-        config.option.loadgroup = True
-    elif not is_worker(config) and config.pluginmanager.hasplugin("xdist"):
+    if not is_worker(config) and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "hwregress-xdist")
     for line in ("cpu", "gpu", "mps", "train", "infer", "throughput", "parity", "speedup", "ceiling"):
         config.addinivalue_line("markers", f"{line}: hwregress test family or device marker")
