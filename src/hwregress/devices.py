@@ -175,6 +175,8 @@ def dtype_unsupported_reason(spec: str, dtype: str) -> str | None:
     if kind == "cuda":
         if dtype == "bf16" and not torch.cuda.is_bf16_supported():
             return f"{spec} does not support bf16 (compute capability below 8.0)"
+        if dtype == "tf32" and torch.cuda.get_device_capability(torch.device(spec))[0] < 8:
+            return f"{spec} has no TF32 tensor cores (compute capability below 8.0)"
         return None
     if kind == "cpu" and dtype == "fp16":
         return "fp16 autocast on the CPU is emulated and not a meaningful benchmark; use bf16"
