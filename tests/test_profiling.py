@@ -105,3 +105,9 @@ def test_training_step_of_a_depthwise_network_is_about_three_forward_passes():
     forward = profiling.count_flops(lambda: model(inputs))
     train = profiling.count_flops(lambda: model(inputs).sum().backward())
     assert 2.5 < train / forward < 3.0
+
+
+def test_published_roof_of_each_ceiling():
+    peak = roofline.published_peak("NVIDIA H100 80GB HBM3")
+    assert peak.roof("gemm", "bf16") == 989.4 and peak.roof("copy", "fp32") == 3350.0
+    assert peak.roof("h2d", "fp32") is None and roofline.published_peak("Tesla T4").roof("gemm", "bf16") is None

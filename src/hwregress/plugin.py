@@ -221,9 +221,6 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 class XdistHooks:
     """Registered on the controller only when pytest-xdist is present (its hook specs exist only then)."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
         if not config.stash.get(DEVICE_SCHEDULING_KEY, False):
             return None  # the user chose a --dist mode: respect it
@@ -234,7 +231,7 @@ class XdistHooks:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config) and config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(config), "hwregress-xdist")
+        config.pluginmanager.register(XdistHooks(), "hwregress-xdist")
     for line in ("cpu", "gpu", "mps", "train", "infer", "throughput", "parity", "speedup", "ceiling"):
         config.addinivalue_line("markers", f"{line}: hwregress test family or device marker")
     config.stash[SETTINGS_KEY] = build_settings(config)
@@ -279,7 +276,7 @@ class HwBench:
         """Benchmark ``model`` in ``mode`` and assert throughput and peak memory against the baseline."""
         record = self._record("throughput", device, model, mode, batch_size, dtype)
         measurement = self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver())
-        fill_measurement(record, measurement, describe(device), dtype)
+        fill_measurement(record, measurement)
         self._benchmark_extra_info(record)
         return self._conclude(record, entry_key("throughput", model, mode, batch_size, dtype))
 
@@ -290,7 +287,7 @@ class HwBench:
         # the CPU side of a GPU-sized batch is slow: one warmup step and the minimum of rounds
         cpu_plan = dataclasses.replace(self.settings.plan, warmup_steps=1, rounds=5)
         cpu = self._run_model(record, model, "cpu", "train", batch_size, dtype, None, cpu_plan, profile_steps=0)
-        fill_measurement(record, gpu, describe(device), dtype)
+        fill_measurement(record, gpu)
         cpu_median = summarize(cpu.throughput_samples).median
         record.speedup = record.throughput / cpu_median if record.throughput else None
         record.details["cpu_throughput"] = cpu_median
@@ -303,12 +300,10 @@ class HwBench:
         record.unit = spec.unit
         measurement = ceilings.run_ceiling(spec, device, dtype, self._timer(device), self.settings.plan,
                                            self.settings.telemetry_interval_s, self._round_driver())
-        info = describe(device)
-        fill_measurement(record, measurement, info, dtype)
-        peak = roofline.published_peak(info.name)
+        fill_measurement(record, measurement)
+        peak = roofline.published_peak(record.device_name or "")
         if peak is not None:
-            published = peak.tflops.get(dtype) if name == "gemm" else (peak.memory_tb_s * 1000 if name == "copy" else None)
-            record.details.update(published=published, published_source=peak.source)
+            record.details.update(published=peak.roof(name, dtype), published_source=peak.source)
         self._benchmark_extra_info(record)
         return self._conclude(record, entry_key("ceiling", name, "roof", spec.size, dtype))
 

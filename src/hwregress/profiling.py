@@ -128,7 +128,8 @@ def is_device_event(event: Any) -> bool:
 def _shares(events: list[Any], time_of: Callable[[Any], float]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for event in events:
-        totals[categorize(event.key)] = totals.get(categorize(event.key), 0.0) + time_of(event)
+        category = categorize(event.key)
+        totals[category] = totals.get(category, 0.0) + time_of(event)
     grand = sum(totals.values()) or 1.0
     return {k: v / grand for k, v in sorted(totals.items()) if v > 0}
 

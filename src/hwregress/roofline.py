@@ -29,6 +29,13 @@ class Peak:
     memory_tb_s: float
     source: str
 
+    def roof(self, ceiling: str, dtype: str) -> float | None:
+        """The published counterpart of a measured ceiling: ``gemm`` -> TFLOP/s for ``dtype``, ``copy``
+        -> DRAM GB/s; None for anything without one (``h2d`` depends on the host bus, not the GPU)."""
+        if ceiling == "gemm":
+            return self.tflops.get(dtype)
+        return self.memory_tb_s * 1000.0 if ceiling == "copy" else None
+
 
 # Matching order matters: more specific names first ("A100" before "A10", "H100 PCIe" before "H100").
 PUBLISHED_PEAKS: tuple[tuple[tuple[str, ...], Peak], ...] = (

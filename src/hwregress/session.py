@@ -11,7 +11,6 @@ from hwregress import lifecycle, roofline
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore
 from hwregress.bench import Measurement
 from hwregress.compare import Measured, Tolerances, judge
-from hwregress.devices import DeviceInfo
 from hwregress.results import TestRecord
 from hwregress.stats import summarize
 
@@ -97,9 +96,10 @@ class BenchSession:
         return failures
 
 
-def fill_measurement(record: TestRecord, measurement: Measurement, info: DeviceInfo, dtype: str) -> None:
+def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     """Copy a measurement into ``record``: throughput median/IQR, latency, memory, telemetry, energy,
-    operator tables, FLOPs, achieved TFLOP/s, MFU and arithmetic intensity."""
+    operator tables, FLOPs, achieved TFLOP/s, MFU (against the peak of ``record.device_name`` for
+    ``record.dtype``) and arithmetic intensity."""
     samples = measurement.throughput_samples
     summary = summarize(samples)
     record.samples = samples
@@ -123,6 +123,6 @@ def fill_measurement(record: TestRecord, measurement: Measurement, info: DeviceI
     if measurement.flops_per_sample is not None:
         record.flops_per_sample = measurement.flops_per_sample
         record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, summary.median)
-        record.mfu = roofline.mfu(record.achieved_tflops, info.name, dtype)
+        record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32")
         if measurement.bytes_per_sample:
             record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample
