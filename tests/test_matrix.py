@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hwregress import matrix, workloads
-from hwregress.devices import describe, dtype_unsupported_reason, parse_device_list, slugify
+from hwregress.devices import describe, parse_device_list, slugify
+from hwregress.numerics import dtype_unsupported_reason
 
 
 def test_cpu_defaults_are_the_small_tier():

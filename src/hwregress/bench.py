@@ -6,10 +6,9 @@ This module knows nothing of pytest; the plugin turns its results into assertion
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,14 +18,10 @@ import torch
 from hwregress import profiling
 from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
+from hwregress.numerics import ELEMENT_BYTES, MODES, precision
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, measure
 from hwregress.workloads import Workload, import_torchvision, make_batch
-
-DTYPES = ("fp32", "tf32", "bf16", "fp16")
-MODES = ("train", "infer")
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 
 
 class OutOfMemory(Exception):
@@ -84,23 +79,6 @@ class Measurement:
     def window_samples(self) -> float:
         """Samples processed in the timed window."""
         return self.samples_per_step * self.timing.steps_per_round * len(self.timing.round_seconds)
-
-
-@contextlib.contextmanager
-def precision(device: str, dtype: str) -> Iterator[None]:
-    """Numerics for ``dtype``: autocast for bf16/fp16; TF32 matmul and cuDNN switched on for ``tf32`` and
-    off for ``fp32`` (true fp32) on CUDA; previous flags restored on exit."""
-    kind = device_kind(device)
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = dtype == "tf32"
-    try:
-        if dtype in _AUTOCAST:
-            with torch.autocast(device_type=kind, dtype=_AUTOCAST[dtype]):
-                yield
-        else:
-            yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def is_out_of_memory(error: BaseException) -> bool:

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
-from hwregress.bench import Measurement, precision, prepare_process
+from hwregress.bench import Measurement, prepare_process
 from hwregress.devices import device_kind
 from hwregress.memory import PeakMemoryMeter
+from hwregress.numerics import TENSOR_DTYPES, precision
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, TimingPlan, measure
-
-_TENSOR_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -54,8 +53,8 @@ def default_spec(name: str, device: str) -> CeilingSpec:
 
 def _gemm(device: str, dtype: str, n: int) -> tuple[Callable[[], None], float]:
     generator = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=_TENSOR_DTYPES[dtype], generator=generator)
-    b = torch.randn(n, n, device=device, dtype=_TENSOR_DTYPES[dtype], generator=generator)
+    a = torch.randn(n, n, device=device, dtype=TENSOR_DTYPES[dtype], generator=generator)
+    b = torch.randn(n, n, device=device, dtype=TENSOR_DTYPES[dtype], generator=generator)
     out = torch.empty_like(a)
 
     def step() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from hwregress import results as results_module
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore, entry_key, parse
+from hwregress.journal import load_journal
 from hwregress.stats import summarize
 
 
@@ -134,7 +135,7 @@ def cmd_render(args: argparse.Namespace) -> None:
 
     source = Path(args.source)
     try:
-        session = results_module.load_journal(source) if source.suffix == ".jsonl" else results_module.load(source)
+        session = load_journal(source) if source.suffix == ".jsonl" else results_module.load(source)
     except (OSError, ValueError) as error:
         raise CliError(f"{source}: {error}") from None
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

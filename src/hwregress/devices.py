@@ -165,24 +165,6 @@ def synchronize(spec: str) -> None:
         torch.mps.synchronize()
 
 
-def dtype_unsupported_reason(spec: str, dtype: str) -> str | None:
-    """None if ``dtype`` (``fp32``, ``tf32``, ``bf16``, ``fp16``) runs on ``spec``, else why not."""
-    kind = device_kind(spec)
-    if dtype == "fp32":
-        return None
-    if dtype == "tf32" and kind != "cuda":
-        return f"tf32 is a CUDA tensor-core mode; {spec} has none"
-    if kind == "cuda":
-        if dtype == "bf16" and not torch.cuda.is_bf16_supported():
-            return f"{spec} does not support bf16 (compute capability below 8.0)"
-        if dtype == "tf32" and torch.cuda.get_device_capability(torch.device(spec))[0] < 8:
-            return f"{spec} has no TF32 tensor cores (compute capability below 8.0)"
-        return None
-    if kind == "cpu" and dtype == "fp16":
-        return "fp16 autocast on the CPU is emulated and not a meaningful benchmark; use bf16"
-    return None
-
-
 def environment_fingerprint(spec: str) -> dict[str, str | None]:
     """The software that decides performance: torch, CUDA, cuDNN, NVIDIA driver, Python, torchvision.
 

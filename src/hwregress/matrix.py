@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwregress import workloads
-from hwregress.bench import DTYPES, MODES
 from hwregress.devices import device_kind
+from hwregress.numerics import DTYPES, MODES
 
 # batch sizes per device kind and mode: 1 for latency, larger for throughput
 DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hwregress.bench import precision
+from hwregress.numerics import precision
 from hwregress.workloads import Workload
 
 DIGITS_SPLIT_SEED = 0

@@ -27,9 +27,10 @@ from hwregress.baselines import BaselineError, BaselineStore, entry_key
 from hwregress.bench import OutOfMemory, RunOptions, run_model
 from hwregress.compare import Tolerances
 from hwregress.devices import describe, environment_fingerprint, parse_device_list, unavailable_reason, visible_devices
+from hwregress.journal import Journal
 from hwregress.lifecycle import UPDATE_MODES
 from hwregress.matrix import Selection, validate
-from hwregress.results import Journal, SessionResults, TestRecord
+from hwregress.results import SessionResults, TestRecord
 from hwregress.session import BenchSession, Policy, fill_measurement
 from hwregress.stats import summarize
 from hwregress.timing import RoundTimer, TimingPlan, default_timer

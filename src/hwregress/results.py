@@ -8,28 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hwregress.verdicts import verdict_rank
+
 RESULTS_SCHEMA_VERSION = 1
-
-# Verdicts, worst first: the report sorts by this order.
-VERDICT_ORDER = (
-    "regression",
-    "failed",
-    "env-changed",
-    "unstable",
-    "oom",
-    "unsupported",
-    "skipped",
-    "new",
-    "improvement",
-    "pass",
-)
-
 
 @dataclass
 class TestRecord:
@@ -112,10 +98,9 @@ class SessionResults:
         }
 
     def counts(self) -> dict[str, int]:
-        """Number of records per verdict, in :data:`VERDICT_ORDER`."""
-        found = {r.verdict for r in self.records}
-        order = list(VERDICT_ORDER) + sorted(found - set(VERDICT_ORDER))
-        return {v: sum(r.verdict == v for r in self.records) for v in order if v in found}
+        """Number of records per verdict, worst first (:class:`hwregress.verdicts.Verdict` order)."""
+        found = sorted({str(r.verdict) for r in self.records}, key=lambda v: (verdict_rank(v), v))
+        return {v: sum(str(r.verdict) == v for r in self.records) for v in found}
 
 
 def load(path: str | Path) -> SessionResults:
@@ -136,44 +121,6 @@ def load(path: str | Path) -> SessionResults:
             f"(found {data.get('schema_version') if isinstance(data, dict) else type(data).__name__!r})"
         )
     return SessionResults(data.get("meta", {}), [TestRecord.from_json(r) for r in data.get("records", [])])
-
-
-class Journal:
-    """An append-only JSON-lines file of records as they finish, flushed and fsynced per line, so a
-    session that dies hard (segfault, OOM killer, power) still leaves every finished result on disk.
-    The last line for a test id wins; :func:`load_journal` reads it back."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._stream = path.open("a", encoding="utf-8")
-
-    def append(self, record: TestRecord) -> None:
-        self._stream.write(json.dumps(record.to_json(), default=str) + "\n")
-        self._stream.flush()
-        os.fsync(self._stream.fileno())
-
-    def close(self, remove: bool) -> None:
-        self._stream.close()
-        if remove:
-            self.path.unlink(missing_ok=True)
-
-
-def load_journal(path: str | Path) -> SessionResults:
-    """The records of a journal left by an unfinished session (a torn last line is skipped)."""
-    records: dict[str, TestRecord] = {}
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            record = TestRecord.from_json(json.loads(line))
-        except (json.JSONDecodeError, TypeError):
-            continue
-        records[record.test_id] = record
-    return SessionResults({"hostname": "unknown", "interrupted": True, "journal": str(path)}, list(records.values()))
-
-
-def verdict_rank(verdict: str) -> int:
-    """Sort key: regressions first, passes last, unknown verdicts before passes."""
-    return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else len(VERDICT_ORDER) - 2
 
 
 def machine_label(results: SessionResults) -> str:

@@ -19,7 +19,8 @@ from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from hwregress import __version__, roofline
 from hwregress.baselines import atomic_write_json
 from hwregress.report import charts
-from hwregress.results import VERDICT_ORDER, SessionResults, TestRecord, machine_label, verdict_rank
+from hwregress.results import SessionResults, TestRecord, machine_label
+from hwregress.verdicts import Verdict, verdict_rank
 
 ROOFLINE_METHOD = (
     "Arithmetic intensity = FLOPs per sample (torch.utils.flop_counter, 2 x multiply-adds) / estimated bytes "
@@ -74,7 +75,7 @@ def render(results: SessionResults) -> str:
     return _environment().get_template("report.html.j2").render(
         meta=results.meta,
         counts=results.counts(),
-        verdict_order=VERDICT_ORDER,
+        verdict_order=[v.value for v in Verdict],
         records=records,
         has_new=any(r.verdict == "new" for r in records),
         throughput_charts=_by_batch_charts(records, "throughput", "throughput (samples/s)"),
