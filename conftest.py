@@ -3,7 +3,6 @@ bench_tests/. Nothing else lives here."""
 
 pytest_plugins = [
     "hwregress.plugin",
-    "fixtures.matrix",
     "fixtures.devices",
     "fixtures.models",
     "fixtures.batch_sizes",

@@ -21,7 +21,7 @@ def test_no_baseline_is_new():
 def test_same_numbers_pass():
     judgement = judge(measured(), BASE, Tolerances())
     assert judgement.verdict == "pass" and not judgement.failures
-    assert judgement.fields["ratio"] == 1.0
+    assert judgement.figures.ratio == 1.0
 
 
 def test_slowdown_is_regression_with_numbers():
@@ -52,7 +52,7 @@ def test_environment_change_is_flagged_and_strict_env_fails():
     other = dict(ENV, torch="2.14.0")
     judgement = judge(measured(env=other), BASE, Tolerances())
     assert judgement.verdict == "env-changed" and not judgement.failures
-    assert judgement.fields["env_changes"] == ["torch 2.13.0 -> 2.14.0"]
+    assert judgement.figures.env_changes == ["torch 2.13.0 -> 2.14.0"]
     assert "--strict-env" in judge(measured(env=other), BASE, Tolerances(), strict_env=True).failures[0]
 
 

@@ -82,6 +82,6 @@ def test_dtype_support():
     ("tests/test_stats.py::test_summary", None),
 ])
 def test_device_scope_of_node_ids(nodeid, expected):
-    from hwregress.xdist_scheduling import device_scope
+    from hwregress.plugin.xdist import device_scope
 
     assert device_scope(nodeid) == expected

@@ -11,7 +11,7 @@ def test_cpu_window_samples_host_metrics_and_says_why_no_gpu():
     with TelemetrySampler("cpu", interval_s=0.01) as sampler:
         time.sleep(0.15)
     summary = sampler.summary()
-    assert summary["samples"] >= 5
+    assert summary["readings"] >= 5
     assert {"cpu_util_pct", "rss_bytes"} <= set(summary["metrics"])
     assert summary["gpu_available"] is False and "not an NVIDIA GPU" in summary["gpu_unavailable_reason"]
     assert summary["energy_j"] is None and summary["throttle_reasons"] == []

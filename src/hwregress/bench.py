@@ -53,7 +53,8 @@ class Measurement:
 
     Attributes:
         timing: the timed window (per-round seconds, steps per round).
-        samples_per_step: samples processed per step (the batch size; GEMM FLOPs or bytes for ceilings).
+        work_per_step: units of work per step: inputs (the batch size) for models, FLOPs or bytes for ceilings.
+            ("samples" in hwregress always means the per-round throughput observations.)
         peak_memory_bytes: see :class:`hwregress.memory.PeakMemoryMeter`.
         telemetry: summary of the window; ``telemetry_series`` its thinned time series.
         profile: the operator breakdown, None when profiling is off.
@@ -62,7 +63,7 @@ class Measurement:
     """
 
     timing: Timing
-    samples_per_step: float
+    work_per_step: float
     peak_memory_bytes: int | None
     telemetry: dict[str, Any]
     telemetry_series: dict[str, list[Any]] = field(default_factory=dict)
@@ -72,13 +73,13 @@ class Measurement:
 
     @property
     def throughput_samples(self) -> list[float]:
-        """Per-round throughput (units of work per second)."""
-        return [self.samples_per_step / s for s in self.timing.step_seconds]
+        """The samples: one throughput observation per timed round (units of work per second)."""
+        return [self.work_per_step / s for s in self.timing.step_seconds]
 
     @property
-    def window_samples(self) -> float:
-        """Samples processed in the timed window."""
-        return self.samples_per_step * self.timing.steps_per_round * len(self.timing.round_seconds)
+    def window_work(self) -> float:
+        """Units of work done in the timed window (inputs for models)."""
+        return self.work_per_step * self.timing.steps_per_round * len(self.timing.round_seconds)
 
 
 def is_out_of_memory(error: BaseException) -> bool:

@@ -1,5 +1,5 @@
 """Verdicts: a measured test against its baseline entry (throughput, peak memory, accuracy, speedup,
-environment), with failure messages that state the numbers."""
+environment), with failure messages that state the numbers and typed figures for the record."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from hwregress import stats
 from hwregress.devices import fingerprint_changes
+from hwregress.verdicts import Verdict
 
 
 @dataclass(frozen=True)
@@ -17,8 +18,10 @@ class Tolerances:
 
     Attributes:
         throughput: relative throughput loss tolerated (fraction); the noise bound may raise it.
+        max_threshold: no noise or history bound raises the throughput threshold past this (fraction).
         memory: relative peak-memory growth tolerated (fraction).
-        memory_slack_bytes: absolute growth tolerated on top, for RSS-sampled (CPU) memory.
+        memory_slack_bytes: absolute growth tolerated on top, for RSS-sampled (CPU, MPS) memory only: the
+            CUDA allocator's peak is exact, and a slack there would let a small model grow 2-6x unseen.
         accuracy_margin: absolute accuracy drop tolerated against the baseline (fraction).
         device_accuracy_margin: |accuracy on device - accuracy on CPU| tolerated (fraction).
         alpha: significance level of the Mann-Whitney test.
@@ -26,6 +29,7 @@ class Tolerances:
     """
 
     throughput: float = 0.05
+    max_threshold: float = 0.25
     memory: float = 0.10
     memory_slack_bytes: int = 64 * 2**20
     accuracy_margin: float = 0.02
@@ -35,20 +39,44 @@ class Tolerances:
 
 
 @dataclass
+class Figures:
+    """The numbers a judgement produced, for the test's record (None where not judged).
+
+    Attributes:
+        ratio: median(current) / median(baseline) throughput.
+        threshold: relative change that counted (fraction).
+        p_value: one-sided Mann-Whitney p-value that current is slower.
+        memory_ratio: current / baseline peak memory.
+        baseline_*: the baseline entry's figures.
+        env_changes: ``"torch 2.4.0 -> 2.5.1"`` lines.
+    """
+
+    ratio: float | None = None
+    threshold: float | None = None
+    p_value: float | None = None
+    memory_ratio: float | None = None
+    baseline_throughput: float | None = None
+    baseline_peak_memory_bytes: int | None = None
+    baseline_accuracy: float | None = None
+    baseline_speedup: float | None = None
+    env_changes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Judgement:
     """The verdict of one test and why.
 
     Attributes:
-        verdict: ``pass``, ``regression``, ``improvement``, ``new``, ``unstable`` or ``env-changed``.
+        verdict: see :class:`hwregress.verdicts.Verdict`.
         failures: sentences that make the test fail (empty: the test passes).
         notes: sentences shown beside the verdict.
-        fields: figures for the results record (ratio, threshold, p_value, memory_ratio, baseline_*).
+        figures: the numbers for the results record.
     """
 
-    verdict: str = "pass"
+    verdict: Verdict = Verdict.PASS
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    fields: dict[str, Any] = field(default_factory=dict)
+    figures: Figures = field(default_factory=Figures)
 
 
 @dataclass(frozen=True)
@@ -63,6 +91,7 @@ class Measured:
     peak_memory_bytes: int | None = None
     accuracy: float | None = None
     speedup: float | None = None
+    exact_memory: bool = False
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
@@ -70,11 +99,12 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``).
 
     Throughput: see :func:`hwregress.stats.compare`. Memory: fails when current peak >
-    baseline peak * (1 + memory tolerance) + slack. Accuracy: fails when current < baseline - margin.
+    baseline peak * (1 + memory tolerance) (+ slack for sampled, inexact memory). Accuracy: fails when current <
+    baseline - margin.
     Speedup: fails when current speedup < baseline speedup * (1 - threshold).
     """
     if baseline is None:
-        return Judgement("new", notes=["no baseline for this test on this hardware; record one with --update-baselines"])
+        return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
     judgement = Judgement()
     if measured.samples and baseline.get("samples"):
         _judge_throughput(measured, baseline, tolerances, judgement)
@@ -82,8 +112,9 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     _judge_accuracy(measured, baseline, tolerances, judgement)
     _judge_speedup(measured, baseline, tolerances, judgement)
     _judge_environment(measured, baseline, strict_env, judgement)
-    if judgement.failures and judgement.verdict in ("pass", "improvement", "env-changed", "unstable"):
-        judgement.verdict = "regression"
+    if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
+                                                     Verdict.UNSTABLE):
+        judgement.verdict = Verdict.REGRESSION
     return judgement
 
 
@@ -92,24 +123,25 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     comparison = stats.compare(measured.samples, baseline["samples"], tolerances.throughput,
                                alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()))
     baseline_median = stats.summarize(baseline["samples"]).median
-    judgement.fields.update(ratio=comparison.ratio, threshold=comparison.threshold,
-                            p_value=comparison.p_slower, baseline_throughput=baseline_median)
+    figures = judgement.figures
+    figures.ratio, figures.threshold, figures.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
+    figures.baseline_throughput = baseline_median
     current_median = stats.summarize(measured.samples).median
     if comparison.direction == "regression":
-        judgement.verdict = "regression"
+        judgement.verdict = Verdict.REGRESSION
         judgement.failures.append(
             f"{measured.test_id}: throughput regressed: {current_median:.4g} {measured.unit} vs baseline "
             f"{baseline_median:.4g} {measured.unit}, ratio {comparison.ratio:.3f} < {1 - comparison.threshold:.3f} "
             f"(tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g})"
         )
     elif comparison.direction == "improvement":
-        judgement.verdict = "improvement"
+        judgement.verdict = Verdict.IMPROVEMENT
         judgement.notes.append(
             f"faster than the baseline: ratio {comparison.ratio:.3f} > {1 + comparison.threshold:.3f}; "
             "refresh it with --update-baselines"
         )
     elif not measured.stable:
-        judgement.verdict = "unstable"
+        judgement.verdict = Verdict.UNSTABLE
         judgement.notes.append("the window stayed noisy after extending its rounds; the verdict is not trustworthy")
 
 
@@ -118,14 +150,15 @@ def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: T
     base_peak = baseline.get("peak_memory_bytes")
     if measured.peak_memory_bytes is None or base_peak is None:
         return
-    judgement.fields["baseline_peak_memory_bytes"] = base_peak
-    judgement.fields["memory_ratio"] = measured.peak_memory_bytes / base_peak if base_peak else None
-    ceiling = base_peak * (1 + tolerances.memory) + tolerances.memory_slack_bytes
+    judgement.figures.baseline_peak_memory_bytes = base_peak
+    judgement.figures.memory_ratio = measured.peak_memory_bytes / base_peak if base_peak else None
+    slack = 0 if measured.exact_memory else tolerances.memory_slack_bytes
+    ceiling = base_peak * (1 + tolerances.memory) + slack
     if measured.peak_memory_bytes > ceiling:
+        slack_text = f" + {slack / 2**20:.0f} MiB slack" if slack else ""
         judgement.failures.append(
             f"{measured.test_id}: peak memory {measured.peak_memory_bytes / 2**20:.1f} MiB exceeds the ceiling "
-            f"{ceiling / 2**20:.1f} MiB (baseline {base_peak / 2**20:.1f} MiB x (1 + {tolerances.memory:.0%}) "
-            f"+ {tolerances.memory_slack_bytes / 2**20:.0f} MiB slack)"
+            f"{ceiling / 2**20:.1f} MiB (baseline {base_peak / 2**20:.1f} MiB x (1 + {tolerances.memory:.0%}){slack_text})"
         )
 
 
@@ -134,7 +167,7 @@ def _judge_accuracy(measured: Measured, baseline: Mapping[str, Any], tolerances:
     base_accuracy = baseline.get("accuracy")
     if measured.accuracy is None or base_accuracy is None:
         return
-    judgement.fields["baseline_accuracy"] = base_accuracy
+    judgement.figures.baseline_accuracy = base_accuracy
     if measured.accuracy < base_accuracy - tolerances.accuracy_margin:
         judgement.failures.append(
             f"{measured.test_id}: accuracy {measured.accuracy:.4f} < baseline {base_accuracy:.4f} - margin "
@@ -147,8 +180,8 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     base_speedup = baseline.get("speedup")
     if measured.speedup is None or base_speedup is None:
         return
-    judgement.fields["baseline_speedup"] = base_speedup
-    threshold = judgement.fields.get("threshold", tolerances.throughput)
+    judgement.figures.baseline_speedup = base_speedup
+    threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
     if measured.speedup < base_speedup * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "
@@ -159,12 +192,12 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
 def _judge_environment(measured: Measured, baseline: Mapping[str, Any], strict_env: bool,
                        judgement: Judgement) -> None:
     changes = fingerprint_changes(baseline.get("environment", {}), dict(measured.environment))
-    judgement.fields["env_changes"] = changes
+    judgement.figures.env_changes = changes
     if not changes:
         return
     judgement.notes.append("environment changed since the baseline: " + "; ".join(changes))
-    if judgement.verdict == "pass":
-        judgement.verdict = "env-changed"
+    if judgement.verdict == Verdict.PASS:
+        judgement.verdict = Verdict.ENV_CHANGED
     if strict_env:
         judgement.failures.append(
             f"{measured.test_id}: environment differs from the baseline's ({'; '.join(changes)}) and "

@@ -23,7 +23,8 @@ def update_action(mode: str | None, verdict: str, has_entry: bool) -> str:
     Returns:
         ``"none"`` (no update requested, or nothing measured), ``"recorded"`` (write the entry),
         ``"kept-existing"`` (mode ``missing`` and an entry exists) or ``"kept-regression"`` (the test
-        regressed and the mode is not ``force``).
+        regressed and the mode is not ``force``) or ``"kept-unstable"`` (the window stayed noisy after
+        extending its rounds and the mode is not ``force``: a noisy window would widen every later threshold).
 
     Raises:
         ValueError: ``mode`` is not None or one of :data:`UPDATE_MODES`.
@@ -38,6 +39,8 @@ def update_action(mode: str | None, verdict: str, has_entry: bool) -> str:
         return "kept-existing"
     if verdict == "regression" and mode != "force":
         return "kept-regression"
+    if verdict == "unstable" and mode != "force":
+        return "kept-unstable"
     return "recorded"
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hwregress.verdicts import verdict_rank
+from hwregress.verdicts import Verdict, parse_verdict, verdict_rank
 
 RESULTS_SCHEMA_VERSION = 1
 
@@ -51,7 +51,7 @@ class TestRecord:
     threshold: float | None = None
     p_value: float | None = None
     memory_ratio: float | None = None
-    verdict: str = "new"
+    verdict: Verdict = Verdict.NEW
     outcome: str | None = None
     message: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
@@ -74,13 +74,18 @@ class TestRecord:
     duration_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The record as plain JSON types (the verdict as its string)."""
+        data = dataclasses.asdict(self)
+        data["verdict"] = str(self.verdict)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestRecord:
         """Build a record, ignoring keys this version does not know (forward compatible)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        record = cls(**{k: v for k, v in data.items() if k in known})
+        record.verdict = parse_verdict(str(record.verdict))
+        return record
 
 
 @dataclass

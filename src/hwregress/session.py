@@ -10,9 +10,11 @@ from typing import Any
 from hwregress import lifecycle, roofline
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore
 from hwregress.bench import Measurement
-from hwregress.compare import Measured, Tolerances, judge
+from hwregress.compare import Figures, Measured, Tolerances, judge
+from hwregress.devices import device_kind
 from hwregress.results import TestRecord
 from hwregress.stats import summarize
+from hwregress.verdicts import Verdict
 
 
 @dataclass
@@ -24,12 +26,14 @@ class Policy:
         update_mode: None, ``all``, ``missing`` or ``force`` (``--update-baselines``).
         require_baselines: a test without a baseline fails.
         strict_env: an environment change against the baseline fails the test.
+        accept_identity: judge against a baseline recorded on hardware of another identity.
     """
 
     tolerances: Tolerances = field(default_factory=Tolerances)
     update_mode: str | None = None
     require_baselines: bool = False
     strict_env: bool = False
+    accept_identity: bool = False
 
 
 class BenchSession:
@@ -54,11 +58,12 @@ class BenchSession:
         return None if baseline_file is None else baseline_file.entries.get(key)
 
     def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> list[str]:
-        """Judge ``record`` against its baseline, fill its verdict fields, apply the update policy.
+        """Judge ``record`` against its baseline, fill its verdict and figures, apply the update policy.
 
         ``extra_failures`` are checks the caller made itself (device vs CPU accuracy, output parity); they
-        count as a regression before the update policy runs, so an update never absorbs them.
-        Returns the failure sentences (empty: the test passes).
+        count as a regression before the update policy runs, so an update never absorbs them. A baseline that
+        cannot be written (read-only folder, full disk) fails the test with the file and the reason; the
+        measurement stays on the record. Returns the failure sentences (empty: the test passes).
 
         Raises:
             BaselineError: the baselines file cannot be trusted (the record's verdict is ``failed``).
@@ -67,33 +72,62 @@ class BenchSession:
         try:
             entry = self.baseline_entry(record.hardware_key, key)
         except BaselineError:
-            record.verdict = "failed"
+            record.verdict = Verdict.FAILED
             raise
-        measured = Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
-                            record.environment, record.peak_memory_bytes, record.accuracy, record.speedup)
-        judgement = judge(measured, entry, self.policy.tolerances, self.policy.strict_env)
+        judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env)
         if extra_failures:
             judgement.failures[:0] = extra_failures
-            judgement.verdict = "regression"
+            judgement.verdict = Verdict.REGRESSION
         record.verdict = judgement.verdict
-        for name, value in judgement.fields.items():
-            setattr(record, name, value)
+        apply_figures(record, judgement.figures)
         if entry is not None:
             record.baseline_recorded_at = entry.get("recorded_at")
-        notes = list(judgement.notes)
-        failures = list(judgement.failures)
+        failures, notes = list(judgement.failures), list(judgement.notes)
         if entry is None and self.policy.require_baselines and self.policy.update_mode is None:
             failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
                             "and --require-baselines is set; record one with --update-baselines")
-        action = lifecycle.update_action(self.policy.update_mode, record.verdict, entry is not None)
-        record.baseline_action = action
-        if action == "recorded":
-            self.store.write_entries(record.hardware_key, record.device_name or "", {key: lifecycle.make_entry(record, entry)})
-            notes.append(f"baseline recorded in {self.store.path_for(record.hardware_key)}")
-        elif action == "kept-regression":
-            notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the new figures")
+        self._update_baseline(record, key, entry, failures, notes)
         record.message = " | ".join(failures + notes)
         return failures
+
+    def _update_baseline(self, record: TestRecord, key: str, entry: dict[str, Any] | None, failures: list[str],
+                         notes: list[str]) -> None:
+        assert record.hardware_key is not None
+        action = lifecycle.update_action(self.policy.update_mode, record.verdict, entry is not None)
+        record.baseline_action = action
+        path = self.store.path_for(record.hardware_key)
+        if action == "recorded":
+            try:
+                self.store.write_entries(record.hardware_key, record.device_name or "",
+                                         {key: lifecycle.make_entry(record, entry)})
+            except (OSError, ValueError, BaselineError) as error:
+                record.baseline_action = "write-failed"
+                record.verdict = Verdict.FAILED
+                failures.append(f"{record.test_id}: baseline not recorded in {path}: {error} "
+                                "(check the folder's permissions and free space; the measurement is kept in the results)")
+                return
+            notes.append(f"baseline recorded in {path}")
+        elif action == "kept-regression":
+            notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the new figures")
+        elif action == "kept-unstable":
+            notes.append("baseline kept: the window was unstable; use --update-baselines=force to record it anyway")
+
+
+def _measured(record: TestRecord) -> Measured:
+    return Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
+                    record.environment, record.peak_memory_bytes, record.accuracy, record.speedup,
+                    exact_memory=device_kind(record.device or "cpu") == "cuda")
+
+
+def apply_figures(record: TestRecord, figures: Figures) -> None:
+    """Copy a judgement's figures onto the record's fields of the same meaning."""
+    record.ratio, record.threshold, record.p_value = figures.ratio, figures.threshold, figures.p_value
+    record.memory_ratio = figures.memory_ratio
+    record.baseline_throughput = figures.baseline_throughput
+    record.baseline_peak_memory_bytes = figures.baseline_peak_memory_bytes
+    record.baseline_accuracy = figures.baseline_accuracy
+    record.baseline_speedup = figures.baseline_speedup
+    record.env_changes = list(figures.env_changes)
 
 
 def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
@@ -114,8 +148,8 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
     energy = measurement.telemetry.get("energy_j")
     if energy:
-        record.energy_j_per_sample = energy / measurement.window_samples
-        record.samples_per_joule = measurement.window_samples / energy
+        record.energy_j_per_sample = energy / measurement.window_work
+        record.samples_per_joule = measurement.window_work / energy
     if measurement.profile is not None:
         record.top_ops = measurement.profile.top_device_ops
         record.top_cpu_ops = measurement.profile.top_cpu_ops

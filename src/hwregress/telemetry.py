@@ -113,7 +113,7 @@ class _Nvml:
 
 
 class TelemetrySampler:
-    """Context manager that samples telemetry every ``interval_s`` on a background thread.
+    """Context manager that reads telemetry every ``interval_s`` on a background thread.
 
     After exit: ``series`` (list of dicts with ``t_s`` relative to entry), ``gpu_available`` and
     ``gpu_unavailable_reason``, ``errors`` (metric -> NVML error), ``energy_j`` (GPU energy over the
@@ -201,7 +201,7 @@ class TelemetrySampler:
             self.energy_source = "integrated power"
 
     def throttle_reasons(self) -> list[str]:
-        """Reasons other than idle seen in any sample of the window."""
+        """Reasons other than idle seen in any reading of the window."""
         mask = 0
         for sample in self.series:
             mask |= sample.get("clock_event_reasons") or 0
@@ -217,7 +217,7 @@ class TelemetrySampler:
                 metrics[key] = {"min": min(values), "mean": sum(values) / len(values), "max": max(values)}
         return {
             "interval_s": self.interval_s,
-            "samples": len(self.series),
+            "readings": len(self.series),
             "duration_s": self.duration_s,
             "gpu_available": self.gpu_available,
             "gpu_unavailable_reason": self.gpu_unavailable_reason,

@@ -1,0 +1,63 @@
+"""The hwregress pytest plugin: the hooks, and only the hooks. Each role lives in its own module, like
+pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
+
+- :mod:`~hwregress.plugin.options`: command-line options and ini twins, validated into ``Settings``;
+- :mod:`~hwregress.plugin.parametrize`: the matrix every hardware test is parametrized over;
+- :mod:`~hwregress.plugin.fixture`: the ``hwbench`` fixture and the pytest-benchmark bridge;
+- :mod:`~hwregress.plugin.record`: the one record per test, settled on the worker that ran it;
+- :mod:`~hwregress.plugin.collector`: the controller, which stores records and writes the outputs;
+- :mod:`~hwregress.plugin.xdist`: the scheduler that gives each device to one worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import pytest
+
+from hwregress.baselines import BaselineStore
+from hwregress.plugin import options, record, xdist
+from hwregress.plugin.collector import Collector
+from hwregress.plugin.fixture import SESSION_KEY, hwbench
+from hwregress.plugin.parametrize import SETTINGS_KEY, pytest_generate_tests
+from hwregress.session import BenchSession
+from hwregress.timing import RoundTimer
+
+__all__ = ["hwbench", "pytest_generate_tests"]
+MARKERS = ("cpu", "gpu", "mps", "train", "infer", "throughput", "parity", "speedup", "ceiling")
+
+
+class HookSpecs:
+    @pytest.hookspec(firstresult=True)
+    def pytest_hwregress_round_timer(self, config: pytest.Config, device: str) -> RoundTimer | None:
+        """Return the :class:`hwregress.timing.RoundTimer` for ``device``, or None for the default (CUDA
+        events on CUDA, synchronized host clock elsewhere). Self-tests use it to inject a known clock."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(HookSpecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    xdist.choose_scheduling(config)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in MARKERS:
+        config.addinivalue_line("markers", f"{name}: hwregress test family or device marker")
+    settings = config.stash[SETTINGS_KEY] = options.build_settings(config)
+    config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy)
+    xdist.register(config)
+    if not xdist.is_worker(config):
+        config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+    outcome = yield
+    record.finish(item, call, outcome.get_result())

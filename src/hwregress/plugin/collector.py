@@ -1,0 +1,180 @@
+"""The controller's side: store every test's record as it arrives, show it in the terminal, and write the
+session's outputs (``results.json``, the HTML report, the Markdown job summary) when the session ends.
+
+Registered on the controller only, never on an xdist worker. It builds nothing: each record comes whole on
+its report (:mod:`hwregress.plugin.record`). Every record is appended to a journal as it arrives, so a
+session that dies before its end leaves what it finished on disk; the next session moves it to ``archive/``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hwregress import ci
+from hwregress.devices import describe, environment_fingerprint, unavailable_reason
+from hwregress.journal import Journal
+from hwregress.plugin.options import Settings
+from hwregress.plugin.record import REPORT_ATTRIBUTE
+from hwregress.results import SessionResults, TestRecord
+from hwregress.verdicts import NOTEWORTHY
+
+JOURNAL_NAME = ".results.partial.jsonl"  # under the report dir, while a session runs
+_CATEGORY = {"passed": "passed", "failed": "failed", "skipped": "skipped"}
+
+
+class Collector:
+    """Gathers the records of a session and writes its outputs."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.records: dict[str, TestRecord] = {}
+        self.paths: dict[str, Path] = {}
+        self.problems: list[str] = []
+        self.started = time.time()
+        self.journal: Journal | None = None
+        self.recovered: Path | None = None
+
+    # -- while the session runs --------------------------------------------------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self.settings.write_report:
+            return
+        journal_path = self.settings.report_dir / JOURNAL_NAME
+        try:
+            self.recovered = _archive_unfinished(journal_path, self.settings.report_dir / "archive")
+            self.journal = Journal(journal_path)
+        except OSError as error:
+            self.problems.append(f"no journal of this session's records at {journal_path}: {error}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, REPORT_ATTRIBUTE, None)
+        if data is None:
+            return
+        record = TestRecord.from_json(data)
+        self.records[record.test_id] = record
+        if self.journal is not None:
+            try:
+                self.journal.append(record)
+            except OSError as error:  # a full disk must not turn a finished measurement into a crash
+                self.problems.append(f"journal {self.journal.path}: {error}; later records are kept in memory only")
+                self.journal = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        """The verdict letter (``R`` regression, ``+`` improvement, ...) and, at ``-v``, the verdict word with
+        its figure and ratio, as each test finishes."""
+        data = getattr(report, REPORT_ATTRIBUTE, None)
+        if data is None or not (report.when == "call" or (report.when == "setup" and report.skipped)):
+            return None
+        record = TestRecord.from_json(data)
+        markup = {"red": True} if record.verdict in ci.BAD else {"yellow": True} if report.skipped else {"green": True}
+        return _CATEGORY[report.outcome], ci.LETTERS[record.verdict], (ci.status_word(record), markup)
+
+    # -- at the end -------------------------------------------------------------------------------
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.records and self.settings.write_report:
+            results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
+            self._write(results, session)
+        if self.journal is not None:
+            self.journal.close(remove=not self.problems)  # the results file now holds everything it held
+
+    def _write(self, results: SessionResults, session: pytest.Session) -> None:
+        from hwregress.report import write_outputs  # Jinja2 only when there is something to render
+
+        try:
+            self.paths = write_outputs(results, self.settings.report_dir)
+        except OSError as error:
+            self._fail(session, f"results not written to {self.settings.report_dir}: {error}; the records of this "
+                                f"session stay in {self.settings.report_dir / JOURNAL_NAME}")
+        summary = ci.markdown_summary(results)
+        targets = [Path(p) for p in (os.environ.get("GITHUB_STEP_SUMMARY"), self.settings.summary_md) if p]
+        for target in targets:
+            try:
+                _write_summary(target, summary, append=str(target) == os.environ.get("GITHUB_STEP_SUMMARY"))
+                self.paths.setdefault("summary", target)
+            except OSError as error:
+                self._fail(session, f"Markdown summary not written to {target}: {error}")
+
+    def _fail(self, session: pytest.Session, problem: str) -> None:
+        self.problems.append(problem)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.records and not self.problems:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("hwregress")
+        results = SessionResults({}, list(self.records.values()))
+        write(", ".join(f"{count} {verdict}" for verdict, count in results.counts().items()))
+        for record in sorted(self.records.values(), key=lambda r: (r.verdict.rank, r.test_id)):
+            if record.verdict in NOTEWORTHY:
+                write(f"  {record.verdict:<14} {record.test_id}: {ci.figure(record)} {record.message[:300]}")
+        for name, path in self.paths.items():
+            write(f"{name}: {path}")
+        for problem in self.problems:
+            write(f"hwregress: {problem}", red=True)
+        if self.recovered is not None:
+            write(f"an earlier session died before writing its results; what it finished is in {self.recovered} "
+                  f"(render it: python -m hwregress report render {self.recovered} -o FILE.html)")
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            for line in ci.github_annotations(self.records.values()):
+                write(line)
+
+    def _meta(self, exitstatus: int) -> dict[str, Any]:
+        return {
+            "hostname": socket.gethostname(),
+            "started_at": _iso(self.started),
+            "finished_at": _iso(time.time()),
+            "duration_s": time.time() - self.started,
+            "exitstatus": exitstatus,
+            "interrupted": exitstatus == int(pytest.ExitCode.INTERRUPTED),
+            "args": list(self.config.invocation_params.args),
+            "workers": getattr(self.config.option, "numprocesses", None) or 0,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "hardware": [_hardware(device) for device in self.settings.selection.devices],
+            "baseline_dir": str(self.settings.baseline_dir),
+            "update_mode": self.settings.policy.update_mode,
+            "tolerances": vars(self.settings.policy.tolerances),
+            "pid": os.getpid(),
+        }
+
+
+def _archive_unfinished(journal_path: Path, archive: Path) -> Path | None:
+    """Move a journal left by a session that died before writing its results into ``archive``."""
+    if not journal_path.exists():
+        return None
+    stamp = _dt.datetime.fromtimestamp(journal_path.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    target = archive / f"results-{stamp}-unfinished.jsonl"
+    archive.mkdir(parents=True, exist_ok=True)
+    journal_path.replace(target)
+    return target
+
+
+def _write_summary(path: Path, text: str, append: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as stream:
+        stream.write(text)
+
+
+def _hardware(device: str) -> dict[str, Any]:
+    reason = unavailable_reason(device)
+    if reason is not None:
+        return {"device": device, "unavailable": reason}
+    info = describe(device)
+    return {"device": device, "name": info.name, "hardware_key": info.hardware_key,
+            "total_memory_bytes": info.total_memory_bytes, "facts": info.facts,
+            "environment": environment_fingerprint(device)}
+
+
+def _iso(timestamp: float) -> str:
+    return _dt.datetime.fromtimestamp(timestamp, _dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,182 @@
+"""The ``hwbench`` fixture: runs a measurement, records it, judges it and asserts; and the bridge to
+pytest-benchmark, whose table and ``--benchmark-json`` then show the same timed rounds."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from hwregress import ceilings, parity, roofline, workloads
+from hwregress.baselines import BaselineError, entry_key
+from hwregress.bench import Measurement, OutOfMemory, RunOptions, run_model
+from hwregress.devices import describe, environment_fingerprint
+from hwregress.plugin.parametrize import settings
+from hwregress.plugin.record import RECORD_KEY, skip_with
+from hwregress.plugin.xdist import is_worker
+from hwregress.results import TestRecord
+from hwregress.session import BenchSession, fill_measurement
+from hwregress.stats import summarize
+from hwregress.timing import RoundTimer, TimingPlan, default_timer
+from hwregress.verdicts import Verdict
+
+SESSION_KEY = pytest.StashKey[BenchSession]()
+RoundDriver = Callable[[Callable[[], None], int], None]
+
+
+class HwBench:
+    """Runs hwregress measurements inside a test. Every method builds the test's one record first (so a
+    failure later still reports what was measured), then measures, judges against the baseline and fails
+    the test with the numbers when the judgement says so."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.request = request
+        self.item = request.node
+        self.config = request.config
+        self.settings = settings(self.config)
+        self.session = self.config.stash[SESSION_KEY]
+
+    # -- measurements -------------------------------------------------------------------------------
+    def throughput(self, device: str, model: str, mode: str, batch_size: int, dtype: str) -> TestRecord:
+        """Benchmark ``model`` in ``mode`` and assert throughput and peak memory against the baseline."""
+        record = self._start("throughput", device, model, mode, batch_size, dtype)
+        fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver()))
+        self._benchmark_extra_info(record)
+        return self._conclude(record, entry_key("throughput", model, mode, batch_size, dtype))
+
+    def speedup(self, device: str, model: str, batch_size: int, dtype: str = "fp32") -> TestRecord:
+        """Measure ``model`` training on ``device`` and on the CPU in this session; assert the speedup."""
+        record = self._start("speedup", device, model, "train", batch_size, dtype)
+        gpu = self._run_model(record, model, device, "train", batch_size, dtype, self._round_driver(), profile_steps=0)
+        # the CPU side of a GPU-sized batch is slow: one warmup step and the minimum of rounds
+        cpu_plan = dataclasses.replace(self.settings.plan, warmup_steps=1, rounds=5)
+        cpu = self._run_model(record, model, "cpu", "train", batch_size, dtype, None, cpu_plan, profile_steps=0)
+        fill_measurement(record, gpu)
+        cpu_median = summarize(cpu.throughput_samples).median
+        record.speedup = record.throughput / cpu_median if record.throughput else None
+        record.details["cpu_throughput"] = cpu_median
+        return self._conclude(record, entry_key("speedup", model, "train", batch_size, dtype))
+
+    def ceiling(self, device: str, name: str, dtype: str) -> TestRecord:
+        """Measure one roof of ``device`` (``gemm``, ``copy``, ``h2d``) and assert it against the baseline."""
+        spec = ceilings.default_spec(name, device)
+        record = self._start("ceiling", device, name, "roof", spec.size, dtype)
+        record.unit = spec.unit
+        measurement = ceilings.run_ceiling(spec, device, dtype, self._timer(device), self.settings.plan,
+                                           self.settings.telemetry_interval_s, self._round_driver())
+        fill_measurement(record, measurement)
+        peak = roofline.published_peak(record.device_name or "")
+        if peak is not None:
+            record.details.update(published=peak.roof(name, dtype), published_source=peak.source)
+        self._benchmark_extra_info(record)
+        return self._conclude(record, entry_key("ceiling", name, "roof", spec.size, dtype))
+
+    def digits_accuracy(self, device: str, dtype: str, cpu_accuracy: Callable[[], float]) -> TestRecord:
+        """Train the digits CNN on ``device``; assert accuracy against the baseline and, off the CPU,
+        against the CPU's accuracy in this session."""
+        record = self._start("parity", device, "digits_cnn", "train", parity.DIGITS_BATCH, dtype)
+        record.unit = "accuracy"
+        started = time.perf_counter()
+        record.accuracy = parity.train_digits(device, dtype)
+        record.duration_s = time.perf_counter() - started
+        failures = []
+        if not device.startswith("cpu"):
+            record.reference_accuracy = cpu_accuracy()
+            margin = self.session.policy.tolerances.device_accuracy_margin
+            if abs(record.accuracy - record.reference_accuracy) > margin:
+                failures.append(f"{record.test_id}: digits accuracy {record.accuracy:.4f} on {device} differs from the "
+                                f"CPU's {record.reference_accuracy:.4f} by more than {margin:.3f}")
+        return self._conclude(record, entry_key("parity", "digits_cnn", "train", parity.DIGITS_BATCH, dtype), failures)
+
+    def output_parity(self, device: str, model: str, dtype: str) -> TestRecord:
+        """Compare ``model``'s outputs on ``device`` in ``dtype`` with the CPU fp32 reference."""
+        record = self._start("output-parity", device, model, "infer", 8, dtype)
+        record.unit = "top-1 agreement"
+        result = parity.output_parity(workloads.get(model), device, dtype)
+        record.accuracy = result.top1_agreement
+        record.details.update(relative_error=result.relative_error, max_abs_error=result.max_abs_error,
+                              tolerance=result.tolerance, decisive_agreement=result.decisive_agreement)
+        failures = [] if result.ok else [
+            f"{record.test_id}: outputs differ from the CPU fp32 reference: relative error "
+            f"{result.relative_error:.3g} (tolerance {result.tolerance:.3g} for {dtype}), top-1 agreement "
+            f"{result.top1_agreement:.3f}, decisive agreement {result.decisive_agreement:.3f} (must be 1)"]
+        return self._conclude(record, entry_key("output-parity", model, "infer", 8, dtype), failures)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _start(self, family: str, device: str, model: str, mode: str, batch_size: int, dtype: str) -> TestRecord:
+        """The test's one record, stashed before anything is measured."""
+        info = describe(device)
+        record = TestRecord(test_id=self.item.nodeid, family=family, hardware_key=info.hardware_key,
+                            device=device, device_name=info.name, model=model, mode=mode, batch_size=batch_size,
+                            dtype=dtype, environment=environment_fingerprint(device))
+        record.details["device_facts"] = info.facts
+        record.details["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self.item.stash[RECORD_KEY] = record
+        return record
+
+    def _timer(self, device: str) -> RoundTimer:
+        return self.config.hook.pytest_hwregress_round_timer(config=self.config, device=device) or default_timer(device)
+
+    def _run_model(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
+                   round_driver: RoundDriver | None, plan: TimingPlan | None = None,
+                   profile_steps: int | None = None) -> Measurement:
+        trace = None
+        if self.settings.trace:
+            trace = self.settings.report_dir / "traces" / f"{_safe_name(record.test_id)}-{device.replace(':', '')}.json"
+            record.trace_path = str(trace)
+        options = RunOptions(plan or self.settings.plan, self.settings.telemetry_interval_s,
+                             self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver)
+        try:
+            return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options)
+        except OutOfMemory as error:
+            record.message = str(error)
+            skip_with(Verdict.OOM, str(error))
+
+    def _round_driver(self) -> RoundDriver | None:
+        bench = self._benchmark_fixture()
+        if bench is None:
+            return None
+        return lambda run_round, rounds: bench.pedantic(run_round, rounds=rounds, iterations=1, warmup_rounds=0)
+
+    def _benchmark_fixture(self) -> Any:
+        """pytest-benchmark's fixture when that plugin is active (it switches itself off under xdist)."""
+        if not self.config.pluginmanager.hasplugin("benchmark") or is_worker(self.config) \
+                or self.config.getoption("benchmark_disable", False):
+            return None  # asking for the fixture then would only earn "fixture was not used" warnings
+        try:
+            bench = self.request.getfixturevalue("benchmark")
+        except pytest.FixtureLookupError:
+            return None
+        return None if getattr(bench, "disabled", True) else bench
+
+    def _benchmark_extra_info(self, record: TestRecord) -> None:
+        bench = self._benchmark_fixture()
+        if bench is not None:
+            bench.extra_info.update(throughput=record.throughput, unit=record.unit, latency_ms=record.latency_ms,
+                                    peak_memory_bytes=record.peak_memory_bytes,
+                                    steps_per_round=record.steps_per_round, batch_size=record.batch_size,
+                                    hardware_key=record.hardware_key)
+
+    def _conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> TestRecord:
+        try:
+            failures = self.session.conclude(record, key, extra_failures)
+        except BaselineError as error:
+            record.message = str(error)
+            pytest.fail(str(error), pytrace=False)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+        return record
+
+
+def _safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[-150:]
+
+
+@pytest.fixture
+def hwbench(request: pytest.FixtureRequest) -> HwBench:
+    """Runs hwregress measurements inside a test; see :class:`HwBench`."""
+    return HwBench(request)

@@ -1,0 +1,255 @@
+"""Command-line options with ini twins, validated once per process into the frozen :class:`Settings`.
+
+Every option has an ini twin (``hwregress_*``) so a CI runner can pin it in its pytest configuration; every
+error names the flag or ini key the bad value came from, the value, and what would be valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hwregress.compare import Tolerances
+from hwregress.devices import parse_device_list, visible_devices
+from hwregress.lifecycle import UPDATE_MODES
+from hwregress.matrix import Selection, validate
+from hwregress.session import Policy
+from hwregress.timing import TimingPlan
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its flag, ini twin, default (as the ini would spell it) and help text."""
+
+    flag: str
+    ini: str
+    default: str | None
+    help: str
+    is_list: bool = False
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--devices", "hwregress_devices", None, "devices: cpu, cuda, cuda:N, mps (default: all visible)", True),
+    Option("--models", "hwregress_models", None, "models (default: per device; CPU: a few small ones, GPU: the zoo)", True),
+    Option("--batch-sizes", "hwregress_batch_sizes", None, "batch sizes for every mode (default: per device and mode)", True),
+    Option("--modes", "hwregress_modes", "train,infer", "modes: train, infer", True),
+    Option("--dtypes", "hwregress_dtypes", "fp32", "numerics: fp32, tf32, bf16, fp16 (autocast)", True),
+    Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),
+    Option("--report-dir", "hwregress_report_dir", "reports", "folder for results.json and report.html"),
+    Option("--summary-md", "hwregress_summary_md", None, "also write the Markdown job summary to this file"),
+    Option("--tolerance", "hwregress_tolerance", "0.05", "throughput loss tolerated, fraction (raised by measured noise)"),
+    Option("--max-threshold", "hwregress_max_threshold", "0.25", "no noise or history bound raises the threshold past this"),
+    Option("--memory-tolerance", "hwregress_memory_tolerance", "0.10", "peak-memory growth tolerated, fraction"),
+    Option("--rounds", "hwregress_rounds", "10", "timed rounds per test (>= 5 for significance at alpha 0.01)"),
+    Option("--warmup", "hwregress_warmup", "3", "untimed warmup steps"),
+    Option("--min-round-time", "hwregress_min_round_time", "0.1", "seconds a timed round lasts at least"),
+    Option("--time-budget", "hwregress_time_budget", "30", "seconds of timed rounds a noisy test may extend to"),
+    Option("--telemetry-interval", "hwregress_telemetry_interval", "0.1", "telemetry sampling interval, seconds"),
+    Option("--profile-steps", "hwregress_profile_steps", "3", "steps in the separate profiled window (0: no profile, no FLOPs)"),
+)
+_BY_INI = {option.ini: option for option in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the options decided, validated once per process."""
+
+    selection: Selection
+    plan: TimingPlan
+    policy: Policy
+    baseline_dir: Path
+    report_dir: Path
+    summary_md: Path | None
+    telemetry_interval_s: float
+    profile_steps: int
+    trace: bool
+    write_report: bool
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the options and their ini twins."""
+    group = parser.getgroup("hwregress", "hardware regression benchmarks")
+    for option in OPTIONS:
+        group.addoption(option.flag, dest=option.ini, default=None, help=f"{option.help} [ini: {option.ini}]")
+        parser.addini(option.ini, option.help, type="args" if option.is_list else "string", default=option.default)
+    group.addoption("--update-baselines", dest="hwregress_update", nargs="?", const="all", default=None,
+                    metavar="all|missing|force",
+                    help="record this hardware's baselines: all (default; regressions and unstable windows kept), "
+                         "missing (new only), force (accept regressions, repair bad entries)")
+    group.addoption("--require-baselines", action="store_true", dest="hwregress_require",
+                    help="a test without a baseline fails instead of passing as 'new'")
+    group.addoption("--strict-env", action="store_true", dest="hwregress_strict_env",
+                    help="fail tests whose torch/CUDA/cuDNN/driver differ from the baseline's")
+    group.addoption("--accept-identity", action="store_true", dest="hwregress_accept_identity",
+                    help="judge against a baseline recorded on hardware of another identity (compare anyway)")
+    group.addoption("--save-traces", action="store_true", dest="hwregress_trace",
+                    help="save each test's Chrome trace under <report-dir>/traces/")
+    group.addoption("--no-hwregress-report", action="store_true", dest="hwregress_no_report",
+                    help="do not write results.json and report.html")
+
+
+def build_settings(config: pytest.Config) -> Settings:
+    """Validate every option.
+
+    Raises:
+        pytest.UsageError: a bad device, model, mode, dtype, batch size, number or folder; the message names
+            the value, the option (or ini key) it came from, and the valid values.
+    """
+    policy = _policy(config)
+    baseline_dir = _path(config, "hwregress_baseline_dir")
+    if policy.update_mode is None and not baseline_dir.is_dir() and _was_given(config, "hwregress_baseline_dir"):
+        raise pytest.UsageError(f"{_source(config, 'hwregress_baseline_dir')}={baseline_dir}: no such folder; "
+                                "check the spelling, or record into it with --update-baselines")
+    summary = _value(config, "hwregress_summary_md")[0]
+    return Settings(
+        selection=_selection(config),
+        plan=_timing_plan(config),
+        policy=policy,
+        baseline_dir=baseline_dir,
+        report_dir=_path(config, "hwregress_report_dir"),
+        summary_md=config.rootpath / summary if summary else None,
+        telemetry_interval_s=_number(config, "hwregress_telemetry_interval", float, 0.001, 60),
+        profile_steps=_number(config, "hwregress_profile_steps", int, 0, 1000),
+        trace=config.getoption("hwregress_trace"),
+        write_report=not config.getoption("hwregress_no_report"),
+    )
+
+
+def _selection(config: pytest.Config) -> Selection:
+    devices = _devices(config)
+    models = _list(config, "hwregress_models")
+    modes = _list(config, "hwregress_modes")
+    dtypes = _list(config, "hwregress_dtypes")
+    batch_sizes = _batch_sizes(config)
+    selection = Selection(devices, models, batch_sizes, modes or [], dtypes or [])
+    try:
+        validate(selection)
+    except (KeyError, ValueError) as error:
+        raise pytest.UsageError(f"{_culprit(config, error.args[0])}: {error.args[0]}") from None
+    return selection
+
+
+def _timing_plan(config: pytest.Config) -> TimingPlan:
+    return TimingPlan(
+        warmup_steps=_number(config, "hwregress_warmup", int, 1, 10_000),
+        rounds=_number(config, "hwregress_rounds", int, 3, 100_000),
+        min_round_s=_number(config, "hwregress_min_round_time", float, 1e-6, 3600),
+        budget_s=_number(config, "hwregress_time_budget", float, 1e-3, 86_400),
+    )
+
+
+def _policy(config: pytest.Config) -> Policy:
+    update = config.getoption("hwregress_update")
+    if update is not None and update not in UPDATE_MODES:
+        raise pytest.UsageError(f"--update-baselines={update!r}: use one of {', '.join(UPDATE_MODES)} (or no value for all)")
+    tolerance = _number(config, "hwregress_tolerance", float, 0.0, 0.99)
+    max_threshold = _number(config, "hwregress_max_threshold", float, 0.01, 0.99)
+    if max_threshold < tolerance:
+        raise pytest.UsageError(f"{_source(config, 'hwregress_max_threshold')}={max_threshold} is below the tolerance "
+                                f"{tolerance}; the cap must be at least the tolerance")
+    tolerances = Tolerances(throughput=tolerance, max_threshold=max_threshold,
+                            memory=_number(config, "hwregress_memory_tolerance", float, 0.0, 100.0))
+    return Policy(tolerances, update, config.getoption("hwregress_require"), config.getoption("hwregress_strict_env"),
+                  config.getoption("hwregress_accept_identity"))
+
+
+def _devices(config: pytest.Config) -> list[str]:
+    entries = _list(config, "hwregress_devices")
+    if entries is None:
+        return _default_devices()
+    source = _source(config, "hwregress_devices")
+    try:
+        devices = parse_device_list(",".join(entries), source)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    visible = visible_devices()
+    missing = [d for d in devices if d not in visible]
+    if missing:
+        raise pytest.UsageError(f"{source}: {', '.join(missing)} not visible on this machine (visible: {', '.join(visible)}); "
+                                "drop it, or check CUDA_VISIBLE_DEVICES and the driver")
+    return devices
+
+
+def _default_devices() -> list[str]:
+    """Every visible device; ``cuda:0`` too when none is visible, so ``pytest -m gpu`` on a machine without a
+    GPU reports skipped tests with the reason instead of collecting nothing."""
+    found = visible_devices()
+    return found if any(d.startswith("cuda") for d in found) else [*found, "cuda:0"]
+
+
+def _batch_sizes(config: pytest.Config) -> list[int] | None:
+    entries = _list(config, "hwregress_batch_sizes")
+    if entries is None:
+        return None
+    try:
+        return [int(entry) for entry in entries]
+    except ValueError:
+        raise pytest.UsageError(f"{_source(config, 'hwregress_batch_sizes')}: batch sizes must be whole numbers, "
+                                f"got {','.join(entries)!r}") from None
+
+
+def _was_given(config: pytest.Config, ini: str) -> bool:
+    return config.getoption(ini) is not None or config.getini(ini) != _BY_INI[ini].default
+
+
+def _source(config: pytest.Config, ini: str) -> str:
+    return _BY_INI[ini].flag if config.getoption(ini) is not None else f"ini option {ini}"
+
+
+def _value(config: pytest.Config, ini: str) -> tuple[Any, str]:
+    """The option's raw value (a string, or a list for list options set in the ini) and where it came from."""
+    cli = config.getoption(ini)
+    if cli is not None:
+        return cli, _BY_INI[ini].flag
+    value = config.getini(ini)
+    return (value if value not in ("", []) else None), f"ini option {ini}"
+
+
+def _list(config: pytest.Config, ini: str) -> list[str] | None:
+    """A list option's entries: comma- or space-separated, from the command line or any ini list form.
+
+    Raises:
+        pytest.UsageError: the option was given but names nothing, or names one entry twice.
+    """
+    raw, source = _value(config, ini)
+    if raw is None:
+        return None
+    parts = raw if isinstance(raw, list) else [raw]
+    entries = [entry.strip() for part in parts for entry in str(part).replace(",", " ").split()]
+    if not entries:
+        raise pytest.UsageError(f"{source}={raw!r} names nothing; give at least one value or leave it out for the default")
+    repeated = sorted({entry for entry in entries if entries.count(entry) > 1})
+    if repeated:
+        raise pytest.UsageError(f"{source}={raw!r} names {', '.join(repeated)} more than once; list each value once")
+    return entries
+
+
+def _number(config: pytest.Config, ini: str, kind: Callable[[str], Any], low: float, high: float) -> Any:
+    raw, source = _value(config, ini)
+    try:
+        value = kind(str(raw))
+    except ValueError:
+        raise pytest.UsageError(f"{source}={raw!r} is not a {kind.__name__}") from None
+    if not low <= value <= high:
+        raise pytest.UsageError(f"{source}={raw!r} is out of range; use a value in [{low}, {high}]")
+    return value
+
+
+def _path(config: pytest.Config, ini: str) -> Path:
+    raw, source = _value(config, ini)
+    if not str(raw).strip():
+        raise pytest.UsageError(f"{source} is empty; give a folder")
+    return config.rootpath / str(raw)
+
+
+def _culprit(config: pytest.Config, message: str) -> str:
+    """The flag (or ini key) a matrix validation error is about, from the words of its message."""
+    for word, ini in (("model", "hwregress_models"), ("mode", "hwregress_modes"), ("dtype", "hwregress_dtypes"),
+                      ("batch", "hwregress_batch_sizes")):
+        if word in message:
+            return _source(config, ini)
+    return "hwregress"

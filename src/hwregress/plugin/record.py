@@ -1,0 +1,104 @@
+"""One record per test, built on the worker that ran it.
+
+The ``hwbench`` fixture puts the test's :class:`~hwregress.results.TestRecord` in ``item.stash`` as soon as it
+knows the test's identity and fills it as the measurement proceeds. :func:`finish` (called from the
+``pytest_runtest_makereport`` wrapper) settles the verdict from the test's outcome — a structured skip
+(:class:`HwSkip`) carries its own verdict, a crash becomes ``failed`` — and attaches the record, as plain JSON,
+to the report as ``report.hwregress_record``. pytest-xdist carries report attributes to the controller, which
+only stores what it receives. JUnit XML gets a short set of properties, never the whole record.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NoReturn
+
+import pytest
+
+from hwregress.results import TestRecord
+from hwregress.verdicts import Verdict
+
+RECORD_KEY = pytest.StashKey[TestRecord]()
+REPORT_ATTRIBUTE = "hwregress_record"
+JUNIT_PROPERTIES = ("verdict", "throughput", "unit", "ratio", "threshold", "peak_memory_bytes")
+# verdicts a failing test keeps: the judge's own reasons to fail
+_FAILING_VERDICTS = (Verdict.REGRESSION, Verdict.INVALID, Verdict.FAILED)
+
+
+class HwSkip(pytest.skip.Exception):  # type: ignore[misc,name-defined]
+    """A skip whose verdict travels with it (``unsupported``, ``oom``) instead of being parsed from its text."""
+
+    def __init__(self, verdict: Verdict, reason: str) -> None:
+        super().__init__(msg=reason)
+        self.verdict = verdict
+
+
+def skip_with(verdict: Verdict, reason: str) -> NoReturn:
+    """Skip the running test with ``verdict`` (``unsupported``, ``oom``) and ``reason``."""
+    raise HwSkip(verdict, reason)
+
+
+def is_hardware_test(item: pytest.Item) -> bool:
+    """True for a test parametrized over a device (the tests of ``bench_tests/``)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "device" in callspec.params
+
+
+def record_from_params(item: pytest.Item) -> TestRecord:
+    """The record of a test that ended before ``hwbench`` could build one (a skip in a fixture)."""
+    params: dict[str, Any] = item.callspec.params  # type: ignore[attr-defined]
+    return TestRecord(test_id=item.nodeid, device=params.get("device"),
+                      model=params.get("workload") or params.get("ceiling"), mode=params.get("mode"),
+                      batch_size=params.get("batch_size"), dtype=params.get("dtype"))
+
+
+def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """Settle the record's outcome and verdict from ``report`` and attach it (see the module docstring)."""
+    if not is_hardware_test(item) or not _concludes(report):
+        return
+    first = RECORD_KEY not in item.stash
+    record = item.stash.setdefault(RECORD_KEY, record_from_params(item))
+    record.outcome = report.outcome
+    if report.when == "teardown":
+        record.message = " | ".join(filter(None, [record.message, f"teardown failed: {_short_reason(report)}"]))
+    elif report.skipped:
+        exception = call.excinfo.value if call.excinfo is not None else None
+        record.verdict = exception.verdict if isinstance(exception, HwSkip) else Verdict.SKIPPED
+        record.message = record.message or _short_reason(report)
+    elif report.failed and record.verdict not in _FAILING_VERDICTS:
+        record.verdict = Verdict.FAILED
+        record.message = " | ".join(filter(None, [_short_reason(report), record.message]))
+    elif report.passed and first:
+        record.verdict = Verdict.PASS  # a hardware test that measured nothing of its own
+    setattr(report, REPORT_ATTRIBUTE, plain_json(record))
+    if report.when != "teardown":
+        item.user_properties.extend(junit_properties(record))
+
+
+def _concludes(report: pytest.TestReport) -> bool:
+    """The call phase, a setup that did not pass, or a teardown that failed after the measurement."""
+    return report.when == "call" or (report.when == "setup" and not report.passed) or (
+        report.when == "teardown" and report.failed)
+
+
+def plain_json(record: TestRecord) -> dict[str, Any]:
+    """The record with plain JSON types only: xdist's execnet refuses str subclasses (torch's TorchVersion)
+    and numpy scalars."""
+    return json.loads(json.dumps(record.to_json(), default=str))
+
+
+def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
+    """The short properties JUnit XML gets: verdict, throughput, unit, ratio, threshold, peak memory."""
+    values = {name: getattr(record, name) for name in JUNIT_PROPERTIES}
+    return [(f"hwregress.{name}", _junit_value(value)) for name, value in values.items() if value is not None]
+
+
+def _junit_value(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _short_reason(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    text = getattr(report, "longreprtext", "") or ""
+    return text.strip().splitlines()[-1][:500] if text.strip() else ""
