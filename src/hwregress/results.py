@@ -51,11 +51,15 @@ class TestRecord:
     threshold: float | None = None
     p_value: float | None = None
     memory_ratio: float | None = None
+    wanted_threshold: float | None = None  # what the noise/history bounds asked for when the cap cut it
     verdict: Verdict = Verdict.NEW
     outcome: str | None = None
     message: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
     env_changes: list[str] = field(default_factory=list)
+    identity_changes: list[str] = field(default_factory=list)
+    health: dict[str, Any] = field(default_factory=dict)
+    diagnosis: list[str] = field(default_factory=list)
     baseline_recorded_at: str | None = None
     baseline_action: str | None = None
     flops_per_sample: float | None = None
