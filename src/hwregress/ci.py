@@ -33,9 +33,11 @@ def figure(record: TestRecord) -> str:
     return text
 
 
-def status_word(record: TestRecord) -> str:
-    """The verbose terminal word of a finished test: verdict, figure and ratio."""
-    return " ".join(filter(None, [str(record.verdict).upper(), figure(record)]))
+def status_word(record: TestRecord, outcome: str) -> str:
+    """The verbose terminal word of a finished test: pytest's outcome word (so logs stay greppable), then the
+    verdict, figure and ratio, e.g. ``FAILED (regression 200.5 samples/s x0.500 (threshold 5.0%))``."""
+    detail = " ".join(filter(None, [str(record.verdict), figure(record)]))
+    return f"{outcome.upper()} ({detail})"
 
 
 def markdown_summary(results: SessionResults, title: str = "hwregress") -> str:

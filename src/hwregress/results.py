@@ -1,7 +1,21 @@
 """Plain records of one measured test and of one session; JSON in and out; merging across machines.
 
 Units: throughput in ``unit`` (samples/s for models, TFLOP/s or GB/s for ceilings), latency in ms,
-memory in bytes, energy in J, power in W, accuracy as a fraction.
+memory in bytes, energy in J, power in W, accuracy as a fraction. ``samples`` always means the per-round
+throughput observations of the timed window.
+
+The contract of ``results.json`` is the JSON Schema ``hwregress/schemas/results.schema.json``.
+
+Format history (``schema_version``), in the manner of pyperf's:
+
+- **2** (hwregress 0.2): ``verdict`` is one of :class:`hwregress.verdicts.Verdict` (adds ``invalid`` and
+  ``other-hardware``); new record fields ``wanted_threshold``, ``identity_changes``, ``health`` and
+  ``diagnosis``; the telemetry summary counts its ``readings`` (was ``samples``, which now only means
+  per-round throughput observations).
+- **1** (hwregress 0.1): the first format. Read by this version: its telemetry ``samples`` count becomes
+  ``readings``.
+
+A file of any other version is refused with its name and the version found.
 """
 
 from __future__ import annotations
@@ -15,7 +29,8 @@ from typing import Any
 
 from hwregress.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA_VERSION = 2
+READABLE_RESULTS_VERSIONS = (1, 2)
 
 @dataclass
 class TestRecord:
@@ -113,23 +128,37 @@ class SessionResults:
 
 
 def load(path: str | Path) -> SessionResults:
-    """Read a ``results.json``.
+    """Read a ``results.json`` of any readable schema version (see the format history above).
 
     Raises:
-        ValueError: the file is not JSON, not a results file, or of an unknown schema version; the
-            message names the file.
+        ValueError: the file is not JSON, not a results file, of an unknown schema version, or holds a
+            malformed record; the message names the file (and the record).
     """
     source = Path(path)
     try:
         data = json.loads(source.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{source}: cannot read results ({error})") from None
-    if not isinstance(data, dict) or data.get("schema_version") != RESULTS_SCHEMA_VERSION:
-        raise ValueError(
-            f"{source}: not a hwregress results file of schema version {RESULTS_SCHEMA_VERSION} "
-            f"(found {data.get('schema_version') if isinstance(data, dict) else type(data).__name__!r})"
-        )
-    return SessionResults(data.get("meta", {}), [TestRecord.from_json(r) for r in data.get("records", [])])
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version not in READABLE_RESULTS_VERSIONS:
+        found = version if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{source}: not a hwregress results file this version reads (schema version {found!r}; "
+                         f"readable: {', '.join(map(str, READABLE_RESULTS_VERSIONS))}); upgrade hwregress to read it")
+    records = data.get("records")
+    if not isinstance(records, list) or not isinstance(data.get("meta", {}), dict):
+        raise ValueError(f"{source}: 'records' must be a list and 'meta' an object")
+    return SessionResults(data.get("meta", {}), [_record(item, source, index, version) for index, item in enumerate(records)])
+
+
+def _record(item: Any, source: Path, index: int, version: int) -> TestRecord:
+    try:
+        if not isinstance(item, dict) or not isinstance(item.get("test_id"), str):
+            raise TypeError("not an object with a test_id")
+        if version == 1 and isinstance(item.get("telemetry"), dict) and "samples" in item["telemetry"]:
+            item["telemetry"]["readings"] = item["telemetry"].pop("samples")
+        return TestRecord.from_json(item)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source}: record {index} is malformed ({error}); the file was edited or truncated") from None
 
 
 def machine_label(results: SessionResults) -> str:

@@ -27,7 +27,6 @@ from hwregress.results import SessionResults, TestRecord
 from hwregress.verdicts import NOTEWORTHY
 
 JOURNAL_NAME = ".results.partial.jsonl"  # under the report dir, while a session runs
-_CATEGORY = {"passed": "passed", "failed": "failed", "skipped": "skipped"}
 
 
 class Collector:
@@ -76,7 +75,7 @@ class Collector:
             return None
         record = TestRecord.from_json(data)
         markup = {"red": True} if record.verdict in ci.BAD else {"yellow": True} if report.skipped else {"green": True}
-        return _CATEGORY[report.outcome], ci.LETTERS[record.verdict], (ci.status_word(record), markup)
+        return report.outcome, ci.LETTERS[record.verdict], (ci.status_word(record, report.outcome), markup)
 
     # -- at the end -------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -117,7 +116,8 @@ class Collector:
         write(", ".join(f"{count} {verdict}" for verdict, count in results.counts().items()))
         for record in sorted(self.records.values(), key=lambda r: (r.verdict.rank, r.test_id)):
             if record.verdict in NOTEWORTHY:
-                write(f"  {record.verdict:<14} {record.test_id}: {ci.figure(record)} {record.message[:300]}")
+                why = record.message.replace(f"{record.test_id}: ", "")[:300]
+                write(f"  {record.verdict:<14} {record.test_id}: {ci.figure(record)}  {why}")
         for name, path in self.paths.items():
             write(f"{name}: {path}")
         for problem in self.problems:

@@ -1,0 +1,108 @@
+"""What CI systems read: JUnit properties, the Markdown job summary, ``::error`` annotations, the live verdict
+line, and ``results.json`` against its shipped JSON Schema -- end to end, and the formatting rules alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ElementTree
+
+import jsonschema
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hwregress import ci, schemas
+from hwregress.plugin.record import JUNIT_PROPERTIES
+from hwregress.results import SessionResults, TestRecord
+from hwregress.verdicts import Verdict
+
+TRAIN_ID = "bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs4-fp32]"
+SHORT_PROPERTIES = {f"hwregress.{name}" for name in JUNIT_PROPERTIES}
+
+
+def test_results_json_of_a_real_session_matches_the_shipped_schema(hw_project, xdist_args):
+    hw_project.run(*xdist_args).assert_outcomes(passed=2)
+    jsonschema.validate(hw_project.results, schemas.schema("results"))
+    hw_project.run("--update-baselines", *xdist_args).assert_outcomes(passed=2)
+    (baseline_file,) = hw_project.baseline_files()
+    jsonschema.validate(json.loads(baseline_file.read_text()), schemas.schema("baselines"))
+
+
+def test_schema_names_every_record_field():
+    properties = schemas.schema("results")["$defs"]["record"]["properties"]
+    assert set(properties) == set(TestRecord("x").to_json())
+    assert properties["verdict"]["enum"] == [v.value for v in Verdict]
+
+
+def test_junit_gets_the_short_properties_only_and_stays_small(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    hw_project.run("--junitxml", "junit.xml", env={"HWREGRESS_SELFTEST_SLOWDOWN": "2.0"}).assert_outcomes(failed=2)
+    path = hw_project.path / "junit.xml"
+    cases = ElementTree.parse(path).getroot().iter("testcase")
+    properties = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")} for case in cases}
+    assert len(properties) == 2
+    for found in properties.values():
+        assert set(found) <= SHORT_PROPERTIES and {"hwregress.verdict", "hwregress.ratio"} <= set(found)
+        assert found["hwregress.verdict"] == "regression"
+        assert float(found["hwregress.ratio"]) < 0.6
+    assert path.stat().st_size < 5_000 * len(properties)
+
+
+def test_step_summary_and_annotations_list_an_injected_regression(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    summary = hw_project.path / "step-summary.md"
+    summary.write_text("earlier step\n")
+    result = hw_project.run("--summary-md", "copy.md", env={
+        "HWREGRESS_SELFTEST_SLOWDOWN": "2.0", "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_ACTIONS": "true"})
+    result.assert_outcomes(failed=2)
+    text = summary.read_text()
+    assert text.startswith("earlier step\n")  # appended, as GitHub expects
+    assert "**2 regression**" in text
+    assert "| regression | `test_throughput[cpu-tiny-train-bs4-fp32]` |" in text
+    assert "| 0.500 |" in text and "http" not in text
+    assert (hw_project.path / "copy.md").read_text() == text.removeprefix("earlier step\n")
+    assert "::error title=regression%3A test_throughput[cpu-tiny-train-bs4-fp32]::" in result.stdout.str()
+
+
+def test_terminal_shows_each_verdict_as_its_test_finishes(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    slow = hw_project.run(env={"HWREGRESS_SELFTEST_SLOWDOWN": "2.0"})
+    slow.stdout.fnmatch_lines(["bench_tests/test_throughput.py RR*"])
+    verbose = hw_project.run("-v", env={"HWREGRESS_SELFTEST_SLOWDOWN": "2.0"})
+    verbose.stdout.re_match_lines([re.escape(f"{TRAIN_ID} FAILED (regression 20") + r"\d\.?\d* samples/s x0\.500 "
+                                   r"\(threshold \d+\.\d%\)\)"])
+    plain = hw_project.run("-v")
+    plain.stdout.re_match_lines([re.escape(f"{TRAIN_ID} PASSED (pass 40") + r"\d\.?\d* samples/s x(1\.0|0\.99)"])
+
+
+def _record(verdict: Verdict, message: str = "", test_id: str = "t.py::t[cpu]") -> TestRecord:
+    return TestRecord(test_id, throughput=50.0, ratio=0.5, threshold=0.05, verdict=verdict, message=message)
+
+
+def test_markdown_lists_noteworthy_worst_first_and_skips_passes():
+    text = ci.markdown_summary(SessionResults({}, [_record(Verdict.PASS, test_id="a"),
+                                                   _record(Verdict.IMPROVEMENT, test_id="b"),
+                                                   _record(Verdict.REGRESSION, "slower | note", test_id="c")]))
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split("|")[1].strip() for row in rows] == ["regression", "improvement"]
+    assert "| slower |" in rows[0]
+
+
+@given(st.text())
+def test_markdown_row_cannot_break_the_table(message):
+    text = ci.markdown_summary(SessionResults({}, [_record(Verdict.REGRESSION, message)]))
+    row = text.splitlines()[-1]
+    assert row.startswith("| regression |") and row.endswith(" |")
+    assert row.replace("\\|", "").count("|") == 7
+
+
+@given(st.text(), st.text())
+def test_annotation_is_one_line_with_escaped_properties(test_id, message):
+    (line,) = ci.github_annotations([_record(Verdict.REGRESSION, message, test_id=f"x::{test_id}")])
+    assert "\n" not in line and "\r" not in line
+    title = line.removeprefix("::error title=").split("::", 1)[0]
+    assert "," not in title and ":" not in title.replace("%3A", "")
+
+
+def test_no_annotation_for_verdicts_that_pass():
+    assert ci.github_annotations([_record(v) for v in Verdict if v not in ci.BAD]) == []
