@@ -17,6 +17,10 @@ from hwregress.results import TestRecord
     ("missing", "pass", True, "kept-existing"),
     ("missing", "new", False, "recorded"),
     ("all", "oom", False, "none"),
+    ("all", "unstable", True, "kept-unstable"),  # a noisy window would widen every later threshold
+    ("all", "unstable", False, "kept-unstable"),
+    ("force", "unstable", True, "recorded"),
+    ("all", "invalid", True, "none"),
 ])
 def test_update_action(mode, verdict, has_entry, action):
     assert update_action(mode, verdict, has_entry) == action

@@ -180,12 +180,45 @@ def test_require_baselines_fails_new_tests(hw_project):
         (["--dtypes", "fp8"], "unknown dtype 'fp8'; use fp32, tf32, bf16, fp16"),
         (["--update-baselines=sometimes"], "--update-baselines='sometimes': use one of all, missing, force"),
         (["--tolerance", "1.5"], "--tolerance='1.5' is out of range"),
+        (["--max-threshold", "0.02"], "--max-threshold=0.02 is below the tolerance 0.05"),
+        (["--baseline-dir=baselnes"], "--baseline-dir="),
+        (["--devices", "cuda:7"], "--devices: cuda:7 not visible on this machine (visible: cpu"),
+        (["--modes", ""], "--modes='' names nothing"),
+        (["--modes", " , "], "names nothing"),
+        (["--batch-sizes", "2,2,2"], "--batch-sizes='2,2,2' names 2 more than once"),
+        (["--models", "resnet9000"], "--models: unknown model"),
+        (["--dtypes", "fp8"], "--dtypes: unknown dtype"),
+        (["--modes", "fly"], "--modes: "),
     ],
 )
 def test_usage_errors_suggest_valid_values(hw_project, args, expected):
     result = hw_project.run(*args, fast=False, inprocess=True)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert expected in result.stderr.str()
+
+
+@pytest.mark.parametrize(("ini", "expected"), [
+    ('hwregress_models = ["resnet9000"]', "ini option hwregress_models: unknown model 'resnet9000'"),
+    ('hwregress_batch_sizes = ["4", "4"]', "ini option hwregress_batch_sizes=['4', '4'] names 4 more than once"),
+])
+def test_ini_errors_name_the_ini_key(hw_project, ini, expected):
+    _add_ini(hw_project, ini)
+    result = hw_project.run(fast=False, inprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert expected in result.stderr.str()
+
+
+def test_ini_accepts_toml_lists_and_space_separated_lists(hw_project):
+    _add_ini(hw_project, 'hwregress_batch_sizes = ["2", "3"]\nhwregress_modes = "infer"')
+    result = hw_project.run("--collect-only", "-q", "--devices", "cpu", "--models", "tiny", fast=False, inprocess=True)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*test_throughput?cpu-tiny-infer-bs2-fp32?", "*test_throughput?cpu-tiny-infer-bs3-fp32?"])
+
+
+def _add_ini(hw_project, lines: str) -> None:
+    pyproject = hw_project.path / "pyproject.toml"
+    text = pyproject.read_text()
+    pyproject.write_text(text.replace("[tool.pytest.ini_options]\n", f"[tool.pytest.ini_options]\n{lines}\n"))
 
 
 def test_pytest_benchmark_table_and_json_carry_the_measurements(hw_project):
@@ -224,3 +257,13 @@ def test_parity_tests_pass_on_cpu_and_report_shows_digits_accuracy(hw_project):
     assert records["digits_cnn"]["accuracy"] >= 0.9 and records["tiny"]["accuracy"] == 1.0
     html = (hw_project.path / "reports" / "report.html").read_text()
     assert "digits test accuracy" in html and f"{records['digits_cnn']['accuracy']:.4g}" in html
+
+
+def test_full_disk_runs_every_test_says_what_was_lost_and_fails_the_session(hw_project):
+    result = hw_project.run("--batch-sizes", "1,2", env={"HWREGRESS_SELFTEST_ENOSPC": "journal,results"})
+    result.assert_outcomes(passed=4)  # every test ran and measured
+    assert result.ret != pytest.ExitCode.OK
+    output = result.stdout.str()
+    assert "No space left on device" in output and "results not written to" in output
+    assert "later records are kept in memory only" in output
+    assert output.count("journal ") == 1  # said once, not per test

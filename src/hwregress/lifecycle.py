@@ -13,6 +13,7 @@ from hwregress import __version__
 from hwregress.devices import fingerprint_changes
 from hwregress.results import TestRecord
 from hwregress.stats import summarize
+from hwregress.verdicts import NOT_MEASURED, Verdict
 
 UPDATE_MODES = ("all", "missing", "force")
 
@@ -33,13 +34,13 @@ def update_action(mode: str | None, verdict: str, has_entry: bool) -> str:
         return "none"
     if mode not in UPDATE_MODES:
         raise ValueError(f"--update-baselines={mode!r}: use one of {', '.join(UPDATE_MODES)}")
-    if verdict in ("oom", "unsupported", "skipped", "failed"):
+    if verdict in NOT_MEASURED:
         return "none"
     if mode == "missing" and has_entry:
         return "kept-existing"
-    if verdict == "regression" and mode != "force":
+    if verdict == Verdict.REGRESSION and mode != "force":
         return "kept-regression"
-    if verdict == "unstable" and mode != "force":
+    if verdict == Verdict.UNSTABLE and mode != "force":
         return "kept-unstable"
     return "recorded"
 

@@ -7,8 +7,11 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_OOM_AT     batch sizes >= this raise torch.OutOfMemoryError in the model
     HWREGRESS_SELFTEST_CRASH_AT   batch sizes == this raise a plain bug (ValueError) in the model
     HWREGRESS_SELFTEST_HARD_EXIT  the process dies (os._exit, as on a segfault) at the N-th test
+    HWREGRESS_SELFTEST_ENOSPC     "journal", "results" or both (comma list): those writes fail with ENOSPC,
+                                  as on a full disk
 """
 
+import errno
 import os
 
 import pytest
@@ -69,3 +72,19 @@ def pytest_runtest_call(item):
     hard = os.environ.get("HWREGRESS_SELFTEST_HARD_EXIT")
     if hard and _started["count"] == int(hard):
         os._exit(3)
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device (injected by the self-test)")
+
+
+def pytest_configure(config):
+    full = os.environ.get("HWREGRESS_SELFTEST_ENOSPC", "").split(",")
+    if "journal" in full:
+        from hwregress import journal
+
+        journal.Journal.append = _disk_full
+    if "results" in full:
+        from hwregress import report
+
+        report.write_outputs = _disk_full
