@@ -4,20 +4,31 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hwregress.baselines import BaselineError, BaselineFile, BaselineStore, merge, parse
+from hwregress import __version__
+from hwregress import baselines as baselines_module
+from hwregress.baselines import BaselineError, BaselineFile, BaselineStore, check_entry, merge, parse
 
+CHECKED_FIELDS = {"family", "model", "mode", "dtype", "device_name", "unit", "recorded_at", "hwregress_version",
+                  "batch_size", "steps_per_round", "n", "median", "iqr", "latency_ms", "peak_memory_bytes",
+                  "accuracy", "speedup", "samples", "history", "environment"}
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**9, 10**9),
                          st.floats(allow_nan=False, allow_infinity=False), st.text())
+positive = st.floats(min_value=1e-6, max_value=1e12, allow_nan=False, allow_infinity=False)
 entries_strategy = st.dictionaries(
     st.text(min_size=1),
-    st.dictionaries(st.text(), json_scalars, max_size=4).map(lambda d: {**d, "recorded_at": d.get("recorded_at", "")}),
+    st.fixed_dictionaries({"recorded_at": st.text()},
+                          optional={"samples": st.lists(positive, max_size=5), "median": positive,
+                                    "environment": st.dictionaries(st.text(), json_scalars, max_size=3)})
+    .flatmap(lambda known: st.dictionaries(st.text().filter(lambda k: k not in CHECKED_FIELDS), json_scalars,
+                                           max_size=3).map(lambda extra: {**extra, **known})),
     max_size=6,
 )
 
@@ -49,7 +60,11 @@ def test_newer_entry_wins_merge():
 @pytest.mark.parametrize(("text", "message"), [
     ("{not json", "not valid JSON"),
     ("[]", "not a hwregress baselines file"),
-    ('{"schema_version": 7, "entries": {}}', "schema version 7 is not supported (this hwregress reads 1)"),
+    ('{"schema_version": 7, "entries": {}}', f"schema version 7 is not supported (this hwregress {__version__} reads 1)"),
+    ('{"schema_version": true, "entries": {}}', "schema_version must be an integer, found true"),
+    ('{"schema_version": 1, "entries": {"a": {"median": NaN}}}', "holds NaN, which JSON does not allow"),
+    ('{"schema_version": 1, "entries": {"a": {"median": 1e999}}}', "too large for a float"),
+    ('{"schema_version": 1, "hardware_key": 3, "entries": {}}', "'hardware_key' must be text"),
     ('{"schema_version": 1, "entries": []}', "'entries' must map test keys to objects"),
 ])
 def test_untrusted_files_are_clear_errors(tmp_path, text, message):
@@ -99,3 +114,153 @@ def test_parse_accepts_written_file(tmp_path):
     store = BaselineStore(tmp_path)
     path = store.write_entries("k", "dev", {"x": {"samples": [1.0, 2.0]}})
     assert parse(path.read_text(), str(path)).entries["x"]["samples"] == [1.0, 2.0]
+
+
+GOOD = {"samples": [10.0, 11.0, 9.0], "median": 10.0, "n": 3, "unit": "samples/s", "environment": {"torch": "2.4"},
+        "recorded_at": "2026-01-01T00:00:00+00:00"}
+
+
+def _file_with(tmp_path, entries, **top):
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"schema_version": 1, "hardware_key": "gpu", "device_name": "G", **top,
+                                "entries": entries}))
+    return path
+
+
+@pytest.mark.parametrize(("bad", "problem"), [
+    ({"samples": [1.0, -2.0]}, "'samples'[1] must be a finite positive number, found -2.0"),
+    ({"samples": "fast"}, "'samples' must be a list of numbers, found text"),
+    ({"median": "10"}, "'median' must be a finite non-negative number, found \"10\""),
+    ({"n": 2.5}, "'n' must be a non-negative integer, found 2.5"),
+    ({"batch_size": True}, "'batch_size' must be a non-negative integer, found true"),
+    ({"environment": []}, "'environment' must be an object, found a list"),
+    ({"unit": 5}, "'unit' must be text, found a number"),
+    ({"history": [1.0, 0]}, "'history'[1] must be a finite positive number, found 0"),
+    ([1, 2], "is a list, not an object"),
+])
+def test_a_bad_entry_fails_alone_and_is_kept_until_replaced(tmp_path, bad, problem):
+    path = _file_with(tmp_path, {"good": GOOD, "bad": bad})
+    store = BaselineStore(tmp_path)
+    loaded = store.load("gpu")
+    assert loaded.entries == {"good": GOOD}
+    reason = loaded.bad_entries["bad"]
+    assert reason.startswith(f"{path}: entry 'bad' {problem} (") and "--update-baselines=force" in reason
+    assert loaded.entry("good") == GOOD and loaded.entry("missing") is None
+    with pytest.raises(BaselineError) as error:
+        loaded.entry("bad")
+    assert error.value.key == "bad" and str(error.value) == reason
+    store.write_entries("gpu", "G", {"other": GOOD})  # nothing lost: the bad entry's content stays in the file
+    assert json.loads(path.read_text())["entries"]["bad"] == bad
+    store.write_entries("gpu", "G", {"bad": GOOD})  # ... until an update replaces it
+    again = store.load("gpu")
+    assert not again.bad_entries and set(again.entries) == {"good", "other", "bad"}
+
+
+def test_refuses_to_record_a_bad_entry(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write_entries("gpu", "G", {"good": GOOD})
+    before = store.path_for("gpu").read_bytes()
+    with pytest.raises(BaselineError, match="refusing to record entry 'x': it 'samples'\\[0\\] must be a finite"):
+        store.write_entries("gpu", "G", {"x": {"samples": [float("nan")]}})
+    assert store.path_for("gpu").read_bytes() == before
+
+
+def test_unknown_version_names_its_writer_and_force_moves_it_aside(tmp_path):
+    text = json.dumps({"schema_version": 3, "hwregress_version": "0.9.1", "entries": {"a": {"x": 1}}})
+    path = tmp_path / "gpu.json"
+    path.write_text(text)
+    store = BaselineStore(tmp_path)
+    with pytest.raises(BaselineError) as error:
+        store.load("gpu")
+    message = str(error.value)
+    assert "written by hwregress 0.9.1" in message and "gpu.json.v3.bak" in message and error.value.version == 3
+    with pytest.raises(BaselineError):
+        store.write_entries("gpu", "G", {"t": GOOD})
+    assert path.read_text() == text
+    store.write_entries("gpu", "G", {"t": GOOD}, replace_unreadable=True)
+    assert (tmp_path / "gpu.json.v3.bak").read_text() == text  # moved aside, never deleted
+    assert store.load("gpu").entries == {"t": GOOD}
+    assert json.loads(path.read_text())["hwregress_version"] == __version__
+    assert store.move_aside("gpu") is None  # readable now: nothing moves
+    path.write_text(text)
+    assert store.move_aside("gpu") == tmp_path / "gpu.json.v3.1.bak"  # an earlier backup is kept
+    assert (tmp_path / "gpu.json.v3.bak").read_text() == text and not path.exists()
+    path.write_text("{trunc")
+    assert store.move_aside("gpu") == tmp_path / "gpu.json.unreadable.bak"
+
+
+@pytest.mark.timeout(30)
+def test_listing_reads_only_regular_files(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write_entries("real", "R", {"t": GOOD})
+    (tmp_path / "folder.json").mkdir()
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "alias.json").symlink_to(tmp_path / "real.json")
+    listing = store.scan()
+    assert store.hardware_keys() == listing.keys == ["alias", "real"]
+    assert sorted(listing.skipped) == [f"{tmp_path / 'folder.json'}: skipped: a folder, not a regular file",
+                                       f"{tmp_path / 'zero.json'}: skipped: a character device, not a regular file"]
+    for key in ("zero", "folder"):  # loading one by name is an error, not a hang or a crash
+        with pytest.raises(BaselineError, match="not a regular file"):
+            store.load(key)
+
+
+def test_check_entry_accepts_what_lifecycle_writes():
+    assert check_entry({**GOOD, "history": [10.0], "batch_size": 8, "accuracy": None, "peak_memory_bytes": 0,
+                        "future_field": {"anything": [1]}}) is None
+
+
+_VALID = json.dumps({"schema_version": 1, "hardware_key": "gpu", "entries": {"good": GOOD, "bad": {"n": -1}}}).encode()
+
+
+def _mutations(data: bytes):
+    return st.one_of(
+        st.integers(0, len(data)).map(lambda n: data[:n]),
+        st.tuples(st.integers(0, len(data) - 1), st.integers(0, 255)).map(
+            lambda p: data[:p[0]] + bytes([p[1]]) + data[p[0] + 1:]),
+    )
+
+
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) |
+                           st.dictionaries(st.sampled_from(sorted(CHECKED_FIELDS | {"x", "entries", "schema_version"})),
+                                           inner, max_size=4), max_leaves=12)
+baseline_bytes = st.one_of(
+    st.binary(max_size=300),
+    _mutations(_VALID),
+    json_values.map(lambda v: json.dumps({"schema_version": 1, "entries": {"k": v}}).encode()),
+    json_values.map(lambda v: json.dumps(v).encode()),
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=baseline_bytes)
+@example(raw=b"1" * 5000)  # int beyond Python's digit limit: a ValueError that is not a JSONDecodeError
+@example(raw=b"[" * 100_000)  # nesting beyond the stack: RecursionError
+@example(raw=b"\xff\xfe{}")
+@example(raw=b'{"schema_version": 1, "entries": {"a": {"median": NaN}}}')
+def test_any_bytes_load_or_fail_with_one_error_naming_the_file(tmp_path, raw):
+    path = tmp_path / "any.json"
+    path.write_bytes(raw)
+    store = BaselineStore(tmp_path)
+    try:
+        loaded = store.load("any")
+    except BaselineError as error:
+        assert str(path) in str(error) and "\n" not in str(error)
+        with pytest.raises(BaselineError):
+            store.write_entries("any", "d", {"new": GOOD})
+        assert path.read_bytes() == raw
+        return
+    assert path.read_bytes() == raw
+    assert loaded is not None and all(check_entry(e) is None for e in loaded.entries.values())
+    assert all(reason.startswith(f"{path}: entry ") for reason in loaded.bad_entries.values())
+    before = {**loaded.bad_raw, **loaded.entries}
+    store.write_entries("any", "d", {"new": GOOD})
+    after = json.loads(path.read_text())["entries"]
+    assert after == {**before, "new": GOOD}  # nothing lost, bad entries included
+
+
+def test_report_import_of_atomic_write_json_still_works():
+    from hwregress.report import write_outputs  # imports hwregress.baselines.atomic_write_json
+
+    assert callable(write_outputs) and baselines_module.atomic_write_json.__module__ == "hwregress.atomic"
+    assert os.path.exists(baselines_module.__file__)

@@ -71,3 +71,153 @@ def test_merge_refuses_non_results(tmp_path, capsys):
     bad.write_text(json.dumps({"schema_version": 42}))
     assert main(["report", "merge", str(bad), "-o", str(tmp_path / "m.html")]) == 2
     assert "not a hwregress results file" in capsys.readouterr().err
+
+
+# -- errors: one line, exit 2, never a traceback --------------------------------------------------------
+def _one_error(capsys, *names: str) -> str:
+    """The single stderr line of a failed command; it names every ``names`` and ends with a (fix)."""
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hwregress: ") and lines[0].endswith(")"), err
+    assert "Traceback" not in err and all(str(name) in lines[0] for name in names), err
+    return lines[0]
+
+
+def test_diff_of_a_truncated_file_is_one_line(tmp_path, capsys):
+    store = _store(tmp_path)
+    path = store.path_for("cpu-a")
+    path.write_bytes(path.read_bytes()[:40])
+    assert main(["baselines", "diff", str(path), str(store.path_for("cpu-b"))]) == 2
+    assert "not valid JSON" in _one_error(capsys, path)
+
+
+def test_show_of_a_folder_a_latin1_file_and_a_bad_entry(tmp_path, capsys):
+    store = _store(tmp_path)
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+    assert main(["baselines", "show", str(folder)]) == 2
+    assert "is a folder, not a regular file" in _one_error(capsys, folder)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes('{"schema_version": 1, "device_name": "Gerät", "entries": {}}'.encode("latin-1"))
+    assert main(["baselines", "show", str(latin)]) == 2
+    assert "not UTF-8 text (byte 0xe4 at offset" in _one_error(capsys, latin)
+    path = store.path_for("cpu-b")
+    data = json.loads(path.read_text())
+    data["entries"]["throughput/alexnet/train/bs8/fp32"]["samples"] = ["x"]
+    path.write_text(json.dumps(data))
+    assert main(["baselines", "show", "cpu-b", "--dir", str(store.directory)]) == 2
+    out, err = capsys.readouterr()
+    assert "throughput/resnet18/train/bs8/fp32" in out  # the good entries are still shown
+    (line,) = err.splitlines()
+    assert line.startswith(f"hwregress: {path}: entry 'throughput/alexnet/train/bs8/fp32' 'samples'[0] must be")
+    assert "--update-baselines=force" in line
+
+
+def test_list_skips_non_files_and_reports_bad_ones(tmp_path, capsys):
+    store = _store(tmp_path)
+    (store.directory / "dir.json").mkdir()
+    store.path_for("cpu-a").write_text("{")
+    assert main(["baselines", "list", "--dir", str(store.directory)]) == 2
+    out = capsys.readouterr().out
+    assert "dir.json: skipped: a folder" in out and "cpu-a" in out and "UNREADABLE" in out and "CPU B" in out
+
+
+def _journal_with_a_null_line(tmp_path):
+    record = TestRecord("t", hardware_key="cpu-a", model="resnet18", mode="train", batch_size=8, dtype="fp32",
+                        throughput=5.0, samples=[5.0])
+    path = tmp_path / "results-x-unfinished.jsonl"
+    path.write_text(json.dumps(record.to_json()) + "\nnull\n")
+    return path
+
+
+def test_render_of_a_journal_with_a_null_line_renders_what_is_readable(tmp_path, capsys):
+    journal = _journal_with_a_null_line(tmp_path)
+    out = tmp_path / "page.html"
+    assert main(["report", "render", str(journal), "-o", str(out)]) == 0
+    assert "1 tests; skipped 1 unreadable lines" in capsys.readouterr().out
+    assert "resnet18" in out.read_text()
+
+
+def test_render_error_names_the_file_once(tmp_path, capsys):
+    bad = tmp_path / "results.json"
+    bad.write_text("{nope")
+    assert main(["report", "render", str(bad), "-o", str(tmp_path / "x.html")]) == 2
+    assert _one_error(capsys, bad).count(str(bad)) == 1
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_empty_or_folder_output_is_an_error(tmp_path, capsys):
+    journal = _journal_with_a_null_line(tmp_path)
+    assert main(["report", "render", str(journal), "-o", ""]) == 2
+    assert "the output path is empty" in _one_error(capsys, "-o")
+    assert main(["report", "render", str(journal), "-o", str(tmp_path)]) == 2
+    assert "is a folder" in _one_error(capsys, tmp_path)
+
+
+def test_output_never_overwrites_an_input(tmp_path, capsys, monkeypatch):
+    journal = _journal_with_a_null_line(tmp_path)
+    before = journal.read_bytes()
+    link = tmp_path / "link.html"
+    link.symlink_to(journal)
+    monkeypatch.chdir(tmp_path)
+    for output in (str(journal), str(link), journal.name, f"./sub/../{journal.name}"):
+        assert main(["report", "render", str(journal), "-o", output]) == 2
+        assert "never overwrites an input" in _one_error(capsys, output, journal)
+    results = write_outputs(SessionResults({}, [TestRecord("t", hardware_key="k")]), tmp_path / "r")["results"]
+    assert main(["report", "merge", str(results), str(journal), "-o", str(results)]) == 2
+    _one_error(capsys, results)
+    assert journal.read_bytes() == before and link.is_symlink()
+
+
+def test_merge_with_malformed_records_is_one_line(tmp_path, capsys):
+    good = write_outputs(SessionResults({}, [TestRecord("t", hardware_key="k", throughput=1.0)]), tmp_path / "r")
+    data = json.loads(good["results"].read_text())
+    for broken in (None, [1], {"test_id": "t", "throughput": "fast"}, {"test_id": "t", "samples": {"a": 1}}):
+        data["records"] = [broken]
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(data))
+        assert main(["report", "merge", str(good["results"]), str(bad), "-o", str(tmp_path / "m.html")]) == 2
+        _one_error(capsys, bad)
+    assert not (tmp_path / "m.html").exists()
+
+
+# -- diff with the tests' statistics ------------------------------------------------------------------------
+SAMPLES = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1]
+
+
+def _baselines_file(path, entries):
+    path.write_text(json.dumps({"schema_version": 1, "hardware_key": "gpu", "device_name": "G", "entries": entries}))
+    return str(path)
+
+
+def test_diff_gates_a_pipeline_on_a_2x_slowdown(tmp_path, capsys):
+    a = _baselines_file(tmp_path / "a.json", {"t": {"samples": SAMPLES, "unit": "samples/s"}})
+    slow = _baselines_file(tmp_path / "b.json", {"t": {"samples": [s / 2 for s in SAMPLES], "unit": "samples/s"}})
+    assert main(["baselines", "diff", a, slow, "--fail-on", "regression"]) == 1
+    out = capsys.readouterr().out
+    assert "regression" in out and "0.5 " in out and "samples" in out and "1 regressions" in out
+    assert main(["baselines", "diff", a, slow]) == 0  # no gate asked for
+    assert main(["baselines", "diff", a, slow, "--fail-on", "improvement"]) == 0
+    assert main(["baselines", "diff", slow, a, "--fail-on", "improvement"]) == 1
+    assert main(["baselines", "diff", slow, a, "--fail-on", "any"]) == 1
+    same = _baselines_file(tmp_path / "same.json", {"t": {"samples": SAMPLES}})
+    assert main(["baselines", "diff", a, same, "--fail-on", "any"]) == 0
+    capsys.readouterr()
+
+
+def test_diff_uses_the_baselines_noise_and_history(tmp_path, capsys):
+    drifting = {"samples": SAMPLES, "history": [100.0, 70.0, 130.0, 100.0]}
+    a = _baselines_file(tmp_path / "a.json", {"t": drifting})
+    b = _baselines_file(tmp_path / "b.json", {"t": {"samples": [s * 0.8 for s in SAMPLES]}})
+    assert main(["baselines", "diff", a, b, "--fail-on", "regression"]) == 0  # 20% is within A's drift
+    assert "none" in capsys.readouterr().out
+
+
+def test_diff_without_samples_compares_medians_and_says_so(tmp_path, capsys):
+    a = _baselines_file(tmp_path / "a.json", {"t": {"median": 100.0}, "acc": {"accuracy": 0.9}})
+    b = _baselines_file(tmp_path / "b.json", {"t": {"median": 50.0}, "acc": {"accuracy": 0.9}})
+    assert main(["baselines", "diff", a, b, "--fail-on", "regression", "--tolerance", "0.1"]) == 1
+    out = capsys.readouterr().out
+    assert "medians only" in out and "accuracy only" in out
+    assert main(["baselines", "diff", a, b, "--tolerance", "2"]) == 2  # argparse: not a fraction
+    assert "not a fraction" in capsys.readouterr().err

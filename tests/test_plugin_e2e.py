@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 
 import pytest
+
+from conftest import FAST as FAST_ARGS
 
 THROUGHPUT_IDS = {
     "bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs4-fp32]",
@@ -99,20 +103,42 @@ def test_interrupted_session_keeps_results_of_finished_tests(hw_project):
     assert "interrupted" in (hw_project.path / "reports" / "report.html").read_text()
 
 
-def test_process_killed_mid_session_keeps_finished_results(hw_project):
+def test_process_killed_mid_session_keeps_finished_results_and_names_the_test_it_died_in(hw_project):
     dead = hw_project.run("--batch-sizes", "1,2,3", env={"HWREGRESS_SELFTEST_HARD_EXIT": "3"})
     assert dead.ret == 3
-    journal = hw_project.path / "reports" / ".results.partial.jsonl"
-    assert len({json.loads(line)["test_id"] for line in journal.read_text().splitlines()}) == 2
+    (journal,) = (hw_project.path / "reports").glob(".results.*.partial.jsonl")
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert len({line["test_id"] for line in lines if "test_id" in line}) == 2
     again = hw_project.run("--modes", "infer")
     again.assert_outcomes(passed=1)
     (recovered,) = (hw_project.path / "reports" / "archive").glob("results-*-unfinished.jsonl")
-    assert "an earlier session died before writing its results" in again.stdout.str()
-    assert not journal.exists()
+    third = "bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs3-fp32]"
+    assert f"died while running {third}; its 2 finished records are in {recovered}" in again.stdout.str()
+    assert not journal.exists() and not list((hw_project.path / "reports").glob(".results.*.partial.jsonl"))
     rendered = hw_project.pytester.run(sys.executable, "-m", "hwregress", "report", "render", str(recovered),
                                        "-o", "recovered.html")
     assert rendered.ret == 0 and "2 tests" in rendered.stdout.str()
     assert "interrupted" in (hw_project.path / "recovered.html").read_text()
+
+
+def test_two_sessions_sharing_a_report_folder_keep_each_others_journal(hw_project):
+    first = hw_project.pytester.popen([sys.executable, "-m", "pytest", *FAST_ARGS, "--batch-sizes", "1,2,3,4,5,6",
+                                       "--min-round-time", "0.3"], stdin=subprocess.DEVNULL)
+    reports = hw_project.path / "reports"
+    _wait_for(lambda: list(reports.glob(".results.*.partial.jsonl")), first)
+    second = hw_project.run("--modes", "infer")
+    second.assert_outcomes(passed=1)
+    assert "an earlier session" not in second.stdout.str()
+    assert not (reports / "archive").exists() or not list((reports / "archive").glob("*-unfinished.jsonl"))
+    assert first.wait(timeout=600) == 0
+    assert not list(reports.glob(".results.*.partial.jsonl"))  # each removed its own journal only
+
+
+def _wait_for(condition, process, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None and time.monotonic() < deadline, "the first session ended too early"
+        time.sleep(0.05)
 
 
 def test_out_of_memory_skips_with_reason_and_session_continues(hw_project):
@@ -266,4 +292,4 @@ def test_full_disk_runs_every_test_says_what_was_lost_and_fails_the_session(hw_p
     output = result.stdout.str()
     assert "No space left on device" in output and "results not written to" in output
     assert "later records are kept in memory only" in output
-    assert output.count("journal ") == 1  # said once, not per test
+    assert output.count("later records are kept in memory only") == 1  # said once, not per test

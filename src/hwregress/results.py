@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+import math
+import types
+import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from hwregress.verdicts import Verdict, parse_verdict, verdict_rank
 
@@ -118,13 +121,74 @@ class SessionResults:
         return {
             "schema_version": RESULTS_SCHEMA_VERSION,
             "meta": self.meta,
-            "records": [r.to_json() for r in sorted(self.records, key=lambda r: r.test_id)],
+            "records": [_finite(r.to_json()) for r in sorted(self.records, key=lambda r: r.test_id)],
         }
 
     def counts(self) -> dict[str, int]:
         """Number of records per verdict, worst first (:class:`hwregress.verdicts.Verdict` order)."""
         found = sorted({str(r.verdict) for r in self.records}, key=lambda v: (verdict_rank(v), v))
         return {v: sum(str(r.verdict) == v for r in self.records) for v in found}
+
+
+def record_problem(values: Mapping[str, Any]) -> str | None:
+    """The first field of ``values`` (a record's JSON, or ``vars(record)``) whose value does not have the
+    type :class:`TestRecord` declares for it, as ``"'throughput' must be float | None, found 'fast'"``;
+    None when all do. Unknown keys are ignored."""
+    hints = _record_hints()
+    for name, value in values.items():
+        hint = hints.get(name)
+        if hint is not None and not _conforms(value, hint):
+            return f"'{name}' must be {_hint_name(hint)}, found {json.dumps(value, default=str)[:40]}"
+    return None
+
+
+_HINTS: dict[str, Any] = {}
+
+
+def _record_hints() -> dict[str, Any]:
+    if not _HINTS:
+        _HINTS.update(typing.get_type_hints(TestRecord))
+        _HINTS.pop("__test__", None)
+    return _HINTS
+
+
+def _conforms(value: Any, hint: Any, depth: int = 0) -> bool:
+    """Whether a JSON value fits a type hint (one level into lists and dicts; floats may be NaN: a
+    journal keeps what the session measured)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or depth > 1:
+        return True
+    if origin in (Union, types.UnionType):
+        return any(_conforms(value, arg, depth) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(item, args[0], depth + 1) for item in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_conforms(item, args[1], depth + 1) for item in value.values())
+    if isinstance(hint, type):
+        return isinstance(value, str) if issubclass(hint, str) else isinstance(value, hint)
+    return True
+
+
+def _hint_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "") if not isinstance(hint, type) else hint.__name__
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None: JSON has no spelling for them, and a results file
+    must always be writable."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def load(path: str | Path) -> SessionResults:
@@ -156,6 +220,9 @@ def _record(item: Any, source: Path, index: int, version: int) -> TestRecord:
             raise TypeError("not an object with a test_id")
         if version == 1 and isinstance(item.get("telemetry"), dict) and "samples" in item["telemetry"]:
             item["telemetry"]["readings"] = item["telemetry"].pop("samples")
+        problem = record_problem(item)
+        if problem is not None:
+            raise TypeError(problem)
         return TestRecord.from_json(item)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{source}: record {index} is malformed ({error}); the file was edited or truncated") from None

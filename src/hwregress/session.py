@@ -42,20 +42,27 @@ class BenchSession:
     def __init__(self, store: BaselineStore, policy: Policy) -> None:
         self.store = store
         self.policy = policy
-        self._files: dict[str, BaselineFile | None] = {}
+        self._files: dict[str, BaselineFile | BaselineError | None] = {}
         self._lock = threading.Lock()
 
     def baseline_entry(self, hardware_key: str, key: str) -> dict[str, Any] | None:
-        """The stored entry, None when the hardware or the test has none.
+        """The stored entry, None when the hardware or the test has none. The file is read once per process;
+        a file that cannot be trusted is remembered as its error.
 
         Raises:
-            BaselineError: the hardware's file is corrupt or of an unknown version.
+            BaselineError: the hardware's file is corrupt or of an unknown version (``key`` None), or this
+                test's entry failed validation (``key`` set); the message names file, key and fix.
         """
         with self._lock:
             if hardware_key not in self._files:
-                self._files[hardware_key] = self.store.load(hardware_key)
-        baseline_file = self._files[hardware_key]
-        return None if baseline_file is None else baseline_file.entries.get(key)
+                try:
+                    self._files[hardware_key] = self.store.load(hardware_key)
+                except BaselineError as error:
+                    self._files[hardware_key] = error
+        loaded = self._files[hardware_key]
+        if isinstance(loaded, BaselineError):
+            raise loaded
+        return None if loaded is None else loaded.entry(key)
 
     def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> list[str]:
         """Judge ``record`` against its baseline, fill its verdict and figures, apply the update policy.
@@ -65,15 +72,22 @@ class BenchSession:
         cannot be written (read-only folder, full disk) fails the test with the file and the reason; the
         measurement stays on the record. Returns the failure sentences (empty: the test passes).
 
+        With ``--update-baselines=force`` an entry (or a whole file) that cannot be trusted is replaced: the
+        test is judged as new and the unreadable file is moved aside, never deleted.
+
         Raises:
-            BaselineError: the baselines file cannot be trusted (the record's verdict is ``failed``).
+            BaselineError: the baselines file or this test's entry cannot be trusted and the update mode is
+                not ``force`` (the record's verdict is ``failed``).
         """
         assert record.hardware_key is not None
+        replacing: BaselineError | None = None
         try:
             entry = self.baseline_entry(record.hardware_key, key)
-        except BaselineError:
-            record.verdict = Verdict.FAILED
-            raise
+        except BaselineError as error:
+            if self.policy.update_mode != "force":
+                record.verdict = Verdict.FAILED
+                raise
+            entry, replacing = None, error
         judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env)
         if extra_failures:
             judgement.failures[:0] = extra_failures
@@ -86,12 +100,14 @@ class BenchSession:
         if entry is None and self.policy.require_baselines and self.policy.update_mode is None:
             failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
                             "and --require-baselines is set; record one with --update-baselines")
-        self._update_baseline(record, key, entry, failures, notes)
+        if replacing is not None:
+            notes.append(f"replacing what could not be trusted ({replacing}); an unreadable file is moved aside")
+        self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
         record.message = " | ".join(failures + notes)
         return failures
 
     def _update_baseline(self, record: TestRecord, key: str, entry: dict[str, Any] | None, failures: list[str],
-                         notes: list[str]) -> None:
+                         notes: list[str], replace_unreadable: bool = False) -> None:
         assert record.hardware_key is not None
         action = lifecycle.update_action(self.policy.update_mode, record.verdict, entry is not None)
         record.baseline_action = action
@@ -99,7 +115,7 @@ class BenchSession:
         if action == "recorded":
             try:
                 self.store.write_entries(record.hardware_key, record.device_name or "",
-                                         {key: lifecycle.make_entry(record, entry)})
+                                         {key: lifecycle.make_entry(record, entry)}, replace_unreadable)
             except (OSError, ValueError, BaselineError) as error:
                 record.baseline_action = "write-failed"
                 record.verdict = Verdict.FAILED

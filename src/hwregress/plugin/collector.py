@@ -2,8 +2,9 @@
 session's outputs (``results.json``, the HTML report, the Markdown job summary) when the session ends.
 
 Registered on the controller only, never on an xdist worker. It builds nothing: each record comes whole on
-its report (:mod:`hwregress.plugin.record`). Every record is appended to a journal as it arrives, so a
-session that dies before its end leaves what it finished on disk; the next session moves it to ``archive/``.
+its report (:mod:`hwregress.plugin.record`). Every record is appended to this session's own journal as it
+arrives, with the test that is running, so a session that dies before its end leaves what it finished and the
+test it died in on disk; a later session archives only journals whose owner is gone (:mod:`hwregress.journal`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ import pytest
 
 from hwregress import ci
 from hwregress.devices import describe, environment_fingerprint, unavailable_reason
-from hwregress.journal import Journal
+from hwregress.journal import DeadSession, Journal, archive_dead_journals
 from hwregress.plugin.options import Settings
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.results import SessionResults, TestRecord
 from hwregress.verdicts import NOTEWORTHY
-
-JOURNAL_NAME = ".results.partial.jsonl"  # under the report dir, while a session runs
 
 
 class Collector:
@@ -40,18 +39,22 @@ class Collector:
         self.problems: list[str] = []
         self.started = time.time()
         self.journal: Journal | None = None
-        self.recovered: Path | None = None
+        self.dead: list[DeadSession] = []
 
     # -- while the session runs --------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if not self.settings.write_report:
             return
-        journal_path = self.settings.report_dir / JOURNAL_NAME
+        report_dir = self.settings.report_dir
         try:
-            self.recovered = _archive_unfinished(journal_path, self.settings.report_dir / "archive")
-            self.journal = Journal(journal_path)
+            self.dead = archive_dead_journals(report_dir, report_dir / "archive")
+            self.journal = Journal.start(report_dir)
         except OSError as error:
-            self.problems.append(f"no journal of this session's records at {journal_path}: {error}")
+            self.problems.append(f"no journal of this session's records in {report_dir}: {error}")
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if self.journal is not None:
+            self._journal_write(self.journal.mark_running, nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, REPORT_ATTRIBUTE, None)
@@ -60,11 +63,15 @@ class Collector:
         record = TestRecord.from_json(data)
         self.records[record.test_id] = record
         if self.journal is not None:
-            try:
-                self.journal.append(record)
-            except OSError as error:  # a full disk must not turn a finished measurement into a crash
-                self.problems.append(f"journal {self.journal.path}: {error}; later records are kept in memory only")
-                self.journal = None
+            self._journal_write(self.journal.append, record)
+
+    def _journal_write(self, write: Any, value: Any) -> None:
+        assert self.journal is not None
+        try:
+            write(value)
+        except OSError as error:  # a full disk must not turn a finished measurement into a crash
+            self.problems.append(f"journal {self.journal.path}: {error}; later records are kept in memory only")
+            self.journal = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
@@ -91,8 +98,8 @@ class Collector:
         try:
             self.paths = write_outputs(results, self.settings.report_dir)
         except OSError as error:
-            self._fail(session, f"results not written to {self.settings.report_dir}: {error}; the records of this "
-                                f"session stay in {self.settings.report_dir / JOURNAL_NAME}")
+            kept = f"they stay in {self.journal.path}" if self.journal is not None else "no journal holds them either"
+            self._fail(session, f"results not written to {self.settings.report_dir}: {error}; {kept}")
         summary = ci.markdown_summary(results)
         targets = [Path(p) for p in (os.environ.get("GITHUB_STEP_SUMMARY"), self.settings.summary_md) if p]
         for target in targets:
@@ -108,7 +115,7 @@ class Collector:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.records and not self.problems:
+        if not self.records and not self.problems and not self.dead:
             return
         write = terminalreporter.write_line
         terminalreporter.section("hwregress")
@@ -122,9 +129,8 @@ class Collector:
             write(f"{name}: {path}")
         for problem in self.problems:
             write(f"hwregress: {problem}", red=True)
-        if self.recovered is not None:
-            write(f"an earlier session died before writing its results; what it finished is in {self.recovered} "
-                  f"(render it: python -m hwregress report render {self.recovered} -o FILE.html)")
+        for dead in self.dead:
+            write(_dead_session_line(dead))
         if os.environ.get("GITHUB_ACTIONS") == "true":
             for line in ci.github_annotations(self.records.values()):
                 write(line)
@@ -149,15 +155,12 @@ class Collector:
         }
 
 
-def _archive_unfinished(journal_path: Path, archive: Path) -> Path | None:
-    """Move a journal left by a session that died before writing its results into ``archive``."""
-    if not journal_path.exists():
-        return None
-    stamp = _dt.datetime.fromtimestamp(journal_path.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
-    target = archive / f"results-{stamp}-unfinished.jsonl"
-    archive.mkdir(parents=True, exist_ok=True)
-    journal_path.replace(target)
-    return target
+def _dead_session_line(dead: DeadSession) -> str:
+    """One sentence about a session that ended without writing its results."""
+    how = f"died while running {dead.died_in}" if dead.died_in else "ended without writing its results"
+    return (f"an earlier session ({dead.session}, started {dead.started_at or 'at an unknown time'}) {how}; its "
+            f"{dead.records} finished records are in {dead.archived} (render them: python -m hwregress report render "
+            f"{dead.archived} -o FILE.html)")
 
 
 def _write_summary(path: Path, text: str, append: bool) -> None:
