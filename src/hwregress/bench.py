@@ -6,9 +6,10 @@ This module knows nothing of pytest; the plugin turns its results into assertion
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,9 @@ from typing import Any
 import torch
 
 from hwregress import profiling
-from hwregress.devices import device_kind, synchronize
+from hwregress.devices import synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
-from hwregress.numerics import ELEMENT_BYTES, MODES, precision
+from hwregress.numerics import ELEMENT_BYTES, MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, measure
 from hwregress.workloads import Workload, import_torchvision, make_batch
@@ -38,6 +39,8 @@ class RunOptions:
         profile_steps: steps in the separate profiled window (0 turns profiling and FLOP counting off).
         trace_path: where to save the profiled window's Chrome trace, None for no trace.
         round_driver: drives the planned rounds (pytest-benchmark's pedantic when active).
+        cudnn_benchmark: ``torch.backends.cudnn.benchmark`` for the whole run (warmup, timed and profiled
+            windows), restored after; recorded in the environment fingerprint (``cudnn_benchmark``).
     """
 
     plan: TimingPlan = field(default_factory=TimingPlan)
@@ -45,6 +48,7 @@ class RunOptions:
     profile_steps: int = 3
     trace_path: Path | None = None
     round_driver: Callable[[Callable[[], None], int], None] | None = None
+    cudnn_benchmark: bool = True
 
 
 @dataclass
@@ -82,21 +86,33 @@ class Measurement:
         return self.work_per_step * self.timing.steps_per_round * len(self.timing.round_seconds)
 
 
+# Messages of allocation failures inside cuBLAS and cuDNN: the caching allocator had no room for a
+# handle or workspace, or cuDNN's algorithm search found no algorithm whose workspace fits (torch raises
+# "Unable to find a valid cuDNN algorithm to run convolution" then). They are out-of-memory conditions
+# that surface as plain RuntimeErrors.
+LIBRARY_OOM_MARKERS = ("cublas_status_alloc_failed", "cudnn_status_alloc_failed",
+                       "unable to find a valid cudnn algorithm")
+
+
 def is_out_of_memory(error: BaseException) -> bool:
-    """True for CUDA/MPS/CPU allocation failures (``torch.OutOfMemoryError`` and its older spellings)."""
+    """True for CUDA/MPS/CPU allocation failures: ``torch.OutOfMemoryError`` (and its older spellings),
+    ``MemoryError``, RuntimeErrors that say "out of memory" or "can't allocate memory", and cuBLAS/cuDNN
+    allocation failures (see ``LIBRARY_OOM_MARKERS``)."""
     oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
-    if oom_type and isinstance(error, oom_type):
+    if isinstance(error, MemoryError) or (oom_type and isinstance(error, oom_type)):
         return True
+    if not isinstance(error, RuntimeError):
+        return False
     text = str(error).lower()
-    return isinstance(error, (RuntimeError, MemoryError)) and (
-        "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError)
-    )
+    return "out of memory" in text or "can't allocate memory" in text or any(m in text for m in LIBRARY_OOM_MARKERS)
 
 
 def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: torch.Tensor,
                labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
     """The step function of ``mode``: ``train`` = zero grads, forward, loss, backward, SGD step (with
-    a GradScaler for fp16 on CUDA); ``infer`` = forward in inference mode.
+    a GradScaler for fp16 on CUDA); ``infer`` = forward in inference mode. The TF32 flags of ``dtype``
+    hold for the whole step, backward and optimizer included; autocast covers forward and loss
+    (see :mod:`hwregress.numerics`).
 
     Raises:
         ValueError: unknown mode.
@@ -113,15 +129,16 @@ def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: to
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler(device_kind(device), enabled=dtype == "fp16" and device_kind(device) == "cuda")
+    scaler = grad_scaler(device, dtype)
 
     def train_step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with precision(device, dtype):
-            loss = workload.loss(model(inputs).float(), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        with tf32_flags(dtype):
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device, dtype):
+                loss = workload.loss(model(inputs).float(), labels)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
 
     return train_step
 
@@ -169,8 +186,27 @@ def run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype
     raise AssertionError("unreachable")
 
 
+@contextlib.contextmanager
+def cudnn_benchmark(enabled: bool) -> Iterator[None]:
+    """``torch.backends.cudnn.benchmark = enabled`` while the block runs (cuDNN times its candidate
+    algorithms on each new input shape and keeps the fastest; the warmup pays for the search); the
+    previous value is restored on exit."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
 def _run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
                timer: RoundTimer, options: RunOptions) -> Measurement:
+    with cudnn_benchmark(options.cudnn_benchmark):
+        return _measure_model(workload, device, mode, batch_size, dtype, timer, options)
+
+
+def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
+                   timer: RoundTimer, options: RunOptions) -> Measurement:
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device)
@@ -181,8 +217,8 @@ def _run_model(workload: Workload, device: str, mode: str, batch_size: int, dtyp
     if options.profile_steps > 0:
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)
+        flops = profiling.count_flops(_flop_probe(workload, model, mode, inputs, labels, device, dtype))
         with precision(device, dtype):
-            flops = profiling.count_flops(_flop_probe(workload, model, mode, inputs, labels))
             moved = profiling.estimate_bytes_moved(model, inputs, mode == "train", ELEMENT_BYTES[dtype])
         measurement.flops_per_sample = flops / batch_size
         measurement.bytes_per_sample = moved / batch_size
@@ -191,14 +227,17 @@ def _run_model(workload: Workload, device: str, mode: str, batch_size: int, dtyp
 
 
 def _flop_probe(workload: Workload, model: torch.nn.Module, mode: str, inputs: torch.Tensor,
-                labels: torch.Tensor) -> Callable[[], None]:
+                labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
     def forward_backward() -> None:
         model.zero_grad(set_to_none=True)
-        workload.loss(model(inputs).float(), labels).backward()
+        with tf32_flags(dtype):
+            with autocast(device, dtype):
+                loss = workload.loss(model(inputs).float(), labels)
+            loss.backward()
         model.zero_grad(set_to_none=True)
 
     def forward() -> None:
-        with torch.no_grad():
+        with torch.no_grad(), precision(device, dtype):
             model(inputs)
 
     return forward_backward if mode == "train" else forward

@@ -131,6 +131,7 @@ def describe(spec: str) -> DeviceInfo:
         facts = {
             "compute_capability": f"{props.major}.{props.minor}",
             "multiprocessors": props.multi_processor_count,
+            "mig": "MIG" in props.name.split(),  # under MIG, CUDA names the instance "<GPU> MIG 1g.10gb"
         }
         return DeviceInfo(spec, kind, props.name, slugify(props.name), int(props.total_memory), facts)
     if kind == "mps":
@@ -165,19 +166,23 @@ def synchronize(spec: str) -> None:
         torch.mps.synchronize()
 
 
-def environment_fingerprint(spec: str) -> dict[str, str | None]:
-    """The software that decides performance: torch, CUDA, cuDNN, NVIDIA driver, Python, torchvision.
+def environment_fingerprint(spec: str, cudnn_benchmark: bool = True) -> dict[str, str | None]:
+    """The software and settings that decide performance: torch, CUDA, cuDNN, NVIDIA driver, Python,
+    torchvision, and on CUDA ``cudnn_benchmark`` (the ``torch.backends.cudnn.benchmark`` setting the
+    runs use: ``bench.RunOptions.cudnn_benchmark``, True unless a caller turns it off).
 
     Values are strings, None where not applicable (no CUDA) or unreadable.
     """
     kind = device_kind(spec)
+    on_cuda = kind == "cuda"
     fingerprint: dict[str, str | None] = {
         "python": platform.python_version(),
         "torch": str(torch.__version__),
         "torchvision": _torchvision_version(),
-        "cuda": torch.version.cuda if kind == "cuda" else None,
-        "cudnn": str(torch.backends.cudnn.version()) if kind == "cuda" and torch.backends.cudnn.is_available() else None,
-        "driver": nvidia_driver_version() if kind == "cuda" else None,
+        "cuda": torch.version.cuda if on_cuda else None,
+        "cudnn": str(torch.backends.cudnn.version()) if on_cuda and torch.backends.cudnn.is_available() else None,
+        "cudnn_benchmark": str(bool(cudnn_benchmark)) if on_cuda else None,
+        "driver": nvidia_driver_version() if on_cuda else None,
         "platform": f"{sys.platform}-{platform.machine()}",
     }
     return fingerprint
@@ -208,14 +213,18 @@ def nvidia_driver_version() -> str | None:
         return None
 
 
-# Fingerprint fields whose change makes old timings incomparable (driver, CUDA, torch).
-PERFORMANCE_RELEVANT = ("torch", "cuda", "cudnn", "driver")
+# Fingerprint fields whose change makes old timings incomparable (driver, CUDA, torch, cuDNN autotuning).
+PERFORMANCE_RELEVANT = ("torch", "cuda", "cudnn", "cudnn_benchmark", "driver")
 
 
 def fingerprint_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human lines for each performance-relevant field that differs, e.g. ``"torch 2.4.0 -> 2.5.1"``."""
+    """Human lines for each performance-relevant field that differs, e.g. ``"torch 2.4.0 -> 2.5.1"``.
+
+    A field absent from ``recorded`` (a baseline written before hwregress recorded it) is unknown, not
+    changed; a field recorded as None (e.g. no CUDA then) is compared.
+    """
     return [
         f"{key} {recorded.get(key)} -> {current.get(key)}"
         for key in PERFORMANCE_RELEVANT
-        if recorded.get(key) != current.get(key)
+        if key in recorded and recorded.get(key) != current.get(key)
     ]

@@ -14,9 +14,10 @@ from hwregress.devices import device_kind
 class PeakMemoryMeter:
     """Context manager measuring peak memory in bytes while it is open.
 
-    CUDA: ``torch.cuda.reset_peak_memory_stats`` on entry, ``max_memory_allocated`` on exit (tensors
-    only; the allocator's cache and the CUDA context are not counted), so the figure is exact and
-    repeatable. CPU and MPS: the process's resident set size is sampled every ``interval_s`` on a
+    CUDA: ``torch.cuda.reset_peak_memory_stats`` on entry, then ``max_memory_allocated`` on exit minus
+    ``memory_allocated`` at entry: the peak of the tensors allocated while the meter was open (the
+    allocator's cache, the CUDA context and tensors an earlier test still holds are not counted), so the
+    figure is exact and repeatable. CPU and MPS: the process's resident set size is sampled every ``interval_s`` on a
     background thread and the peak growth over the RSS at entry is kept. Freed memory is handed back
     to the OS first (:func:`release_host_memory`) so an earlier test's cached pages do not hide this
     test's footprint; the figure is still approximate (allocator granularity, sampling interval).
@@ -33,11 +34,13 @@ class PeakMemoryMeter:
         self._process = psutil.Process()
         self._start_rss = 0
         self._peak_rss = 0
+        self._start_allocated = 0
 
     def __enter__(self) -> PeakMemoryMeter:
         if device_kind(self.device) == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            self._start_allocated = int(torch.cuda.memory_allocated(self.device))
             return self
         release_host_memory()
         self._start_rss = self._peak_rss = self._process.memory_info().rss
@@ -52,7 +55,7 @@ class PeakMemoryMeter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if device_kind(self.device) == "cuda":
-            self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
+            self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device)) - self._start_allocated
             return
         self._stop.set()
         if self._thread is not None:

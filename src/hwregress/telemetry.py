@@ -44,29 +44,77 @@ def decode_reasons(mask: int) -> list[str]:
     return names + ([hex(unknown)] if unknown else [])
 
 
+class NvmlLookupError(RuntimeError):
+    """No NVML handle matches the CUDA device by PCI bus id or UUID; the message lists each attempt."""
+
+
+def pci_bus_id(props: Any) -> str | None:
+    """The PCI address of a CUDA device in NVML's format (``NVML_DEVICE_PCI_BUS_ID_FMT``,
+    ``"%08X:%02X:%02X.0"``, e.g. ``"00000000:18:00.0"``) from ``torch.cuda.get_device_properties``:
+    its ``pci_bus_id`` when that is already an address string, else built from the integer
+    ``pci_domain_id`` / ``pci_bus_id`` / ``pci_device_id``; None when the properties carry none."""
+    bus = getattr(props, "pci_bus_id", None)
+    if isinstance(bus, str) and ":" in bus:
+        return bus.upper()
+    domain, device = getattr(props, "pci_domain_id", None), getattr(props, "pci_device_id", None)
+    if not all(isinstance(v, int) for v in (domain, bus, device)):
+        return None
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+def nvml_uuid(props: Any) -> str | None:
+    """NVML's UUID string (``"GPU-<uuid>"``) of a CUDA device's properties, None when torch has none."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
 class _Nvml:
-    """The NVML handle of one CUDA device and guarded queries."""
+    """The NVML handle of one CUDA device and guarded queries.
+
+    The handle is looked up by PCI bus id, then by UUID, never by index: NVML numbers every GPU of the
+    machine while CUDA numbers only those in ``CUDA_VISIBLE_DEVICES``, so NVML index 1 can be another
+    GPU than ``cuda:1``, and its telemetry would be another GPU's, silently.
+
+    Attributes:
+        handle: the NVML device handle; ``lookup`` how it was found (``"pci bus id 0000...:18:00.0"``).
+
+    Raises:
+        NvmlLookupError: neither the bus id nor the UUID names an NVML device.
+    """
 
     def __init__(self, device: str) -> None:
         import pynvml
         import torch
 
         self.nvml = pynvml
-        pynvml.nvmlInit()
-        index = torch.device(device).index or 0
-        self.handle = self._handle_for(index)
         self.errors: dict[str, str] = {}
+        pynvml.nvmlInit()
+        try:
+            index = torch.device(device).index
+            index = torch.cuda.current_device() if index is None else index
+            self.handle, self.lookup = self._handle_for(device, torch.cuda.get_device_properties(index))
+        except Exception:
+            self.close()
+            raise
 
-    def _handle_for(self, index: int) -> Any:
-        import torch
-
-        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-        if uuid is not None:  # honours CUDA_VISIBLE_DEVICES, which NVML's indices ignore
+    def _handle_for(self, device: str, props: Any) -> tuple[Any, str]:
+        attempts = []
+        for how, key, find in (("pci bus id", pci_bus_id(props), self.nvml.nvmlDeviceGetHandleByPciBusId),
+                               ("uuid", nvml_uuid(props), self.nvml.nvmlDeviceGetHandleByUUID)):
+            if key is None:
+                attempts.append(f"{how}: torch reports none")
+                continue
             try:
-                return self.nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            except Exception:
-                pass
-        return self.nvml.nvmlDeviceGetHandleByIndex(index)
+                return find(key), f"{how} {key}"
+            except Exception as error:  # NVMLError_NotFound, NVMLError_InvalidArgument, ...
+                attempts.append(f"{how} {key}: {type(error).__name__}: {error}")
+        raise NvmlLookupError(
+            f"no NVML device matches {device} ({'; '.join(attempts)}); GPU telemetry is off rather than read "
+            "by NVML index, which ignores CUDA_VISIBLE_DEVICES and may name another GPU"
+        )
 
     def query(self, name: str, call: Callable[[], Any]) -> Any:
         if name in self.errors:
@@ -115,9 +163,11 @@ class _Nvml:
 class TelemetrySampler:
     """Context manager that reads telemetry every ``interval_s`` on a background thread.
 
-    After exit: ``series`` (list of dicts with ``t_s`` relative to entry), ``gpu_available`` and
-    ``gpu_unavailable_reason``, ``errors`` (metric -> NVML error), ``energy_j`` (GPU energy over the
-    window from the total-energy counter, else integrated power, else None), ``duration_s``.
+    After exit: ``series`` (list of dicts with ``t_s`` relative to entry), ``gpu_available``,
+    ``gpu_unavailable_reason`` and ``gpu_lookup`` (how the NVML device was matched to the CUDA device),
+    ``errors`` (metric -> NVML error), ``energy_j`` (GPU energy over the window in J from the
+    total-energy counter in mJ; integrated power when the counter is unsupported or did not advance in
+    a short window; else None), ``duration_s``.
     """
 
     def __init__(self, device: str, interval_s: float = 0.1) -> None:
@@ -129,6 +179,7 @@ class TelemetrySampler:
         self.errors: dict[str, str] = {}
         self.gpu_available = False
         self.gpu_unavailable_reason: str | None = None
+        self.gpu_lookup: str | None = None
         self.energy_j: float | None = None
         self.energy_source: str | None = None
         self.duration_s = 0.0
@@ -155,6 +206,7 @@ class TelemetrySampler:
         try:
             self._nvml = _Nvml(self.device)
             self.gpu_available = True
+            self.gpu_lookup = self._nvml.lookup
         except Exception as error:  # NVMLError_LibraryNotFound (no driver), DriverNotLoaded, ...
             self.gpu_unavailable_reason = f"NVML unavailable: {type(error).__name__}: {error}"
 
@@ -191,7 +243,8 @@ class TelemetrySampler:
     def _finish_energy(self) -> None:
         assert self._nvml is not None
         end = self._nvml.energy_mj()
-        if self._energy_start is not None and end is not None:
+        # the counter updates at the driver's own interval: a window shorter than it may read no change
+        if self._energy_start is not None and end is not None and end > self._energy_start:
             self.energy_j, self.energy_source = (end - self._energy_start) / 1000.0, "total-energy counter"
             return
         points = [(s["t_s"], s["power_w"]) for s in self.series if s.get("power_w") is not None]
@@ -221,6 +274,7 @@ class TelemetrySampler:
             "duration_s": self.duration_s,
             "gpu_available": self.gpu_available,
             "gpu_unavailable_reason": self.gpu_unavailable_reason,
+            "gpu_lookup": self.gpu_lookup,
             "errors": self.errors,
             "metrics": metrics,
             "throttle_reasons": self.throttle_reasons(),
