@@ -85,3 +85,67 @@ def test_detection_quality_at_three_percent_noise(capsys):
               f"A/A false-positive rate {false_positive_rate:.2%}, 10% regression detected {detection_rate:.2%}")
     assert false_positive_rate <= 0.01
     assert detection_rate >= 0.95
+
+
+# --- the cap and robustness to level shifts --------------------------------------------------------
+
+TWO_MACHINES = [12.0, 13.0, 14.0, 12.5, 13.5, 24.0, 25.0, 27.0, 26.0, 24.5]  # one key, two VMs 2x apart
+
+
+def test_threshold_is_capped_and_the_wanted_threshold_kept():
+    baseline = [50.0, 100.0, 150.0, 60.0, 140.0, 80.0, 120.0, 100.0]  # IQR ~50%: noise bound >> 25%
+    comparison = stats.compare(baseline, baseline, tolerance=0.05)
+    assert comparison.threshold == stats.DEFAULT_MAX_THRESHOLD
+    assert comparison.wanted_threshold is not None and comparison.wanted_threshold > 0.25
+    quiet = stats.compare([100.0, 101.0, 99.0, 100.5, 99.5], [100.0, 101.0, 99.0, 100.5, 99.5], 0.05)
+    assert quiet.wanted_threshold is None  # the cap did not cut anything
+    assert stats.compare(baseline, baseline, tolerance=0.4).threshold == 0.4  # an explicit tolerance wins
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, -0.1])
+def test_compare_rejects_bad_max_threshold(bad):
+    with pytest.raises(ValueError, match="max_threshold"):
+        stats.compare([1.0] * 5, [1.0] * 5, tolerance=0.05, max_threshold=bad)
+
+
+def test_history_mixing_two_machines_uses_the_recent_level_only():
+    recent = TWO_MACHINES[5:]
+    expected = 3.0 * stats.robust_spread(recent) * np.sqrt(1 + 1 / len(recent))
+    assert stats.history_bound(TWO_MACHINES) == pytest.approx(expected)
+    assert stats.history_bound(TWO_MACHINES) < 0.25  # pooled sd/mean of both levels asked for > 100%
+
+
+def test_gross_slowdown_in_a_noisy_window_is_a_regression():
+    """Two busy loops made a test 2-11x slower; a history of two machines must not hide it."""
+    rng = np.random.default_rng(7)
+    baseline = list(rng.normal(25.0, 0.5, 10))
+    current = list(12.5 * rng.uniform(0.7, 1.3, 10))  # half the speed, +-30% round to round
+    comparison = stats.compare(current, baseline, 0.05, history=[*TWO_MACHINES, 12.0, 26.0, 13.0])
+    assert comparison.direction == "regression"
+    assert comparison.threshold <= stats.DEFAULT_MAX_THRESHOLD
+
+
+def test_history_rejects_non_positive_medians():
+    with pytest.raises(ValueError, match="history medians"):
+        stats.history_bound([10.0, 0.0, 10.0])
+
+
+def _noise_ceiling(noise: float, z: float = 3.0) -> float:
+    """Largest history bound that noise of +-``noise`` alone can produce (3 medians of one level)."""
+    return z * 1.4826 * (2 * noise / (1 - noise)) * np.sqrt(1 + 1 / 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    noise=st.floats(0.0, 0.05),
+    unit_noise=st.lists(st.floats(-1.0, 1.0), min_size=3, max_size=20),
+    position=st.integers(0, 20),
+    log_shift=st.floats(np.log(0.1), np.log(10.0)),
+)
+def test_one_level_shift_never_lifts_the_threshold_past_the_cap(noise, unit_noise, position, log_shift):
+    history = np.array([100.0 * (1 + noise * u) for u in unit_noise])
+    history[min(position, len(history)):] *= np.exp(log_shift)
+    samples = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1]
+    assert stats.compare(samples, samples, 0.05, history=list(history)).threshold <= stats.DEFAULT_MAX_THRESHOLD
+    if abs(log_shift) >= np.log(1.5):  # a gross step is found: it never enters the spread
+        assert stats.history_bound(list(history)) <= _noise_ceiling(noise) + 1e-9

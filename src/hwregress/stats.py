@@ -4,20 +4,34 @@ The comparison follows asv's rule (airspeed velocity, ``asv/_stats.py`` and ``as
 counts only when the effect size crosses a threshold AND a significance test agrees. Here the effect
 size is the ratio of medians and the test is the one-sided Mann-Whitney U test (Mann & Whitney 1947,
 as in pyperf's ``is_significant`` spirit and Conbench's distribution-free checks), computed by
-``scipy.stats.mannwhitneyu``. The threshold is ``max(tolerance, noise bound)`` where the noise bound is
-``z`` standard errors of the log ratio of medians implied by the noise the *baseline* recorded:
+``scipy.stats.mannwhitneyu``. The threshold is
+
+    threshold = max(tolerance, min(max_threshold, max(noise bound, history bound)))
+
+The noise bound is ``z`` standard errors of the log ratio of medians implied by the noise the
+*baseline* recorded:
 
     sigma_rel = (IQR / 1.349) / median          robust relative standard deviation (normal IQR = 1.349 sigma)
     se(median) = 1.2533 * sigma / sqrt(n)        asymptotic efficiency of the median (Kenney & Keeping 1962)
-    bound = z * 1.2533 * sigma_rel * sqrt(1/n_baseline + 1/n_current)
+    noise bound = z * 1.2533 * sigma_rel * sqrt(1/n_baseline + 1/n_current)
 
-Within-session noise underestimates the drift between sessions on shared machines (measured here on a
-2-core cloud VM: the same test's session medians moved by 10-40% while each session's IQR was 3-9%).
-Baselines therefore keep the medians of the sessions that recorded them, and once three or more are
-known the threshold also covers ``z`` prediction standard deviations of that history, as Conbench
-judges a result by its z-score against the history of its baseline runs:
+Within-session noise underestimates the drift between sessions on shared machines, so baselines keep
+the medians of the sessions that recorded them and the threshold also covers ``z`` prediction standard
+deviations of that history, as Conbench judges a result by its z-score against the history of its
+baseline runs. The history is first cut at its last level shift (:mod:`hwregress.changepoints`: PELT
+from ruptures, Truong, Oudre & Vayatis 2020), because a history that mixed two machines of one name
+(medians 12-14 then 24-27) or a driver change made the bound exceed 100%; and the spread is the MAD,
+which one odd session does not move:
 
-    history bound = z * (sd(history) / mean(history)) * sqrt(1 + 1/k)      k session medians
+    recent = medians since the last change point       (no history bound with fewer than 3)
+    spread = 1.4826 * MAD(recent) / median(recent)     (1.4826 MAD = sigma for normal data)
+    history bound = z * spread * sqrt(1 + 1/k)          k = len(recent)
+
+The cap ``max_threshold`` (default 25%) bounds what noise may hide: on a 2-core cloud VM, unchanged
+sessions moved 1.3-5.3% (sd/mean), so honest thresholds there are 10-15%, while two busy loops made a
+test 11x slower and an uncapped bound of 102% let it pass. A drop beyond the cap that the test finds
+significant is a regression however noisy the baseline; ``Comparison.wanted_threshold`` keeps what the
+bounds asked for, so a report can say the baseline is too noisy to resolve smaller changes.
 """
 
 from __future__ import annotations
@@ -29,8 +43,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
+from hwregress.changepoints import MAD_TO_SIGMA, since_last_change
+
 NORMAL_IQR = 1.349  # IQR of the standard normal distribution, in sigmas
 MEDIAN_EFFICIENCY = 1.2533  # sqrt(pi / 2): se(median) / se(mean) for normal samples
+DEFAULT_MAX_THRESHOLD = 0.25  # no noise or history bound may hide a drop larger than this
+MIN_HISTORY = 3  # session medians since the last level shift needed for a history bound
 
 
 @dataclass(frozen=True)
@@ -83,16 +101,29 @@ def noise_bound(baseline: Sequence[float], n_current: int, z: float = 3.0) -> fl
     return z * MEDIAN_EFFICIENCY * sigma_rel * math.sqrt(1.0 / summary.n + 1.0 / max(n_current, 1))
 
 
+def robust_spread(values: Sequence[float]) -> float:
+    """MAD x 1.4826 / median of ``values``: a relative standard deviation that one odd value does not
+    move (0 for no values or a median that is not > 0)."""
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return 0.0
+    median = float(np.median(array))
+    if median <= 0:
+        return 0.0
+    return MAD_TO_SIGMA * float(np.median(np.abs(array - median))) / median
+
+
 def history_bound(history: Sequence[float], z: float = 3.0) -> float:
     """Relative change that session-to-session drift explains (see module doc); 0 with fewer than 3
-    recorded sessions. Returns a fraction."""
-    if len(history) < 3:
+    session medians since the last level shift. Returns a fraction, uncapped.
+
+    Raises:
+        ValueError: a median is not finite or not > 0.
+    """
+    recent = since_last_change(history)
+    if len(recent) < MIN_HISTORY:
         return 0.0
-    values = np.asarray(history, dtype=float)
-    mean = float(values.mean())
-    if mean <= 0:
-        return 0.0
-    return z * float(values.std(ddof=1)) / mean * math.sqrt(1.0 + 1.0 / len(values))
+    return z * robust_spread(recent) * math.sqrt(1.0 + 1.0 / len(recent))
 
 
 @dataclass(frozen=True)
@@ -101,10 +132,12 @@ class Comparison:
 
     Attributes:
         ratio: median(current) / median(baseline).
-        threshold: relative change that counts (fraction).
+        threshold: relative change that counts (fraction), at most ``max(tolerance, max_threshold)``.
         p_slower: one-sided Mann-Whitney p-value that current is stochastically smaller.
         p_faster: one-sided p-value that current is stochastically larger.
         direction: ``"regression"``, ``"improvement"`` or ``"none"``.
+        wanted_threshold: what the noise and history bounds asked for when the cap cut it (fraction),
+            else None: the baseline is noisier than the verdict admits; re-record it on a quiet machine.
     """
 
     ratio: float
@@ -112,29 +145,40 @@ class Comparison:
     p_slower: float
     p_faster: float
     direction: str
+    wanted_threshold: float | None = None
 
 
 def compare(current: Sequence[float], baseline: Sequence[float], tolerance: float,
-            alpha: float = 0.01, z: float = 3.0, history: Sequence[float] = ()) -> Comparison:
+            alpha: float = 0.01, z: float = 3.0, history: Sequence[float] = (),
+            max_threshold: float = DEFAULT_MAX_THRESHOLD) -> Comparison:
     """Compare samples of a higher-is-better metric (throughput, TFLOP/s, GB/s).
 
     A regression needs ``ratio < 1 - threshold`` and ``p_slower < alpha``; an improvement needs
-    ``ratio > 1 + threshold`` and ``p_faster < alpha``; ``threshold = max(tolerance,
-    noise_bound(baseline, len(current), z), history_bound(history, z))``, ``history`` being the
-    medians of the sessions that recorded the baseline. With fewer than 5 samples on either side the exact
-    test cannot reach alpha = 0.01: record more rounds.
+    ``ratio > 1 + threshold`` and ``p_faster < alpha`` (asv's rule), with
+
+        threshold = max(tolerance, min(max_threshold, max(noise_bound, history_bound)))
+
+    ``history`` being the medians of the sessions that recorded the baseline (see module doc). The
+    direction does not depend on whether the current window was stable: a caller that marks noisy
+    windows ``unstable`` must do so only when the direction is ``"none"``, so that a significant drop
+    beyond the cap is a regression however noisy the window. With fewer than 5 samples on either side
+    the exact test cannot reach alpha = 0.01: record more rounds.
 
     Raises:
-        ValueError: empty or non-finite samples, a non-positive baseline median, or a tolerance
-            outside [0, 1).
+        ValueError: empty or non-finite samples, a non-positive baseline median or history median, a
+            tolerance outside [0, 1) or a max_threshold outside (0, 1).
     """
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance}")
+    if not 0 < max_threshold < 1:
+        raise ValueError(f"max_threshold must be a fraction in (0, 1), got {max_threshold}")
     current_summary, baseline_summary = summarize(current), summarize(baseline)
     if baseline_summary.median <= 0:
         raise ValueError(f"baseline median must be > 0, got {baseline_summary.median}")
     ratio = current_summary.median / baseline_summary.median
-    threshold = max(tolerance, noise_bound(baseline, len(current), z), history_bound(history, z))
+    bound = max(noise_bound(baseline, len(current), z), history_bound(history, z))
+    threshold = max(tolerance, min(max_threshold, bound))
+    wanted = bound if bound > threshold else None
     p_slower, p_faster = _one_sided_p_values(current, baseline)
     if ratio < 1 - threshold and p_slower < alpha:
         direction = "regression"
@@ -142,7 +186,7 @@ def compare(current: Sequence[float], baseline: Sequence[float], tolerance: floa
         direction = "improvement"
     else:
         direction = "none"
-    return Comparison(ratio, threshold, p_slower, p_faster, direction)
+    return Comparison(ratio, threshold, p_slower, p_faster, direction, wanted)
 
 
 def _one_sided_p_values(current: Sequence[float], baseline: Sequence[float]) -> tuple[float, float]:

@@ -1,0 +1,240 @@
+"""Machine health: CPU time of other processes from synthetic psutil readings, GPU state through a fake
+NVML, the sentences of ``findings``, and one real busy-loop contention check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+from collections import namedtuple
+
+import pytest
+
+from hwregress import health
+
+CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+ProcTimes = namedtuple("ProcTimes", "user system children_user children_system")
+
+
+class FakeProcess:
+    def __init__(self, seconds: list[float]) -> None:
+        self.seconds = seconds
+
+    def cpu_times(self) -> ProcTimes:
+        return ProcTimes(self.seconds.pop(0), 0.0, 0.0, 0.0)
+
+    def children(self, recursive: bool = False) -> list:
+        return []
+
+
+class FakePsutil:
+    """Two readings of everything: at entry and at exit of the probe."""
+
+    def __init__(self, times: list[CpuTimes], own: list[float], *, loads=(0.5, 0.5), sin=(0, 0),
+                 freq=(2800.0, 3000.0), broken=()):
+        self.times, self.loads, self.sin = list(times), list(loads), list(sin)
+        self.process = FakeProcess(list(own))
+        self.freq, self.broken = freq, broken
+
+    def _check(self, name):
+        if name in self.broken:
+            raise PermissionError(f"{name} denied")
+
+    def cpu_times(self):
+        self._check("cpu_times")
+        return self.times.pop(0)
+
+    def Process(self):
+        return self.process
+
+    def getloadavg(self):
+        return (self.loads.pop(0), 0.0, 0.0)
+
+    def virtual_memory(self):
+        return types.SimpleNamespace(available=4 * 2**30, total=16 * 2**30)
+
+    def swap_memory(self):
+        return types.SimpleNamespace(sin=self.sin.pop(0))
+
+    def cpu_count(self):
+        return 2
+
+    def cpu_freq(self):
+        self._check("cpu_freq")
+        return types.SimpleNamespace(current=self.freq[0], max=self.freq[1])
+
+
+def _times(busy: float, idle: float, steal: float = 0.0) -> CpuTimes:
+    return CpuTimes(busy, 0.0, 0.0, idle, 0.0, 0.0, 0.0, steal, 0.0, 0.0)
+
+
+def _probe(fake: FakePsutil, tmp_path) -> dict:
+    with health.CpuHealthProbe(psutil_module=fake, cpufreq_dir=str(tmp_path)) as probe:
+        pass
+    return probe.result
+
+
+def test_other_processes_share_from_synthetic_cpu_times(tmp_path):
+    # 2 cores x 1 s = 2 core-seconds: 1.9 busy, of which 0.3 ours -> others used 80%
+    fake = FakePsutil([_times(100.0, 100.0), _times(101.9, 100.1)], own=[10.0, 10.3])
+    result = _probe(fake, tmp_path)
+    assert result["other_cpu_fraction"] == pytest.approx(0.8)
+    assert result["own_cpu_fraction"] == pytest.approx(0.15)
+    assert health.findings(result)[0].startswith("CPU contention: other processes used 80% of the 2 cores'")
+
+
+def test_quiet_window_has_no_findings(tmp_path):
+    fake = FakePsutil([_times(100.0, 100.0), _times(101.0, 101.0)], own=[10.0, 10.95])
+    result = _probe(fake, tmp_path)
+    assert result["other_cpu_fraction"] == pytest.approx(0.025)
+    assert health.findings(result) == []
+
+
+def test_steal_load_swap_frequency_and_governor(tmp_path):
+    (tmp_path / "scaling_governor").write_text("powersave\n")
+    (tmp_path / "scaling_driver").write_text("acpi-cpufreq\n")
+    fake = FakePsutil([_times(100.0, 100.0, 0.0), _times(100.9, 100.9, 0.2)], own=[10.0, 10.9],
+                      loads=(4.0, 4.5), sin=(0, 50 * 2**20), freq=(1200.0, 3000.0))
+    result = _probe(fake, tmp_path)
+    assert result["steal_fraction"] == pytest.approx(0.1)
+    assert (result["cpu_governor"], result["swap_in_bytes"]) == ("powersave", 50 * 2**20)
+    text = " | ".join(health.findings(result))
+    for expected in ("hypervisor took 10%", "load average 4.0 on 2 cores", "CPU clock 1200 MHz is 40%",
+                     "governor is 'powersave'", "50 MiB swapped in"):
+        assert expected in text
+
+
+def test_powersave_under_pstate_driver_is_normal(tmp_path):
+    (tmp_path / "scaling_governor").write_text("powersave\n")
+    (tmp_path / "scaling_driver").write_text("intel_pstate\n")
+    fake = FakePsutil([_times(100.0, 100.0), _times(101.0, 101.0)], own=[10.0, 11.0])
+    assert health.findings(_probe(fake, tmp_path)) == []
+
+
+def test_unreadable_counters_are_errors_not_exceptions(tmp_path):
+    fake = FakePsutil([], own=[1.0, 1.0], broken=("cpu_times", "cpu_freq"))
+    result = _probe(fake, tmp_path)
+    assert result["other_cpu_fraction"] is None and result["cpu_freq_mhz"] is None
+    assert "cpu_times" in result["errors"] and "cpu_freq" in result["errors"]
+    assert health.findings(result) == []
+
+
+class NotSupported(Exception):
+    """Like pynvml.NVMLError_NotSupported."""
+
+
+class FakeNvml:
+    NVML_FEATURE_ENABLED = 1
+    NVML_TEMPERATURE_GPU = 0
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+
+    def __init__(self, pids=(100,), **readings):
+        self.pids = pids
+        self.readings = {"persistence": 1, "pending": 0, "remap": (0, 0, 0, 0), "ecc": 0, "enforced": 700_000,
+                         "default": 700_000, "gen": 5, "max_gen": 5, "width": 16, "max_width": 16,
+                         "temperature": 60, "slowdown": 90, **readings}
+
+    def _get(self, key):
+        value = self.readings[key]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in self.pids]
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return self._get("persistence")
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return self._get("pending")
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return self._get("remap")
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        return self._get("ecc")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._get("enforced")
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return self._get("default")
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._get("gen")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._get("max_gen")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._get("width")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._get("max_width")
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._get("temperature")
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
+        return self._get("slowdown")
+
+
+def test_healthy_gpu_has_no_findings():
+    state = health.gpu_health("h", FakeNvml(pids=(100,)), our_pids={100})
+    assert state["gpu_other_processes"] == [] and state["gpu_pids_comparable"] is True
+    assert health.findings(state) == []
+
+
+def test_gpu_findings():
+    nvml = FakeNvml(pids=(100, 4242), persistence=0, pending=1, remap=(0, 2, 1, 1), ecc=3, enforced=350_000,
+                    gen=3, width=8, temperature=87)
+    state = health.gpu_health("h", nvml, our_pids={100})
+    text = " | ".join(health.findings(state))
+    for expected in ("another compute process on the GPU during the window (pids 4242)", "remapping failed",
+                     "waiting to be remapped", "3 uncorrected ECC errors", "350 W enforced vs 700 W default",
+                     "GPU at 87 C, within 5 C of its slowdown temperature 90 C", "PCIe link generation gen 3",
+                     "PCIe link width x8 below its maximum x16", "persistence mode is off"):
+        assert expected in text
+    assert health.findings(state)[0].startswith("another compute process")  # contention leads
+
+
+def test_gpu_pids_from_another_namespace():
+    lone = health.gpu_health("h", FakeNvml(pids=(7,)), our_pids={100})
+    assert lone["gpu_pids_comparable"] is False
+    assert health.findings(lone) == []  # the one process listed is probably us
+    shared = health.gpu_health("h", FakeNvml(pids=(7, 8)), our_pids={100})
+    assert "2 compute processes on the GPU" in health.findings(shared)[0]
+
+
+def test_gpu_read_errors_cost_one_field():
+    state = health.gpu_health("h", FakeNvml(remap=NotSupported("Not Supported")), our_pids={100})
+    assert state["row_remap_pending"] is None and "row_remap_pending" in state["errors"]
+    assert state["temperature_c"] == 60
+
+
+SPIN = "import sys; sys.stdout.write('go\\n'); sys.stdout.flush()\nwhile True: pass"
+
+
+def test_real_busy_loops_are_found_as_contention():
+    """One spinning process per core (two on the 2-core development VM) during a 1 s window: found,
+    whatever else runs here (more load only adds contention)."""
+    cores = os.cpu_count() or 2
+    if cores > 16:
+        pytest.skip(f"{cores} cores: spinning one process per core would be rude to a shared runner")
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE) for _ in range(max(cores, 2))]
+    try:
+        for spinner in spinners:
+            assert spinner.stdout.readline() == b"go\n"
+        with health.CpuHealthProbe() as probe:
+            time.sleep(1.0)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert probe.result["other_cpu_fraction"] is not None
+    assert any(s.startswith("CPU contention") for s in health.findings(probe.result)), probe.result
