@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import re
 from html.parser import HTMLParser
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
 from hwregress.report import render, render_merge, write_outputs
-from hwregress.report.charts import bar_chart, line_chart
+from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, nice_axis, roofline_chart, tick_label
 from hwregress.results import SessionResults, TestRecord, load
+from hwregress.verdicts import Verdict
 
 META = {"hostname": "box", "started_at": "s", "finished_at": "f", "duration_s": 1.0, "args": ["-m", "cpu"],
         "hardware": [{"device": "cpu", "name": "AMD EPYC", "hardware_key": "amd-epyc-2t", "total_memory_bytes": 2**34,
@@ -99,3 +102,255 @@ def test_write_outputs_and_merge(tmp_path):
     assert paths["report"].read_text().startswith("<!DOCTYPE html>")
     html = render_merge([first, second])
     assert "amd-epyc-2t" in html and "nvidia-h100-80gb-hbm3" in html
+
+
+def test_merge_shows_ceiling_sizes_not_batches():
+    session = SessionResults(dict(META), [ceiling_record("copy", 64 * 2**20, 20.0, "GB/s")])
+    html = render_merge([session, session])
+    assert "<td>copy 64 MiB</td>" in html and "67108864" not in html and "<td>None</td>" not in html
+
+
+# --- axes: ticks at 1-2-5 x 10^k, compact labels -------------------------------------------------------
+
+SI = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def _label_value(label: str) -> float:
+    return float(label[:-1]) * SI[label[-1]] if label[-1] in SI else float(label)
+
+
+def _significant_digits(label: str) -> int:
+    mantissa = label.rstrip("kMGTP").split("e")[0].lstrip("-").replace(".", "").lstrip("0")
+    return len(mantissa)
+
+
+def _is_one_two_five(value: float) -> bool:
+    return any(math.isclose(value, m * 10.0 ** round(math.log10(value / m)), rel_tol=1e-9) for m in (1, 2, 5))
+
+
+def _check_labels(axis, resolution_of) -> None:
+    labels = axis.labels()
+    assert len(set(labels)) == len(labels), labels
+    for tick, label in zip(axis.ticks, labels, strict=True):
+        assert abs(_label_value(label) - tick) <= resolution_of(tick), (tick, label)
+        assert len(label) <= 12, label
+
+
+SPAN_LIMIT = 1e12
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(-SPAN_LIMIT, SPAN_LIMIT, allow_subnormal=False), st.floats(-SPAN_LIMIT, SPAN_LIMIT, allow_subnormal=False))
+def test_linear_ticks_are_multiples_of_a_one_two_five_step(a, b):
+    low, high = min(a, b), max(a, b)
+    axis = nice_axis(low, high)
+    assert axis.low <= low and high <= axis.high
+    assert 3 <= len(axis.ticks) <= 10
+    assert _is_one_two_five(axis.step)
+    for tick in axis.ticks:
+        assert axis.low <= tick <= axis.high
+        assert abs(tick / axis.step - round(tick / axis.step)) < 1e-6
+    _check_labels(axis, lambda tick: axis.step * 1e-3)
+    digits_needed = math.ceil(math.log10(max(abs(axis.low), abs(axis.high)) / axis.step)) + 2
+    assert all(_significant_digits(label) <= digits_needed for label in axis.labels()), axis.labels()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1e-12, SPAN_LIMIT), st.floats(1e-12, SPAN_LIMIT))
+def test_log_ticks_are_one_two_five_times_a_power_of_ten(a, b):
+    low, high = min(a, b), max(a, b)
+    axis = nice_axis(low, high, log=True)
+    assert axis.low <= low and high <= axis.high
+    assert 3 <= len(axis.ticks) <= 10
+    for tick in axis.ticks:
+        assert axis.low <= tick <= axis.high and _is_one_two_five(tick)
+    decades = round(math.log10(axis.high / axis.low))
+    if decades <= 3:  # few decades: 2 and 5 in between
+        assert len(axis.ticks) == 3 * decades + 1
+    _check_labels(axis, lambda tick: tick * 1e-6)
+
+
+def test_tick_labels_are_compact():
+    assert tick_label(0.1 + 0.2, 1e-4) == "0.3"
+    assert tick_label(1000.0, 1.0) == "1k" and tick_label(2.5e6, 1e3) == "2.5M" and tick_label(-1500, 1) == "-1.5k"
+    assert tick_label(0.001, 1e-9) == "1e-3" and tick_label(2.5e-4, 1e-9) == "2.5e-4"
+    assert tick_label(1e-17, 1e-4) == "0" and tick_label(float("nan"), 1.0) == "–"
+    assert nice_axis(0, 0.3).labels() == ["0", "0.05", "0.1", "0.15", "0.2", "0.25", "0.3"]
+    assert nice_axis(0.005, 50, log=True).labels() == ["1e-3", "0.01", "0.1", "1", "10", "100"]
+    with pytest.raises(ValueError, match="log axis"):
+        nice_axis(0.0, 1.0, log=True)
+
+
+def test_chart_tick_labels_have_no_float_noise():
+    svg = line_chart({"a": [(1, 0.1), (2, 0.30000000000000004), (4, 0.7)]}, "t", "batch", "y", log_x=True,
+                     ticks_at_data_x=True)
+    ticks = re.findall(r'class="tick"[^>]*>([^<]*)<', svg)
+    assert ticks[:3] == ["1", "2", "4"]  # batch sizes as written
+    assert ticks[3:] == ["0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7"]
+
+
+# --- roofline: markers labelled by batch size, roofs as lines --------------------------------------------
+
+def ceiling_record(name: str, size: int, throughput: float, unit: str) -> TestRecord:
+    return TestRecord(f"bench_tests/test_ceilings.py::test_ceiling[cpu-{name}-fp32]", family="ceiling", device="cpu",
+                      model=name, mode="roof", batch_size=size, dtype="fp32", unit=unit, throughput=throughput,
+                      samples=[throughput] * 3, verdict="new")
+
+
+def _roofline_svg(html: str) -> str:
+    return re.search(r'<svg class="chart roofline".*?</svg>', html, re.S).group(0)
+
+
+def test_roofline_draws_batch_sizes_as_labelled_markers_and_roofs_as_lines():
+    records = [throughput_record("resnet18", batch, 30.0 * batch) for batch in (1, 4, 16)]
+    for batch, record in zip((1, 4, 16), records, strict=True):
+        record.arithmetic_intensity, record.achieved_tflops = 10.0 * batch, 0.05 * batch
+    records += [ceiling_record("gemm", 1024, 0.5, "TFLOP/s"), ceiling_record("copy", 64 * 2**20, 20.0, "GB/s")]
+    svg = _roofline_svg(render(SessionResults(dict(META), records)))
+    assert svg.count("<polyline") == 1  # the one measured roof; the model's batch sizes are not joined
+    tooltips = re.findall(r"<circle[^>]*><title>([^<]*)</title>", svg)
+    assert sorted(tooltips) == sorted(f"resnet18 train fp32, bs={b}: {10 * b:g} FLOP/byte, {0.05 * b:g} TFLOP/s"
+                                      for b in (1, 4, 16))
+    assert sorted(re.findall(r'class="ptlabel"[^>]*>([^<]*)<', svg)) == ["bs=1", "bs=16", "bs=4"]
+
+
+def test_roofline_chart_without_batch_sizes_has_no_labels():
+    svg = roofline_chart([RooflinePoint("m", None, 5.0, 0.1), RooflinePoint("m", float("nan"), 6.0, 0.2)],
+                         [Roof("spec", 1.0, 0.1)], "r")
+    assert svg.count("<circle") == 3 and "ptlabel" not in svg  # two points and the legend marker
+    assert roofline_chart([RooflinePoint("m", 1, float("nan"), 0.1)], [Roof("spec", 1.0, 0.1)], "r") == ""
+
+
+# --- ceiling rows: no problem size in the batch column --------------------------------------------------
+
+class _Cells(HTMLParser):
+    """The text of each cell of each row of the results table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.inside = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.inside = dict(attrs).get("id") == "results"
+        elif self.inside and tag == "tr":
+            self.rows.append([])
+        elif self.inside and tag == "td":
+            self.rows[-1].append("")
+
+    def handle_endtag(self, tag):
+        self.inside = self.inside and tag != "table"
+
+    def handle_data(self, data):
+        if self.inside and self.rows and self.rows[-1]:
+            self.rows[-1][-1] += data
+
+
+def _result_rows(html: str) -> list[list[str]]:
+    parser = _Cells()
+    parser.feed(html)
+    return [[cell.strip() for cell in row] for row in parser.rows if row]
+
+
+BATCH_COLUMN = 5
+
+
+def test_ceiling_rows_show_their_size_in_the_details_not_as_a_batch():
+    records = [ceiling_record("gemm", 4096, 50.0, "TFLOP/s"), ceiling_record("copy", 256 * 2**20, 900.0, "GB/s"),
+               throughput_record("resnet18", 8, 40.0)]
+    html = render(SessionResults(dict(META), records))
+    batches = {row[1]: row[BATCH_COLUMN] for row in _result_rows(html)}
+    assert batches == {"test_ceiling[cpu-gemm-fp32]": "–", "test_ceiling[cpu-copy-fp32]": "–", "t[cpu-resnet18-bs8]": "8"}
+    assert html.count("GEMM 4096³") >= 2 and html.count("copy 256 MiB") >= 2  # ceilings table and per-test detail
+    assert "4,096" not in html and "268,435,456" not in html
+
+
+# --- the verdict filter -------------------------------------------------------------------------------
+
+def test_verdict_filter_offers_the_verdicts_present_in_verdict_order():
+    verdicts = ["pass", "new", "regression", "other-hardware", "pass", "unstable"]
+    records = [throughput_record(f"m{i}", 1, 1.0, verdict) for i, verdict in enumerate(verdicts)]
+    html = render(SessionResults(dict(META), records))
+    options = re.findall(r'<input type="checkbox" name="verdict" value="([^"]+)" checked>', html)
+    assert options == [v.value for v in Verdict if v.value in verdicts]
+    results = html.split('id="results"')[1].split("</table>")[0]
+    rows = re.findall(r"<tr[^>]*>", results)[1:]  # after the header
+    assert len(rows) == len(records) and all('data-verdict="' in row for row in rows)
+    assert sorted(re.findall(r'data-verdict="([^"]+)"', results)) == sorted(verdicts)
+    assert 'id="verdict-filter"' in html and '"#results tr[data-verdict]"' in html  # what the script filters
+
+
+# --- diagnosis, health, noise-limited threshold, identity changes -----------------------------------------
+
+def _annotated(verdict: str) -> TestRecord:
+    record = throughput_record("resnet18", 8, 40.0, verdict)
+    record.diagnosis = ["<b>thermal throttling</b> (most likely)", "another process used the CPU"]
+    record.health = {"swap_used": "<script>alert(1)</script> 2 GiB", "cpu_governor": {"now": "powersave", "want": "performance"},
+                     "gpu_other_processes": []}
+    record.threshold, record.wanted_threshold = 0.05, 0.12
+    record.identity_changes = ["cpu model: EPYC 7B12 -> EPYC 9B14"]
+    return record
+
+
+def test_new_record_fields_are_shown_escaped():
+    html = render(SessionResults(dict(META), [_annotated("other-hardware")]))
+    diagnosis = re.search(r'<ol class="diagnosis"[^>]*>(.*?)</ol>', html, re.S).group(1)
+    assert re.findall(r"<li>(.*?)</li>", diagnosis) == ["&lt;b&gt;thermal throttling&lt;/b&gt; (most likely)",
+                                                         "another process used the CPU"]
+    assert "noise-limited: the bounds wanted 12.0%, capped at 5.0%" in html
+    assert "cpu model: EPYC 7B12 -&gt; EPYC 9B14" in html
+    health = re.search(r'<table class="health">(.*?)</table>', html, re.S).group(1)
+    assert "swap_used" in health and "&lt;script&gt;alert(1)&lt;/script&gt; 2 GiB" in health
+    assert "now: powersave; want: performance" in health and "<td>gpu_other_processes</td><td>none</td>" in health
+    assert "<script>alert" not in html and "<b>thermal" not in html
+
+
+def test_identity_changes_only_for_other_hardware_and_empty_fields_render_nothing():
+    html = render(SessionResults(dict(META), [_annotated("regression")]))
+    assert "EPYC 9B14" not in html and "identity changed" not in html
+    plain = throughput_record("resnet18", 8, 40.0)
+    plain.identity_changes = []
+    html = render(SessionResults(dict(META), [plain]))
+    for absent in ('class="diagnosis"', "noise-limited", 'class="health"', "identity changed"):
+        assert absent not in html
+
+
+# --- any session renders, and record text never opens a script -------------------------------------------
+
+HOSTILE = ["<script>alert(1)</script>", "<SCRIPT src=//x>", '"><script>x', "</title><script>", "<scr<script>ipt>",
+           "]]><script>", "\x00<script"]
+TEXT = st.text(max_size=20) | st.sampled_from(HOSTILE)
+NUMBER = st.none() | st.floats() | st.integers(-(2**64), 2**64)
+SESSION_RECORD = st.builds(
+    TestRecord, test_id=TEXT, family=st.sampled_from(["throughput", "ceiling", "parity", "output-parity"]) | TEXT,
+    device=st.none() | st.sampled_from(["cpu", "cuda:0"]) | TEXT, device_name=st.none() | TEXT,
+    model=st.none() | st.sampled_from(["gemm", "copy", "h2d"]) | TEXT, mode=st.none() | TEXT, batch_size=NUMBER,
+    dtype=st.none() | TEXT, unit=TEXT, throughput=NUMBER, throughput_iqr=NUMBER, samples=st.lists(st.floats(), max_size=3),
+    latency_ms=NUMBER, peak_memory_bytes=NUMBER, accuracy=NUMBER, speedup=NUMBER, baseline_throughput=NUMBER,
+    baseline_peak_memory_bytes=NUMBER, ratio=NUMBER, threshold=NUMBER, wanted_threshold=NUMBER,
+    verdict=st.sampled_from(Verdict), message=TEXT, identity_changes=st.lists(TEXT, max_size=2),
+    health=st.dictionaries(TEXT, TEXT | NUMBER | st.lists(TEXT, max_size=2), max_size=2),
+    diagnosis=st.lists(TEXT, max_size=2), achieved_tflops=NUMBER, mfu=NUMBER, arithmetic_intensity=NUMBER,
+    energy_j_per_sample=NUMBER, flops_per_sample=NUMBER, op_categories=st.dictionaries(TEXT, st.floats(), max_size=2),
+    trace_path=st.none() | TEXT,
+    details=st.fixed_dictionaries({"telemetry_series": st.fixed_dictionaries(
+        {"t_s": st.lists(st.floats(), max_size=3), "cpu_util_pct": st.lists(NUMBER, max_size=3)})}))
+
+
+# records of one device that reach every chart (throughput by batch size, roofline, ceilings), any figures
+CHARTED_RECORD = SESSION_RECORD.map(lambda r: _charted(r))
+
+
+def _charted(record: TestRecord) -> TestRecord:
+    index = len(record.test_id) % 3
+    record.family, record.device, record.dtype, record.mode = ("throughput", "ceiling", "ceiling")[index], "cpu", "fp32", "train"
+    record.model = ("resnet18", "gemm", "copy")[index]
+    return record
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(SESSION_RECORD, max_size=4), st.lists(CHARTED_RECORD, max_size=5))
+def test_any_session_renders_and_record_text_stays_escaped(records, charted):
+    html = render(SessionResults(dict(META), records + charted))
+    assert html.lower().count("<script") == 1  # the page's own filter script

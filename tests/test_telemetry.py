@@ -36,6 +36,9 @@ class FlakyNvml(_Nvml):
         self.errors = {}
         self.calls = 0
 
+    def health(self):
+        return {"gpu_other_processes": []}
+
     def sample(self):
         power = self.query("power", self._power)
         return {"power_w": power, "gpu_util_pct": self.query("utilization", lambda: 97),

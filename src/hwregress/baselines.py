@@ -112,6 +112,8 @@ _TEXT_FIELDS = ("family", "model", "mode", "dtype", "device_name", "unit", "reco
 _COUNT_FIELDS = ("batch_size", "steps_per_round", "n")
 _FIGURE_FIELDS = ("median", "iqr", "latency_ms", "peak_memory_bytes", "accuracy", "speedup")
 _SAMPLE_FIELDS = ("samples", "history")
+_OBJECT_FIELDS = ("environment", "identity", "telemetry_means", "ceilings", "health")
+_LIST_FIELDS = ("top_ops", "throttle_reasons")
 
 
 def check_entry(entry: Any) -> str | None:
@@ -120,8 +122,9 @@ def check_entry(entry: Any) -> str | None:
     Checked: an object; text fields (``unit``, ``recorded_at``, ...) strings or null; counts
     (``batch_size``, ``n``, ``steps_per_round``) non-negative integers or null; figures (``median``,
     ``latency_ms``, ``peak_memory_bytes``, ``accuracy``, ...) finite non-negative numbers or null;
-    ``samples`` and ``history`` lists of finite positive numbers; ``environment`` an object. Other keys
-    are accepted unchecked (a newer hwregress may add them).
+    ``samples`` and ``history`` lists of finite positive numbers; ``environment``, ``identity``,
+    ``telemetry_means``, ``ceilings`` and ``health`` objects; ``top_ops`` and ``throttle_reasons`` lists.
+    Other keys are accepted unchecked (a newer hwregress may add them).
     """
     if not isinstance(entry, dict):
         return f"is {_json_type(entry)}, not an object"
@@ -140,8 +143,12 @@ def check_entry(entry: Any) -> str | None:
         problem = _check_samples(name, entry.get(name))
         if problem:
             return problem
-    if "environment" in entry and not isinstance(entry["environment"], dict):
-        return f"'environment' must be an object, found {_json_type(entry['environment'])}"
+    for name in _OBJECT_FIELDS:
+        if entry.get(name) is not None and not isinstance(entry[name], dict):
+            return f"'{name}' must be an object, found {_json_type(entry[name])}"
+    for name in _LIST_FIELDS:
+        if entry.get(name) is not None and not isinstance(entry[name], list):
+            return f"'{name}' must be a list, found {_json_type(entry[name])}"
     return None
 
 

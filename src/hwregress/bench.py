@@ -64,6 +64,7 @@ class Measurement:
         profile: the operator breakdown, None when profiling is off.
         flops_per_sample: forward (infer) or forward+backward (train) FLOPs per sample, None if not counted.
         bytes_per_sample: estimated DRAM traffic per sample (see profiling.estimate_bytes_moved).
+        health: the machine's health over the timed window (see :class:`hwregress.telemetry.TelemetrySampler`).
     """
 
     timing: Timing
@@ -74,6 +75,7 @@ class Measurement:
     profile: profiling.OperatorProfile | None = None
     flops_per_sample: float | None = None
     bytes_per_sample: float | None = None
+    health: dict[str, Any] = field(default_factory=dict)
 
     @property
     def throughput_samples(self) -> list[float]:
@@ -213,7 +215,8 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
         step = build_step(workload, model, mode, inputs, labels, device, dtype)
         sampler = TelemetrySampler(device, options.telemetry_interval_s)
         timing = measure(step, timer, options.plan, options.round_driver, window=sampler)
-    measurement = Measurement(timing, batch_size, memory.peak_bytes, sampler.summary(), sampler.compact_series())
+    measurement = Measurement(timing, batch_size, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
+                              health=sampler.health)
     if options.profile_steps > 0:
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)

@@ -95,4 +95,5 @@ def run_ceiling(spec: CeilingSpec, device: str, dtype: str, timer: RoundTimer, p
             step, work = _h2d(device, spec.size)
         sampler = TelemetrySampler(device, telemetry_interval_s)
         timing = measure(step, timer, plan, round_driver, window=sampler)
-    return Measurement(timing, work, memory.peak_bytes, sampler.summary(), sampler.compact_series())
+    return Measurement(timing, work, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
+                       health=sampler.health)

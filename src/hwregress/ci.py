@@ -60,7 +60,7 @@ def _markdown_row(record: TestRecord) -> str:
              "" if record.ratio is None else f"{record.ratio:.3f}",
              "" if record.threshold is None else f"{record.threshold:.1%}",
              _first_sentence(record)]
-    return "| " + " | ".join(cell.replace("|", "\\|").replace("\n", " ") for cell in cells) + " |"
+    return "| " + " | ".join(" ".join(cell.splitlines()).replace("|", "\\|") for cell in cells) + " |"
 
 
 def _first_sentence(record: TestRecord) -> str:

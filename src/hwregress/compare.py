@@ -9,6 +9,7 @@ from typing import Any
 
 from hwregress import stats
 from hwregress.devices import fingerprint_changes
+from hwregress.identity import identity_changes
 from hwregress.verdicts import Verdict
 
 
@@ -48,7 +49,9 @@ class Figures:
         p_value: one-sided Mann-Whitney p-value that current is slower.
         memory_ratio: current / baseline peak memory.
         baseline_*: the baseline entry's figures.
+        wanted_threshold: what the noise and history bounds asked for when ``max_threshold`` cut it.
         env_changes: ``"torch 2.4.0 -> 2.5.1"`` lines.
+        identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.identity.identity_changes`).
     """
 
     ratio: float | None = None
@@ -59,7 +62,9 @@ class Figures:
     baseline_peak_memory_bytes: int | None = None
     baseline_accuracy: float | None = None
     baseline_speedup: float | None = None
+    wanted_threshold: float | None = None
     env_changes: list[str] = field(default_factory=list)
+    identity_changes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -92,11 +97,17 @@ class Measured:
     accuracy: float | None = None
     speedup: float | None = None
     exact_memory: bool = False
+    identity: Mapping[str, Any] = field(default_factory=dict)
+    reference_samples: Sequence[float] = ()  # a speedup's CPU-side samples (samples/s)
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
-          strict_env: bool = False) -> Judgement:
+          strict_env: bool = False, accept_identity: bool = False) -> Judgement:
     """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``).
+
+    Identity first: when the entry was recorded on hardware whose identity differs from ``measured.identity``
+    in a field that changes performance, nothing is judged: verdict ``other-hardware`` with the fields that
+    differ, unless ``accept_identity`` (then the differences are a note and the figures are judged).
 
     Throughput: see :func:`hwregress.stats.compare`. Memory: fails when current peak >
     baseline peak * (1 + memory tolerance) (+ slack for sampled, inexact memory). Accuracy: fails when current <
@@ -106,6 +117,15 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     if baseline is None:
         return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
     judgement = Judgement()
+    changes = identity_changes(baseline.get("identity") or {}, measured.identity)
+    judgement.figures.identity_changes = changes
+    if changes and not accept_identity:
+        judgement.verdict = Verdict.OTHER_HARDWARE
+        judgement.notes.append(f"baseline recorded on other hardware ({'; '.join(changes)}): not judged; record this "
+                               "machine's baseline with --update-baselines, or compare anyway with --accept-identity")
+        return judgement
+    if changes:
+        judgement.notes.append(f"compared across hardware identities (--accept-identity): {'; '.join(changes)}")
     if measured.samples and baseline.get("samples"):
         _judge_throughput(measured, baseline, tolerances, judgement)
     _judge_memory(measured, baseline, tolerances, judgement)
@@ -121,11 +141,16 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
                       judgement: Judgement) -> None:
     comparison = stats.compare(measured.samples, baseline["samples"], tolerances.throughput,
-                               alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()))
+                               alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()),
+                               max_threshold=tolerances.max_threshold)
     baseline_median = stats.summarize(baseline["samples"]).median
     figures = judgement.figures
     figures.ratio, figures.threshold, figures.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
     figures.baseline_throughput = baseline_median
+    figures.wanted_threshold = comparison.wanted_threshold
+    if comparison.wanted_threshold is not None:
+        judgement.notes.append(f"noise-limited: the baseline's noise and history asked for a {comparison.wanted_threshold:.1%} "
+                               f"threshold, capped at {comparison.threshold:.1%} (--max-threshold)")
     current_median = stats.summarize(measured.samples).median
     if comparison.direction == "regression":
         judgement.verdict = Verdict.REGRESSION
@@ -182,6 +207,9 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
         return
     judgement.figures.baseline_speedup = base_speedup
     threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
+    if len(measured.reference_samples) >= 2:  # the CPU side's own noise moves the ratio too
+        cpu_noise = stats.noise_bound(measured.reference_samples, len(measured.reference_samples), tolerances.z)
+        threshold = max(threshold, min(cpu_noise, tolerances.max_threshold))
     if measured.speedup < base_speedup * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "

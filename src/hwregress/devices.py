@@ -121,8 +121,9 @@ def cpu_model_name() -> str:
 def describe(spec: str) -> DeviceInfo:
     """Facts about the device ``spec``; see :class:`DeviceInfo`.
 
-    The CPU's hardware key joins the CPU model and torch's intra-op thread count, since CPU throughput
-    scales with threads: ``"amd-epyc-2t"``.
+    The CPU's hardware key joins the CPU model, where the model name is ambiguous its family and model
+    numbers, and torch's intra-op thread count, since CPU throughput scales with threads: ``"amd-epyc-f26m2-2t"``
+    (:func:`hwregress.identity.cpu_hardware_key`: two EPYC generations get two baselines files).
     """
     kind = device_kind(spec)
     if kind == "cuda":
@@ -136,13 +137,15 @@ def describe(spec: str) -> DeviceInfo:
         return DeviceInfo(spec, kind, props.name, slugify(props.name), int(props.total_memory), facts)
     if kind == "mps":
         return DeviceInfo(spec, kind, "Apple MPS", slugify(f"apple-mps-{platform.machine()}"), None, {})
+    from hwregress.identity import cpu_hardware_key, this_cpu_identity  # identity reads devices' helpers
+
     threads = torch.get_num_threads()
     name = cpu_model_name()
     return DeviceInfo(
         spec,
         "cpu",
         name,
-        f"{slugify(name)}-{threads}t",
+        cpu_hardware_key({**this_cpu_identity(), "cpu_brand": name, "torch_threads": threads}),
         _host_memory_bytes(),
         {"threads": threads, "logical_cores": os.cpu_count(), "machine": platform.machine()},
     )

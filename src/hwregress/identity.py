@@ -201,14 +201,9 @@ def _fill(identity: HardwareIdentity, source: Callable[[], HardwareIdentity]) ->
             identity[key] = value
 
 
-@functools.cache
-def _cached_cpu_identity() -> tuple[tuple[str, Any], ...]:
-    return tuple(cpu_identity().items())
-
-
 def this_cpu_identity() -> HardwareIdentity:
     """:func:`cpu_identity` of this machine, read once per process (a fresh dict each call)."""
-    return dict(_cached_cpu_identity())
+    return device_identity("cpu")
 
 
 def _nvml_reads(nvml: Any, handle: Any) -> dict[str, Callable[[], Any]]:
@@ -347,3 +342,26 @@ def cpu_hardware_key(identity: Mapping[str, Any]) -> str:
     if threads is not None:
         parts.append(f"{threads}t")
     return "-".join(p for p in parts if p)
+
+
+def device_identity(spec: str) -> HardwareIdentity:
+    """The identity of the device a test runs on, read once per process: the host CPU's for ``cpu`` and
+    ``mps``, the GPU's (:func:`gpu_identity`, NVML when it loads) for ``cuda:N``. Never raises."""
+    return dict(_cached_device_identity(spec))
+
+
+@functools.cache
+def _cached_device_identity(spec: str) -> tuple[tuple[str, Any], ...]:
+    if not spec.startswith("cuda"):
+        return tuple(cpu_identity().items())
+    index = int(spec.partition(":")[2] or 0)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: the torch half of the identity still counts
+        return tuple(gpu_identity(index, None).items())
+    try:
+        return tuple(gpu_identity(index, pynvml).items())
+    finally:
+        _guarded(pynvml.nvmlShutdown)

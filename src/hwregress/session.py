@@ -7,11 +7,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwregress import lifecycle, roofline
+from hwregress import evidence, lifecycle, roofline
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore
 from hwregress.bench import Measurement
 from hwregress.compare import Figures, Measured, Tolerances, judge
 from hwregress.devices import device_kind
+from hwregress.diagnosis import diagnose
 from hwregress.results import TestRecord
 from hwregress.stats import summarize
 from hwregress.verdicts import Verdict
@@ -43,6 +44,7 @@ class BenchSession:
         self.store = store
         self.policy = policy
         self._files: dict[str, BaselineFile | BaselineError | None] = {}
+        self.roofs: dict[str, dict[str, float]] = {}  # device -> roofs measured in this process (evidence.ceiling_name)
         self._lock = threading.Lock()
 
     def baseline_entry(self, hardware_key: str, key: str) -> dict[str, Any] | None:
@@ -65,39 +67,42 @@ class BenchSession:
         return None if loaded is None else loaded.entry(key)
 
     def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> list[str]:
-        """Judge ``record`` against its baseline, fill its verdict and figures, apply the update policy.
+        """Judge ``record`` against its baseline, fill its verdict, figures and (for a regression) diagnosis,
+        and apply the update policy. Returns the failure sentences (empty: the test passes).
 
-        ``extra_failures`` are checks the caller made itself (device vs CPU accuracy, output parity); they
-        count as a regression before the update policy runs, so an update never absorbs them. A baseline that
-        cannot be written (read-only folder, full disk) fails the test with the file and the reason; the
-        measurement stays on the record. Returns the failure sentences (empty: the test passes).
-
-        With ``--update-baselines=force`` an entry (or a whole file) that cannot be trusted is replaced: the
-        test is judged as new and the unreadable file is moved aside, never deleted.
+        A figure no hardware can reach (:func:`hwregress.evidence.physics_of`) makes the record ``invalid``
+        before anything is judged or recorded. ``extra_failures`` are checks the caller made itself (device vs
+        CPU accuracy, output parity); they count as a regression before the update policy runs, so an update
+        never absorbs them. A baseline that cannot be written (read-only folder, full disk) fails the test
+        with the file and the reason; the measurement stays on the record. With ``--update-baselines=force``
+        an entry (or a whole file) that cannot be trusted is replaced: the test is judged as new and the
+        unreadable file is moved aside, never deleted.
 
         Raises:
             BaselineError: the baselines file or this test's entry cannot be trusted and the update mode is
                 not ``force`` (the record's verdict is ``failed``).
         """
         assert record.hardware_key is not None
-        replacing: BaselineError | None = None
-        try:
-            entry = self.baseline_entry(record.hardware_key, key)
-        except BaselineError as error:
-            if self.policy.update_mode != "force":
-                record.verdict = Verdict.FAILED
-                raise
-            entry, replacing = None, error
-        judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env)
+        roofs = self.roofs.setdefault(record.device or "", {})
+        impossible = evidence.physics_of(record, roofs)
+        if impossible:
+            return _invalid(record, impossible)
+        if record.family == "ceiling" and record.throughput:
+            roofs[evidence.ceiling_name(record)] = record.throughput
+        entry, replacing = self._entry_for(record, key)
+        judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
+                          self.policy.accept_identity)
         if extra_failures:
             judgement.failures[:0] = extra_failures
             judgement.verdict = Verdict.REGRESSION
         record.verdict = judgement.verdict
         apply_figures(record, judgement.figures)
+        failures, notes = list(judgement.failures), list(judgement.notes)
         if entry is not None:
             record.baseline_recorded_at = entry.get("recorded_at")
-        failures, notes = list(judgement.failures), list(judgement.notes)
-        if entry is None and self.policy.require_baselines and self.policy.update_mode is None:
+            if record.verdict == Verdict.REGRESSION:
+                record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs))
+        elif self.policy.require_baselines and self.policy.update_mode is None:
             failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
                             "and --require-baselines is set; record one with --update-baselines")
         if replacing is not None:
@@ -105,6 +110,17 @@ class BenchSession:
         self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
         record.message = " | ".join(failures + notes)
         return failures
+
+    def _entry_for(self, record: TestRecord, key: str) -> tuple[dict[str, Any] | None, BaselineError | None]:
+        """The record's baseline entry, and the error of one that ``--update-baselines=force`` replaces."""
+        assert record.hardware_key is not None
+        try:
+            return self.baseline_entry(record.hardware_key, key), None
+        except BaselineError as error:
+            if self.policy.update_mode != "force":
+                record.verdict = Verdict.FAILED
+                raise
+            return None, error
 
     def _update_baseline(self, record: TestRecord, key: str, entry: dict[str, Any] | None, failures: list[str],
                          notes: list[str], replace_unreadable: bool = False) -> None:
@@ -114,8 +130,10 @@ class BenchSession:
         path = self.store.path_for(record.hardware_key)
         if action == "recorded":
             try:
-                self.store.write_entries(record.hardware_key, record.device_name or "",
-                                         {key: lifecycle.make_entry(record, entry)}, replace_unreadable)
+                new_entry = {**lifecycle.make_entry(record, entry),
+                             **evidence.entry_evidence(record, self.roofs.get(record.device or "", {}))}
+                self.store.write_entries(record.hardware_key, record.device_name or "", {key: new_entry},
+                                         replace_unreadable)
             except (OSError, ValueError, BaselineError) as error:
                 record.baseline_action = "write-failed"
                 record.verdict = Verdict.FAILED
@@ -129,10 +147,21 @@ class BenchSession:
             notes.append("baseline kept: the window was unstable; use --update-baselines=force to record it anyway")
 
 
+def _invalid(record: TestRecord, impossible: list[str]) -> list[str]:
+    """Mark ``record`` invalid: a measurement defect, never judged, never recorded as a baseline."""
+    record.verdict = Verdict.INVALID
+    record.baseline_action = "none"
+    failures = [f"{record.test_id}: impossible figure, a measurement defect: {sentence}" for sentence in impossible]
+    record.message = " | ".join(failures)
+    return failures
+
+
 def _measured(record: TestRecord) -> Measured:
     return Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
                     record.environment, record.peak_memory_bytes, record.accuracy, record.speedup,
-                    exact_memory=device_kind(record.device or "cpu") == "cuda")
+                    exact_memory=device_kind(record.device or "cpu") == "cuda",
+                    identity=record.details.get("identity") or {},
+                    reference_samples=record.details.get("cpu_samples") or ())
 
 
 def apply_figures(record: TestRecord, figures: Figures) -> None:
@@ -143,7 +172,9 @@ def apply_figures(record: TestRecord, figures: Figures) -> None:
     record.baseline_peak_memory_bytes = figures.baseline_peak_memory_bytes
     record.baseline_accuracy = figures.baseline_accuracy
     record.baseline_speedup = figures.baseline_speedup
+    record.wanted_threshold = figures.wanted_threshold
     record.env_changes = list(figures.env_changes)
+    record.identity_changes = list(figures.identity_changes)
 
 
 def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
@@ -161,6 +192,7 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     record.details.update(stable=measurement.timing.stable, extended_rounds=measurement.timing.extended_rounds,
                           warmup_steps=measurement.timing.warmup_steps, telemetry_series=measurement.telemetry_series)
     record.telemetry = measurement.telemetry
+    record.health = measurement.health
     record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
     energy = measurement.telemetry.get("energy_j")
     if energy:
@@ -170,9 +202,11 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
         record.top_ops = measurement.profile.top_device_ops
         record.top_cpu_ops = measurement.profile.top_cpu_ops
         record.op_categories = measurement.profile.categories
+        record.details["profile_steps"] = measurement.profile.steps
     if measurement.flops_per_sample is not None:
         record.flops_per_sample = measurement.flops_per_sample
         record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, summary.median)
-        record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32")
+        record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32",
+                                  record.details.get("device_facts", {}).get("multiprocessors"))
         if measurement.bytes_per_sample:
             record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample

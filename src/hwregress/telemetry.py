@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from hwregress.devices import device_kind
+from hwregress.health import CpuHealthProbe, gpu_health
 
 # Clocks-event (throttle) reason bits from nvml.h; 0x1 (GPU idle) is not a throttle.
 CLOCK_EVENT_REASONS = {
@@ -116,6 +117,10 @@ class _Nvml:
             "by NVML index, which ignores CUDA_VISIBLE_DEVICES and may name another GPU"
         )
 
+    def health(self) -> dict[str, Any]:
+        """The GPU's state now (:func:`hwregress.health.gpu_health`)."""
+        return gpu_health(self.handle, self.nvml)
+
     def query(self, name: str, call: Callable[[], Any]) -> Any:
         if name in self.errors:
             return None
@@ -163,7 +168,9 @@ class _Nvml:
 class TelemetrySampler:
     """Context manager that reads telemetry every ``interval_s`` on a background thread.
 
-    After exit: ``series`` (list of dicts with ``t_s`` relative to entry), ``gpu_available``,
+    After exit: ``health`` (the machine's health over the window: :class:`hwregress.health.CpuHealthProbe`'s
+    result, merged on CUDA with :func:`hwregress.health.gpu_health` read at the window's end, while the GPU
+    still works), ``series`` (list of dicts with ``t_s`` relative to entry), ``gpu_available``,
     ``gpu_unavailable_reason`` and ``gpu_lookup`` (how the NVML device was matched to the CUDA device),
     ``errors`` (metric -> NVML error), ``energy_j`` (GPU energy over the window in J from the
     total-energy counter in mJ; integrated power when the counter is unsupported or did not advance in
@@ -189,6 +196,8 @@ class TelemetrySampler:
         self._process = psutil.Process()
         self._start = 0.0
         self._energy_start: int | None = None
+        self.health: dict[str, Any] = {}
+        self._health_probe = CpuHealthProbe()
 
     def __enter__(self) -> TelemetrySampler:
         if device_kind(self.device) == "cuda":
@@ -196,6 +205,7 @@ class TelemetrySampler:
         else:
             self.gpu_unavailable_reason = f"{self.device} is not an NVIDIA GPU"
         psutil.cpu_percent(percpu=True)  # primes psutil's per-core counters
+        self._health_probe.__enter__()
         self._start = time.perf_counter()
         self._energy_start = self._nvml.energy_mj() if self._nvml else None
         self._thread = threading.Thread(target=self._run, name="hwregress-telemetry", daemon=True)
@@ -231,10 +241,13 @@ class TelemetrySampler:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        gpu = self._nvml.health() if self._nvml is not None else {}
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self.duration_s = time.perf_counter() - self._start
+        self._health_probe.__exit__(exc_type, exc, tb)
+        self.health = {**self._health_probe.result, **gpu}
         if self._nvml is not None:
             self._finish_energy()
             self.errors = dict(self._nvml.errors)

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from hwregress import ceilings, parity, roofline, workloads
+from hwregress import ceilings, host_reference, parity, roofline, workloads
 from hwregress.baselines import BaselineError, entry_key
 from hwregress.bench import Measurement, OutOfMemory, RunOptions, run_model
 from hwregress.devices import describe, environment_fingerprint
+from hwregress.identity import device_identity
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.xdist import is_worker
@@ -51,15 +52,29 @@ class HwBench:
     def speedup(self, device: str, model: str, batch_size: int, dtype: str = "fp32") -> TestRecord:
         """Measure ``model`` training on ``device`` and on the CPU in this session; assert the speedup."""
         record = self._start("speedup", device, model, "train", batch_size, dtype)
+        record.details["identity"].update(device_identity("cpu"))  # the speedup depends on the host CPU too
         gpu = self._run_model(record, model, device, "train", batch_size, dtype, self._round_driver(), profile_steps=0)
+        fill_measurement(record, gpu)
+        cpu_samples = self._cpu_reference(record, model, batch_size, dtype)
+        cpu_median = summarize(cpu_samples).median
+        record.speedup = record.throughput / cpu_median if record.throughput else None
+        record.details.update(cpu_throughput=cpu_median, cpu_samples=cpu_samples)
+        return self._conclude(record, entry_key("speedup", model, "train", batch_size, dtype))
+
+    def _cpu_reference(self, record: TestRecord, model: str, batch_size: int, dtype: str) -> list[float]:
+        """The CPU side of a speedup, measured once per session and shared by every worker under a lock, so
+        workers never run it at the same time with every core (``hwregress.host_reference``)."""
         # the CPU side of a GPU-sized batch is slow: one warmup step and the minimum of rounds
         cpu_plan = dataclasses.replace(self.settings.plan, warmup_steps=1, rounds=5)
-        cpu = self._run_model(record, model, "cpu", "train", batch_size, dtype, None, cpu_plan, profile_steps=0)
-        fill_measurement(record, gpu)
-        cpu_median = summarize(cpu.throughput_samples).median
-        record.speedup = record.throughput / cpu_median if record.throughput else None
-        record.details["cpu_throughput"] = cpu_median
-        return self._conclude(record, entry_key("speedup", model, "train", batch_size, dtype))
+
+        def measure() -> list[float]:
+            return self._run_model(record, model, "cpu", "train", batch_size, dtype, None, cpu_plan,
+                                   profile_steps=0).throughput_samples
+
+        base = self.request.getfixturevalue("tmp_path_factory").getbasetemp()
+        shared = base.parent if is_worker(self.config) else base  # xdist workers share the run's folder
+        return host_reference.cpu_reference(f"{model}/train/bs{batch_size}/{dtype}", measure,
+                                            shared / "hwregress-cpu-reference")
 
     def ceiling(self, device: str, name: str, dtype: str) -> TestRecord:
         """Measure one roof of ``device`` (``gemm``, ``copy``, ``h2d``) and assert it against the baseline."""
@@ -69,9 +84,12 @@ class HwBench:
         measurement = ceilings.run_ceiling(spec, device, dtype, self._timer(device), self.settings.plan,
                                            self.settings.telemetry_interval_s, self._round_driver())
         fill_measurement(record, measurement)
-        peak = roofline.published_peak(record.device_name or "")
-        if peak is not None:
-            record.details.update(published=peak.roof(name, dtype), published_source=peak.source)
+        facts = record.details["device_facts"]
+        lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"), facts.get("mig", False))
+        if lookup.peak is not None:
+            record.details.update(published=lookup.peak.roof(name, dtype), published_source=lookup.peak.source)
+        else:
+            record.details["published_missing"] = lookup.reason
         self._benchmark_extra_info(record)
         return self._conclude(record, entry_key("ceiling", name, "roof", spec.size, dtype))
 
@@ -112,8 +130,8 @@ class HwBench:
         info = describe(device)
         record = TestRecord(test_id=self.item.nodeid, family=family, hardware_key=info.hardware_key,
                             device=device, device_name=info.name, model=model, mode=mode, batch_size=batch_size,
-                            dtype=dtype, environment=environment_fingerprint(device))
-        record.details["device_facts"] = info.facts
+                            dtype=dtype, environment=environment_fingerprint(device, self.settings.cudnn_benchmark))
+        record.details.update(device_facts=info.facts, identity=device_identity(device))
         record.details["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.item.stash[RECORD_KEY] = record
         return record
@@ -129,7 +147,8 @@ class HwBench:
             trace = self.settings.report_dir / "traces" / f"{_safe_name(record.test_id)}-{device.replace(':', '')}.json"
             record.trace_path = str(trace)
         options = RunOptions(plan or self.settings.plan, self.settings.telemetry_interval_s,
-                             self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver)
+                             self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver,
+                             cudnn_benchmark=self.settings.cudnn_benchmark)
         try:
             return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options)
         except OutOfMemory as error:

@@ -50,6 +50,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--time-budget", "hwregress_time_budget", "30", "seconds of timed rounds a noisy test may extend to"),
     Option("--telemetry-interval", "hwregress_telemetry_interval", "0.1", "telemetry sampling interval, seconds"),
     Option("--profile-steps", "hwregress_profile_steps", "3", "steps in the separate profiled window (0: no profile, no FLOPs)"),
+    Option("--cudnn-benchmark", "hwregress_cudnn_benchmark", "on",
+           "torch.backends.cudnn.benchmark during every window: on (what training jobs run) or off; fingerprinted"),
 )
 _BY_INI = {option.ini: option for option in OPTIONS}
 
@@ -66,6 +68,7 @@ class Settings:
     summary_md: Path | None
     telemetry_interval_s: float
     profile_steps: int
+    cudnn_benchmark: bool
     trace: bool
     write_report: bool
 
@@ -114,6 +117,7 @@ def build_settings(config: pytest.Config) -> Settings:
         summary_md=config.rootpath / summary if summary else None,
         telemetry_interval_s=_number(config, "hwregress_telemetry_interval", float, 0.001, 60),
         profile_steps=_number(config, "hwregress_profile_steps", int, 0, 1000),
+        cudnn_benchmark=_switch(config, "hwregress_cudnn_benchmark"),
         trace=config.getoption("hwregress_trace"),
         write_report=not config.getoption("hwregress_no_report"),
     )
@@ -237,6 +241,14 @@ def _number(config: pytest.Config, ini: str, kind: Callable[[str], Any], low: fl
     if not low <= value <= high:
         raise pytest.UsageError(f"{source}={raw!r} is out of range; use a value in [{low}, {high}]")
     return value
+
+
+def _switch(config: pytest.Config, ini: str) -> bool:
+    raw, source = _value(config, ini)
+    text = str(raw).strip().lower()
+    if text not in ("on", "off"):
+        raise pytest.UsageError(f"{source}={raw!r}: use on or off")
+    return text == "on"
 
 
 def _path(config: pytest.Config, ini: str) -> Path:

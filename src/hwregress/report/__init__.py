@@ -17,7 +17,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 
 from hwregress import __version__, roofline
-from hwregress.baselines import atomic_write_json
+from hwregress.atomic import atomic_write_json, atomic_write_text
 from hwregress.report import charts
 from hwregress.results import SessionResults, TestRecord, machine_label
 from hwregress.verdicts import Verdict, verdict_rank
@@ -27,14 +27,18 @@ ROOFLINE_METHOD = (
     "moved per sample: parameters read once per forward pass, every leaf module's output written and read once; "
     "a training step doubles activation traffic and counts parameters five times (read, gradient write, optimizer "
     "read-modify-write of weights and momentum). Caches are ignored. Roofs are the ceilings measured in this "
-    "session (GEMM TFLOP/s, device copy GB/s) and, for known GPUs, the published dense peaks."
+    "session (GEMM TFLOP/s, device copy GB/s) and, for known GPUs, the published dense peaks. Each marker is one "
+    "test, labelled with its batch size; markers are not joined, as batch sizes are not a series in intensity."
 )
 
 
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("hwregress", "report/templates"),
                       autoescape=select_autoescape(["html", "j2"], default=True), trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=_num, gib=_gib, pct=_pct, shortid=_short_id, anchor=_anchor)
+    env.filters.update(num=_num, gib=_gib, pct=_pct, shortid=_short_id, anchor=_anchor, ceiling_size=_ceiling_size,
+                       finding=_finding)
+    env.tests.update(present=lambda value: not _missing(value))
+    env.globals.update(has_detail=_has_detail)
     return env
 
 
@@ -61,12 +65,57 @@ def _num(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _gib(value: Any) -> str:
-    return "–" if _missing(value) else f"{value / 2**30:.3f}"
+    if _missing(value) or not _is_number(value):
+        return _num(value)
+    return f"{value / 2**30:.3f}"
 
 
 def _pct(value: Any) -> str:
-    return "–" if _missing(value) else f"{value:.1%}"
+    if _missing(value) or not _is_number(value):
+        return _num(value)
+    return f"{value:.1%}"
+
+
+def _binary_size(size_bytes: float) -> str:
+    """``67108864`` -> ``64 MiB`` (IEC binary prefixes, 3 significant digits)."""
+    for exponent, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if abs(size_bytes) >= 1024**exponent:
+            return f"{size_bytes / 1024**exponent:.3g} {unit}"
+    return f"{size_bytes:.3g} B"
+
+
+def _ceiling_size(record: TestRecord) -> str:
+    """What a ceiling row's ``batch_size`` holds (``hwregress.ceilings.CeilingSpec.size``): the matrix
+    side n for GEMM (``GEMM 4096³``), the buffer bytes for copies (``copy 256 MiB``, ``host→device 1 GiB``)."""
+    size = record.batch_size
+    if _missing(size) or not _is_number(size):
+        return _num(size)
+    if record.model == "gemm":
+        return f"GEMM {int(size) if float(size).is_integer() else _num(size)}³"
+    name = {"copy": "copy", "h2d": "host→device"}.get(str(record.model), f"{record.model} size")
+    return f"{name} {_binary_size(size)}"
+
+
+def _finding(value: Any) -> str:
+    """One health finding as text: numbers as ``num``, lists joined, mappings as ``key: value`` pairs,
+    an empty list or mapping as ``none``."""
+    if isinstance(value, (dict, list, tuple)) and not value:
+        return "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_finding(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_finding(v) for v in value)
+    return _num(value)
+
+
+def _has_detail(record: TestRecord) -> bool:
+    """Whether the record gets a section under "Per-test detail": measured samples or health findings."""
+    return bool(record.samples or record.health)
 
 
 def render(results: SessionResults) -> str:
@@ -85,7 +134,7 @@ def render(results: SessionResults) -> str:
         roofline_method=ROOFLINE_METHOD,
         parity=[r for r in records if r.family in ("parity", "output-parity")],
         ceilings=[r for r in records if r.family == "ceiling"],
-        details=[_detail(r) for r in records if r.samples],
+        details=[_detail(r) for r in records if _has_detail(r)],
         version=__version__,
     )
 
@@ -102,15 +151,8 @@ def write_outputs(results: SessionResults, report_dir: Path) -> dict[str, Path]:
     for name in ("results", "results archive"):
         atomic_write_json(paths[name], data)
     for name in ("report", "report archive"):
-        _atomic_write_text(paths[name], html)
+        atomic_write_text(paths[name], html)
     return paths
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
 
 
 def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0) -> list[Any]:
@@ -119,7 +161,8 @@ def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: f
         value = getattr(r, field)
         if r.family == "throughput" and value is not None and r.batch_size:
             groups[(r.device or "", r.mode or "")][f"{r.model} {r.dtype}"].append((r.batch_size, value * scale))
-    return [charts.line_chart(series, f"{label} vs batch size — {device} {mode}", "batch size", label, log_x=True)
+    return [charts.line_chart(series, f"{label} vs batch size — {device} {mode}", "batch size", label, log_x=True,
+                              ticks_at_data_x=True)
             for (device, mode), series in sorted(groups.items())]
 
 
@@ -139,24 +182,27 @@ def _roofline_charts(records: list[TestRecord]) -> list[Any]:
     devices = sorted({r.device for r in records if r.arithmetic_intensity and r.achieved_tflops and r.device})
     for device in devices:
         roofs = _roofs(records, device)
-        points = [(f"{r.model} {r.mode} {r.dtype}", r.arithmetic_intensity, r.achieved_tflops) for r in records
+        points = [charts.RooflinePoint(f"{r.model} {r.mode} {r.dtype}", r.batch_size, r.arithmetic_intensity,
+                                       r.achieved_tflops) for r in records
                   if r.device == device and r.arithmetic_intensity and r.achieved_tflops]
         out.append(charts.roofline_chart(points, roofs, f"roofline — {device}"))
     return [c for c in out if c]
 
 
-def _roofs(records: list[TestRecord], device: str) -> list[tuple[str, float, float]]:
-    """(label, peak TFLOP/s, bandwidth TB/s) from this session's ceilings and the published table."""
+def _roofs(records: list[TestRecord], device: str) -> list[charts.Roof]:
+    """The roofs of one device from this session's ceilings (GEMM TFLOP/s, device copy GB/s) and the
+    published table (``hwregress.roofline.published_peak``)."""
     gemm = {r.dtype: r.throughput for r in records if r.device == device and r.family == "ceiling"
             and r.model == "gemm" and r.throughput}
     copy = [r.throughput for r in records if r.device == device and r.family == "ceiling" and r.model == "copy" and r.throughput]
-    roofs = [(f"measured {dtype} roof", tflops, copy[0] / 1000.0) for dtype, tflops in sorted(gemm.items()) if copy]
+    roofs = [charts.Roof(f"measured {dtype} roof", tflops, copy[0] / 1000.0)
+             for dtype, tflops in sorted(gemm.items(), key=lambda kv: str(kv[0])) if copy]
     name = next((r.device_name for r in records if r.device == device and r.device_name), "")
     peak = roofline.published_peak(name or "")
     if peak is not None:
         for dtype in ("fp32", "bf16"):
             if dtype in peak.tflops:
-                roofs.append((f"{peak.name} {dtype} spec", peak.tflops[dtype], peak.memory_tb_s))
+                roofs.append(charts.Roof(f"{peak.name} {dtype} spec", peak.tflops[dtype], peak.memory_tb_s))
     return roofs
 
 
@@ -186,7 +232,9 @@ def render_merge(sessions: Iterable[SessionResults]) -> str:
     table = []
     for key, cells in sorted(rows.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         reference = next((c.throughput for c in cells if c is not None and c.throughput), None)
-        table.append({"key": key, "cells": [
+        first = next(c for c in cells if c is not None)
+        shown = (*key[:3], _ceiling_size(first) if first.family == "ceiling" else key[3], *key[4:])
+        table.append({"key": shown, "cells": [
             None if c is None else {"throughput": c.throughput, "unit": c.unit, "verdict": c.verdict,
                                     "ratio": c.throughput / reference if reference else None} for c in cells]})
     return _environment().get_template("merge.html.j2").render(labels=labels, sessions=sessions, table=table,

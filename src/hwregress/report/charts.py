@@ -1,12 +1,18 @@
 """Inline SVG charts for the report: no JavaScript library, no network, one self-contained page.
 
-Every function returns ``markupsafe.Markup`` with all text escaped; numbers are plain floats.
+Every chart function returns ``markupsafe.Markup`` with all text escaped; numbers are plain floats.
+Axes put their ticks at round numbers (:func:`nice_axis`) and label them compactly (:func:`tick_label`).
+Figures that cannot be drawn (None, nan, inf, beyond 1e±30, or not positive on a log axis) are left out
+of a chart; the tables of the report still show them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import count
+from typing import Any, NamedTuple
 
 from markupsafe import Markup, escape
 
@@ -16,81 +22,286 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
            "#bcbd22", "#17becf")
 WIDTH, HEIGHT = 560, 300
 MARGIN = {"left": 70, "right": 150, "top": 30, "bottom": 45}
+PLOT_W = WIDTH - MARGIN["left"] - MARGIN["right"]
+PLOT_H = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
+
+NICE_MANTISSAS = (1, 2, 5)
+MAX_LINEAR_TICKS = 8  # with the 1-2-5 steps this leaves 4 to 8 ticks on a linear axis
+MAX_LOG_TICKS = 10
+AXIS_LIMIT = 1e200  # nice_axis refuses bounds beyond this: 10**k stays a finite float for every tick
+PLOT_LIMIT = 1e30  # no measured figure is this large; keeps every derived bound far inside AXIS_LIMIT
+MAX_DATA_TICKS = 10  # at most this many distinct batch sizes get a tick each
+_SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
-def _axis(low: float, high: float, log: bool) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Axis:
+    """One chart axis: bounds ``low < high`` (both > 0 on a log axis), the tick values within them, the
+    tick step of a linear 1-2-5 axis (None otherwise) and optional fixed tick labels."""
+
+    low: float
+    high: float
+    ticks: tuple[float, ...]
+    log: bool = False
+    step: float | None = None
+    fixed_labels: tuple[str, ...] | None = None
+
+    def fraction(self, value: float) -> float:
+        """Where ``value`` falls on the axis: 0 at ``low``, 1 at ``high`` (in log10 on a log axis)."""
+        if self.log:
+            low, high = math.log10(self.low), math.log10(self.high)
+            return (math.log10(value) - low) / (high - low)
+        return (value - self.low) / (self.high - self.low)
+
+    def labels(self) -> list[str]:
+        """One compact label per tick, precise to a thousandth of the step (a millionth of a log tick)."""
+        if self.fixed_labels is not None:
+            return list(self.fixed_labels)
+        return [tick_label(t, self.step * 1e-3 if self.step else abs(t) * 1e-6) for t in self.ticks]
+
+
+def nice_axis(low: float, high: float, log: bool = False) -> Axis:
+    """Bounds and ticks at round numbers that contain the data range ``[low, high]``.
+
+    Linear: the ticks are the multiples of a step of 1, 2 or 5 x 10^k, 4 to 8 of them, and the bounds
+    are the outermost ticks (Heckbert, "Nice numbers for graph labels", Graphics Gems, 1990; the rule of
+    d3-array's ``ticks`` and matplotlib's ``MaxNLocator``). A flat range is widened around its value.
+    Log: the bounds are powers of ten; up to 3 decades get ticks at 1, 2 and 5 x 10^k, more decades a
+    tick every decade (or every few decades, at most 10 ticks).
+
+    Raises:
+        ValueError: a bound is not finite or beyond ±1e200, ``low > high``, or on a log axis a bound is
+            below 1e-200 (including zero and negatives).
+    """
+    if not all(math.isfinite(v) and abs(v) <= AXIS_LIMIT for v in (low, high)) or low > high:
+        raise ValueError(f"axis range [{low!r}, {high!r}] must be finite, within ±{AXIS_LIMIT:g} and ordered")
     if log:
-        low, high = math.log10(max(low, 1e-12)), math.log10(max(high, 1e-12))
-    if high - low < 1e-12:
-        low, high = low - 0.5, high + 0.5
-    pad = (high - low) * 0.05
-    return low - pad, high + pad
+        if low < 1 / AXIS_LIMIT:
+            raise ValueError(f"log axis range [{low!r}, {high!r}] must be positive (at least {1 / AXIS_LIMIT:g})")
+        return _log_axis(low, high)
+    return _linear_axis(*_widen_if_flat(low, high))
 
 
-def _scale(value: float, bounds: tuple[float, float], log: bool, pixels: float, invert: bool = False) -> float:
-    value = math.log10(max(value, 1e-12)) if log else value
-    fraction = (value - bounds[0]) / (bounds[1] - bounds[0])
-    return pixels * (1 - fraction if invert else fraction)
+def _widen_if_flat(low: float, high: float) -> tuple[float, float]:
+    magnitude = max(abs(low), abs(high))
+    if magnitude < 1e-150:  # zero, or too small for 1-2-5 steps in floating point
+        low = -1.0 if low < 0 else 0.0
+        return low, 1.0 if high > 0 or low == 0 else 0.0
+    if high - low < magnitude * 1e-9:
+        center = (low + high) / 2
+        return center - abs(center) * 0.1, center + abs(center) * 0.1
+    return low, high
 
 
-def _ticks(bounds: tuple[float, float], log: bool, count: int = 5) -> list[float]:
-    if log:
-        return [10.0**e for e in range(math.ceil(bounds[0]), math.floor(bounds[1]) + 1)] or [10 ** bounds[0]]
-    step = (bounds[1] - bounds[0]) / count
-    return [bounds[0] + step * (i + 0.5) for i in range(count)]
+def _multiple(index: int, mantissa: int, exponent: int) -> float:
+    """``index x mantissa x 10^exponent``, dividing for negative exponents (0.1 is not exact, 10 is)."""
+    if exponent >= 0:
+        return index * mantissa * 10.0**exponent
+    return index * mantissa / 10.0**-exponent
 
 
-def _fmt(value: float) -> str:
+def _linear_axis(low: float, high: float) -> Axis:
+    first_exponent = math.floor(math.log10(high - low)) - 1  # a step this fine always gives > 8 ticks
+    for exponent in range(first_exponent, first_exponent + 3):
+        for mantissa in NICE_MANTISSAS:
+            first = math.floor(low / _multiple(1, mantissa, exponent))
+            last = math.ceil(high / _multiple(1, mantissa, exponent))
+            while _multiple(first, mantissa, exponent) > low:
+                first -= 1
+            while _multiple(last, mantissa, exponent) < high:
+                last += 1
+            if last - first + 1 <= MAX_LINEAR_TICKS:
+                ticks = tuple(_multiple(i, mantissa, exponent) for i in range(first, last + 1))
+                return Axis(ticks[0], ticks[-1], ticks, step=_multiple(1, mantissa, exponent))
+    raise AssertionError(f"no 1-2-5 step for [{low}, {high}]")  # unreachable: 10^(first+2) > high - low
+
+
+def _log_axis(low: float, high: float) -> Axis:
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    while 10.0**first > low:  # log10 may round across a power of ten
+        first -= 1
+    while 10.0**last < high:
+        last += 1
+    last = max(last, first + 1)
+    if last - first <= 3:
+        ticks = [m * 10.0**k for k in range(first, last) for m in NICE_MANTISSAS] + [10.0**last]
+        return Axis(10.0**first, 10.0**last, tuple(ticks), log=True)
+    stride = next(s for s in count(1) if math.ceil(last / s) - math.floor(first / s) < MAX_LOG_TICKS)
+    first, last = math.floor(first / stride) * stride, math.ceil(last / stride) * stride
+    return Axis(10.0**first, 10.0**last, tuple(10.0**k for k in range(first, last + 1, stride)), log=True)
+
+
+def data_axis(values: Sequence[float], log: bool) -> Axis:
+    """An axis with a tick at each distinct value (batch sizes), padded so no point sits on the edge.
+    More than ``MAX_DATA_TICKS`` distinct values get a :func:`nice_axis` instead.
+
+    Raises:
+        ValueError: as :func:`nice_axis`, for values it cannot place.
+    """
+    distinct = sorted(set(values))
+    if len(distinct) > MAX_DATA_TICKS:
+        return nice_axis(distinct[0], distinct[-1], log)
+    low, high = (math.log10(distinct[0]), math.log10(distinct[-1])) if log else (distinct[0], distinct[-1])
+    pad = 0.06 * (high - low) or (0.3 if log else max(abs(low) * 0.5, 1.0))
+    low, high = low - pad, high + pad
+    bounds = (10.0**low, 10.0**high) if log else (low, high)
+    return Axis(bounds[0], bounds[1], tuple(distinct), log=log, fixed_labels=tuple(_exact(v) for v in distinct))
+
+
+def tick_label(value: float, resolution: float) -> str:
+    """The shortest compact text of ``value`` that is within ``resolution`` of it: ``0``, ``0.25``,
+    ``750``, ``1.5k``, ``2.5M`` (SI prefixes k, M, G, T, P), ``3e-4`` below 0.01 and ``2e18`` from 1e18.
+    A value not finite gives ``–``."""
+    if not math.isfinite(value):
+        return "–"
+    resolution = max(resolution, abs(value) * 1e-15)
+    if abs(value) <= resolution:
+        return "0"
+    if abs(value) < 1e-2 or abs(value) >= 1e18:
+        return _exponent_label(value, resolution)
+    scale, suffix = next(((s, p) for s, p in _SI_PREFIXES if abs(value) >= s), (1.0, ""))
+    for decimals in range(17):
+        text = f"{value / scale:.{decimals}f}"
+        if abs(float(text) * scale - value) <= resolution:
+            break
+    return text + suffix
+
+
+def _exponent_label(value: float, resolution: float) -> str:
+    for digits in range(17):
+        text = f"{value:.{digits}e}"
+        if abs(float(text) - value) <= resolution:
+            break
+    mantissa, exponent = text.split("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def format_value(value: Any) -> str:
+    """A figure for a tooltip or a bar: 3 significant digits, compact (see :func:`tick_label`)."""
+    if not _is_number(value):
+        return "–" if value is None or isinstance(value, float) else str(value)
     if value == 0:
         return "0"
-    if abs(value) >= 1e4 or abs(value) < 1e-2:
-        return f"{value:.1e}"
-    return f"{value:.3g}"
+    return tick_label(float(f"{value:.3g}"), abs(value) * 1e-4)
 
 
-def line_chart(series: dict[str, Sequence[tuple[float, float]]], title: str, x_label: str, y_label: str,
+def _exact(value: float) -> str:
+    """A count as written (``1024``, not ``1.02k``); other numbers as :func:`format_value`."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else format_value(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _plottable(value: Any, log: bool) -> bool:
+    if not _is_number(value) or abs(value) > PLOT_LIMIT:
+        return False
+    return value >= 1 / PLOT_LIMIT if log else True
+
+
+@dataclass(frozen=True)
+class _Plot:
+    """The plot area of a chart: data coordinates to SVG pixels."""
+
+    x: Axis
+    y: Axis
+
+    def px(self, value: float) -> float:
+        return MARGIN["left"] + self.x.fraction(value) * PLOT_W
+
+    def py(self, value: float) -> float:
+        return MARGIN["top"] + (1 - self.y.fraction(value)) * PLOT_H
+
+
+def _grid(plot: _Plot) -> list[str]:
+    parts = []
+    for tick, label in zip(plot.x.ticks, plot.x.labels(), strict=True):
+        x = plot.px(tick)
+        parts.append(f'<line x1="{x:.1f}" y1="{MARGIN["top"]}" x2="{x:.1f}" y2="{MARGIN["top"] + PLOT_H}" class="grid"/>'
+                     f'<text x="{x:.1f}" y="{MARGIN["top"] + PLOT_H + 15}" class="tick" text-anchor="middle">'
+                     f'{escape(label)}</text>')
+    for tick, label in zip(plot.y.ticks, plot.y.labels(), strict=True):
+        y = plot.py(tick)
+        parts.append(f'<line x1="{MARGIN["left"]}" y1="{y:.1f}" x2="{MARGIN["left"] + PLOT_W}" y2="{y:.1f}" class="grid"/>'
+                     f'<text x="{MARGIN["left"] - 5}" y="{y + 4:.1f}" class="tick" text-anchor="end">{escape(label)}</text>')
+    return parts
+
+
+def _legend(index: int, label: str, color: str, shape: str) -> str:
+    """One legend entry: ``shape`` is ``line`` (a roof), ``marker`` (measured points) or ``box``."""
+    x, y = WIDTH - MARGIN["right"] + 10, MARGIN["top"] + 12 + index * 16
+    if shape == "line":
+        swatch = f'<line x1="{x}" y1="{y - 4}" x2="{x + 12}" y2="{y - 4}" stroke="{color}" stroke-width="2"/>'
+    elif shape == "marker":
+        swatch = f'<circle cx="{x + 6}" cy="{y - 4}" r="4" fill="{color}"/>'
+    else:
+        swatch = f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{color}"/>'
+    return (f'{swatch}<text x="{x + 16}" y="{y}" class="legend"><title>{escape(label)}</title>'
+            f'{escape(label[:24])}</text>')
+
+
+def _polyline(plot: _Plot, points: Sequence[tuple[float, float]], color: str) -> str:
+    path = " ".join(f"{plot.px(x):.1f},{plot.py(y):.1f}" for x, y in points)
+    return f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>'
+
+
+def _marker(plot: _Plot, x: float, y: float, color: str, tooltip: str) -> str:
+    return (f'<circle cx="{plot.px(x):.1f}" cy="{plot.py(y):.1f}" r="3.5" fill="{color}">'
+            f'<title>{escape(tooltip)}</title></circle>')
+
+
+class _LabelPlacer:
+    """Small text labels beside markers, right of the marker or else left of it; a label that would
+    overlap one already placed is left out (the marker's tooltip still names it)."""
+
+    CHAR_WIDTH, HEIGHT = 5.2, 9.0  # px, for the 9 px .ptlabel font
+
+    def __init__(self) -> None:
+        self.boxes: list[tuple[float, float, float, float]] = []
+
+    def label(self, cx: float, cy: float, text: str) -> str:
+        width = len(text) * self.CHAR_WIDTH
+        for x0, anchor in ((cx + 6, "start"), (cx - 6 - width, "end")):
+            box = (x0, cy - 6, x0 + width, cy - 6 + self.HEIGHT)
+            if all(box[2] <= b[0] or b[2] <= box[0] or box[3] <= b[1] or b[3] <= box[1] for b in self.boxes):
+                self.boxes.append(box)
+                x = x0 if anchor == "start" else x0 + width
+                return f'<text x="{x:.1f}" y="{cy + 3:.1f}" class="ptlabel" text-anchor="{anchor}">{escape(text)}</text>'
+        return ""
+
+
+def line_chart(series: dict[str, Sequence[tuple[Any, Any]]], title: str, x_label: str, y_label: str,
                log_x: bool = False, log_y: bool = False, css_class: str = "chart",
-               unmarked: frozenset[str] = frozenset()) -> Markup:
-    """A multi-series line chart; ``series`` maps a legend label to (x, y) points. Series named in
-    ``unmarked`` are drawn as plain lines (roofs), the others with a marker per point."""
-    points = [p for values in series.values() for p in values if p[1] is not None]
-    if not points:
+               ticks_at_data_x: bool = False) -> Markup:
+    """A multi-series line chart with a marker per point; ``series`` maps a legend label to (x, y)
+    points. A linear y axis starts at zero. ``ticks_at_data_x`` puts an x tick at each distinct x (batch
+    sizes) instead of round numbers. Empty Markup when no point can be drawn."""
+    clean = {label: sorted((x, y) for x, y in values if _plottable(x, log_x) and _plottable(y, log_y))
+             for label, values in series.items()}
+    clean = {label: values for label, values in clean.items() if values}
+    if not clean:
         return Markup("")
-    plot_w = WIDTH - MARGIN["left"] - MARGIN["right"]
-    plot_h = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
-    x_bounds = _axis(min(p[0] for p in points), max(p[0] for p in points), log_x)
-    y_low = min(p[1] for p in points) if log_y else 0.0
-    y_bounds = _axis(y_low, max(p[1] for p in points), log_y)
-    parts = [_frame(title, x_label, y_label)]
-    distinct_x = sorted({p[0] for p in points})
-    x_ticks = distinct_x if log_x and len(distinct_x) <= 8 else _ticks(x_bounds, log_x)  # batch sizes as ticks
-    for tick in x_ticks:
-        x = MARGIN["left"] + _scale(tick, x_bounds, log_x, plot_w)
-        parts.append(f'<line x1="{x:.1f}" y1="{MARGIN["top"]}" x2="{x:.1f}" y2="{MARGIN["top"] + plot_h}" class="grid"/>'
-                     f'<text x="{x:.1f}" y="{MARGIN["top"] + plot_h + 15}" class="tick" text-anchor="middle">{_fmt(tick)}</text>')
-    for tick in _ticks(y_bounds, log_y):
-        y = MARGIN["top"] + _scale(tick, y_bounds, log_y, plot_h, invert=True)
-        parts.append(f'<line x1="{MARGIN["left"]}" y1="{y:.1f}" x2="{MARGIN["left"] + plot_w}" y2="{y:.1f}" class="grid"/>'
-                     f'<text x="{MARGIN["left"] - 5}" y="{y + 4:.1f}" class="tick" text-anchor="end">{_fmt(tick)}</text>')
-    for index, (label, values) in enumerate(series.items()):
+    xs = [x for values in clean.values() for x, _ in values]
+    ys = [y for values in clean.values() for _, y in values]
+    x_axis = data_axis(xs, log_x) if ticks_at_data_x else nice_axis(min(xs), max(xs), log_x)
+    y_axis = nice_axis(min(ys), max(ys), True) if log_y else nice_axis(min(0.0, min(ys)), max(0.0, max(ys)))
+    plot = _Plot(x_axis, y_axis)
+    parts = [_frame(title, x_label, y_label), *_grid(plot)]
+    for index, (label, values) in enumerate(clean.items()):
         color = PALETTE[index % len(PALETTE)]
-        coords = [(MARGIN["left"] + _scale(x, x_bounds, log_x, plot_w),
-                   MARGIN["top"] + _scale(y, y_bounds, log_y, plot_h, invert=True)) for x, y in sorted(values) if y is not None]
-        if len(coords) > 1:
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
-        shown = [] if label in unmarked else sorted(v for v in values if v[1] is not None)
-        for (x, y), (vx, vy) in zip(coords[: len(shown)], shown, strict=True):
-            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(label)}: '
-                         f'{_fmt(vx)}, {_fmt(vy)}</title></circle>')
-        legend_y = MARGIN["top"] + 12 + index * 16
-        parts.append(f'<rect x="{WIDTH - MARGIN["right"] + 10}" y="{legend_y - 9}" width="10" height="10" fill="{color}"/>'
-                     f'<text x="{WIDTH - MARGIN["right"] + 24}" y="{legend_y}" class="legend">{escape(label[:24])}</text>')
+        if len(values) > 1:
+            parts.append(_polyline(plot, values, color))
+        parts.extend(_marker(plot, x, y, color, f"{label}: {format_value(x)}, {format_value(y)}") for x, y in values)
+        parts.append(_legend(index, label, color, "box"))
     return _wrap(parts, css_class, title)
 
 
-def bar_chart(bars: Sequence[tuple[str, float]], title: str, value_label: str, css_class: str = "chart") -> Markup:
-    """Horizontal bars, one per (label, value)."""
+def bar_chart(bars: Sequence[tuple[str, Any]], title: str, value_label: str, css_class: str = "chart") -> Markup:
+    """Horizontal bars, one per (label, value); values that are not finite numbers are left out."""
+    bars = [(label, value) for label, value in bars if _plottable(value, log=False)]
     if not bars:
         return Markup("")
     height = MARGIN["top"] + 22 * len(bars) + 30
@@ -102,21 +313,22 @@ def bar_chart(bars: Sequence[tuple[str, float]], title: str, value_label: str, c
         w = max(1.0, plot_w * value / longest)
         parts.append(f'<text x="175" y="{y + 13}" class="tick" text-anchor="end">{escape(label[:30])}</text>'
                      f'<rect x="180" y="{y}" width="{w:.1f}" height="16" fill="{PALETTE[index % len(PALETTE)]}">'
-                     f'<title>{escape(label)}: {_fmt(value)} {escape(value_label)}</title></rect>'
-                     f'<text x="{184 + w:.1f}" y="{y + 13}" class="tick">{_fmt(value)}</text>')
+                     f'<title>{escape(label)}: {format_value(value)} {escape(value_label)}</title></rect>'
+                     f'<text x="{184 + w:.1f}" y="{y + 13}" class="tick">{format_value(value)}</text>')
     parts.append(f'<text x="{180 + plot_w / 2}" y="{height - 6}" class="axis" text-anchor="middle">{escape(value_label)}</text>')
     return Markup(f'<svg class="{css_class}" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {height}" '
                   f'width="{WIDTH}" height="{height}" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>')
 
 
-def stacked_bar(shares: dict[str, float], title: str) -> Markup:
-    """One 100% bar split into named shares (fractions summing to about 1)."""
+def stacked_bar(shares: dict[str, Any], title: str) -> Markup:
+    """One 100% bar split into named shares (fractions summing to about 1); others are left out."""
+    shares = {name: share for name, share in shares.items() if _plottable(share, log=False) and 0 < share <= 1}
     if not shares:
         return Markup("")
     width, x = 420.0, 0.0
     parts = []
     for index, (name, share) in enumerate(sorted(shares.items(), key=lambda kv: -kv[1])):
-        w = width * share
+        w = min(width * share, width - x)
         parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="18" fill="{PALETTE[index % len(PALETTE)]}">'
                      f'<title>{escape(name)}: {share:.1%}</title></rect>')
         if w > 60:
@@ -126,9 +338,9 @@ def stacked_bar(shares: dict[str, float], title: str) -> Markup:
                   f'width="{width:.0f}" height="18" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>')
 
 
-def sparkline(times: Sequence[float], values: Sequence[float | None], label: str, unit: str) -> Markup:
+def sparkline(times: Sequence[Any], values: Sequence[Any], label: str, unit: str) -> Markup:
     """A small line of one telemetry metric over the window, with its min and max."""
-    points = [(t, v) for t, v in zip(times, values, strict=False) if v is not None]
+    points = [(t, v) for t, v in zip(times, values, strict=False) if _plottable(t, False) and _plottable(v, False)]
     if len(points) < 2:
         return Markup("")
     width, height = 220, 40
@@ -139,30 +351,72 @@ def sparkline(times: Sequence[float], values: Sequence[float | None], label: str
     return Markup(f'<figure class="spark"><svg class="chart sparkline" role="img" aria-label="{escape(label)}" '
                   f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
                   f'<polyline points="{path}" fill="none" stroke="#1f77b4" stroke-width="1.5"/></svg>'
-                  f'<figcaption>{escape(label)}: {_fmt(low)}–{_fmt(high)} {escape(unit)}</figcaption></figure>')
+                  f'<figcaption>{escape(label)}: {format_value(low)}–{format_value(high)} {escape(unit)}</figcaption></figure>')
 
 
-def roofline_chart(points: Sequence[tuple[str, float, float]], roofs: Sequence[tuple[str, float, float]],
-                   title: str) -> Markup:
-    """Log-log roofline: ``points`` are (label, FLOP/byte, TFLOP/s); ``roofs`` are (label, peak TFLOP/s,
-    bandwidth TB/s), each drawn as min(peak, intensity x bandwidth)."""
+class RooflinePoint(NamedTuple):
+    """One measured test on a roofline: ``label`` names its group (model, mode, dtype), ``batch_size``
+    its batch (None: unlabelled), ``intensity`` in FLOP/byte, ``tflops`` achieved TFLOP/s."""
+
+    label: str
+    batch_size: Any
+    intensity: Any
+    tflops: Any
+
+
+class Roof(NamedTuple):
+    """One roof: ``peak_tflops`` in TFLOP/s and ``bandwidth_tb_s`` in TB/s."""
+
+    label: str
+    peak_tflops: Any
+    bandwidth_tb_s: Any
+
+
+def roofline_chart(points: Sequence[RooflinePoint], roofs: Sequence[Roof], title: str) -> Markup:
+    """Log-log roofline (Williams, Waterman & Patterson, CACM 2009): each roof is a line
+    min(peak, intensity x bandwidth); each measured test is a marker labelled ``bs=N``, never joined to
+    the other batch sizes of its model. Empty Markup without a drawable point and roof."""
+    points = [p for p in points if _plottable(p.intensity, True) and _plottable(p.tflops, True)]
+    roofs = [r for r in roofs if _plottable(r.peak_tflops, True) and _plottable(r.bandwidth_tb_s, True)]
     if not points or not roofs:
         return Markup("")
-    intensities = [p[1] for p in points] + [roofline.ridge_point(r[1], r[2]) for r in roofs]
-    x_range = (min(intensities) / 4, max(intensities) * 4)
-    curves: dict[str, list[tuple[float, float]]] = {}
-    for label, peak, bandwidth in roofs:
-        xs = [x_range[0] * (x_range[1] / x_range[0]) ** (i / 40) for i in range(41)]
-        curves[label] = [(x, roofline.attainable_tflops(x, peak, bandwidth)) for x in xs]
-    for label, intensity, achieved in points:
-        curves.setdefault(label, []).append((intensity, achieved))
-    return line_chart(curves, title, "arithmetic intensity (FLOP/byte)", "TFLOP/s", log_x=True, log_y=True,
-                      css_class="chart roofline", unmarked=frozenset(r[0] for r in roofs))
+    intensities = [p.intensity for p in points] + [roofline.ridge_point(r.peak_tflops, r.bandwidth_tb_s) for r in roofs]
+    tflops = [p.tflops for p in points] + [r.peak_tflops for r in roofs]
+    # the memory slope continues below the plot: the y axis spans the measurements and the peaks only
+    plot = _Plot(nice_axis(min(intensities) / 2, max(intensities) * 2, log=True),
+                 nice_axis(min(tflops) / 4, max(tflops) * 2, log=True))
+    parts = [_frame(title, "arithmetic intensity (FLOP/byte)", "TFLOP/s"), *_grid(plot)]
+    for index, roof in enumerate(roofs):
+        color = PALETTE[index % len(PALETTE)]
+        parts += [_polyline(plot, _roof_line(roof, plot), color), _legend(index, roof.label, color, "line")]
+    groups = list(dict.fromkeys(p.label for p in points))
+    placer = _LabelPlacer()
+    for offset, group in enumerate(groups, start=len(roofs)):
+        color = PALETTE[offset % len(PALETTE)]
+        parts += [_roofline_marker(plot, p, color, placer) for p in points if p.label == group]
+        parts.append(_legend(offset, group, color, "marker"))
+    return _wrap(parts, "chart roofline", title)
+
+
+def _roof_line(roof: Roof, plot: _Plot) -> list[tuple[float, float]]:
+    """The roof within the plot: where it enters (left edge or bottom edge), the ridge point, the right
+    edge; exact, no sampling. The roof's peak lies within the y axis by construction."""
+    enters = min(max(plot.x.low, plot.y.low / roof.bandwidth_tb_s), plot.x.high)
+    ridge = min(max(roofline.ridge_point(roof.peak_tflops, roof.bandwidth_tb_s), enters), plot.x.high)
+    return [(x, roofline.attainable_tflops(x, roof.peak_tflops, roof.bandwidth_tb_s)) for x in (enters, ridge, plot.x.high)]
+
+
+def _roofline_marker(plot: _Plot, point: RooflinePoint, color: str, placer: _LabelPlacer) -> str:
+    batch = f"bs={_exact(point.batch_size)}" if _is_number(point.batch_size) else ""
+    name = f"{point.label}, {batch}" if batch else point.label
+    tooltip = f"{name}: {format_value(point.intensity)} FLOP/byte, {format_value(point.tflops)} TFLOP/s"
+    marker = _marker(plot, point.intensity, point.tflops, color, tooltip)
+    return marker + placer.label(plot.px(point.intensity), plot.py(point.tflops), batch) if batch else marker
 
 
 def _frame(title: str, x_label: str, y_label: str) -> str:
     center_x = (WIDTH - MARGIN["right"] + MARGIN["left"]) / 2
-    center_y = MARGIN["top"] + (HEIGHT - MARGIN["top"] - MARGIN["bottom"]) / 2
+    center_y = MARGIN["top"] + PLOT_H / 2
     return (f'<text x="{center_x}" y="18" class="title" text-anchor="middle">{escape(title)}</text>'
             f'<text x="{center_x}" y="{HEIGHT - 6}" class="axis" text-anchor="middle">{escape(x_label)}</text>'
             f'<text transform="translate(14,{center_y}) rotate(-90)" class="axis" text-anchor="middle">{escape(y_label)}</text>')
