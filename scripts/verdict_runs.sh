@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The real-system figures of the README's "Verdicts on this machine": record the CPU tier into a scratch
+# The real-system figures of the README's "Verdicts on this machine": record the CPU tier (three sessions) into a scratch
 # baseline folder, then three unchanged sessions (A/A), one with two busy loops stealing the cores
 # (contention), and the level shift (re-record under contention with =force, judge under contention again).
-# Usage: scripts/verdict_runs.sh [OUT_DIR]   (about 20 minutes on a 2-core VM; run it on a quiet machine)
+# Usage: scripts/verdict_runs.sh [OUT_DIR]   (about 15 minutes on a 2-core VM; run it on a quiet machine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-$(mktemp -d)}"
+mkdir -p "$out"
 base="$out/baselines"
 run() {  # run NAME [pytest args...]: one CPU-tier session, its verdict counts on one line
     local name="$1"; shift
@@ -26,7 +27,7 @@ PY
 busy() { for _ in 1 2; do python -c "while True: pass" & done; }
 stop_busy() { kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; }
 
-run record --update-baselines
+for i in 1 2 3; do run "record$i" --update-baselines; done  # three sessions: the drift between them is learnt
 for i in 1 2 3; do run "aa$i"; done
 busy; run contention; stop_busy
 busy; run record-under-contention --update-baselines=force; stop_busy

@@ -6,7 +6,7 @@ from hwregress.compare import Measured, Tolerances, judge
 
 ENV = {"torch": "2.13.0", "cuda": None, "cudnn": None, "driver": None, "python": "3.11.7"}
 BASE = {"samples": [100.0, 101, 99, 100.5, 99.5, 100, 100.2, 99.8], "peak_memory_bytes": 1000 * 2**20,
-        "accuracy": 0.97, "environment": ENV}
+        "accuracy": 0.97, "environment": ENV, "history": [100.0, 100.2, 99.9]}  # three steady sessions
 
 
 def measured(scale=1.0, peak=1000 * 2**20, accuracy=None, env=ENV, stable=True, speedup=None):
@@ -87,3 +87,12 @@ def test_session_never_records_a_failed_extra_check(tmp_path):
     BenchSession(store, Policy(update_mode="all")).conclude(record2, "parity/x", ["still differs"])
     assert record2.baseline_action == "kept-regression"
     assert store.load("gpu").entries["parity/x"]["accuracy"] == 0.5
+
+
+def test_a_baseline_of_fewer_than_three_sessions_judges_only_beyond_the_cap():
+    young = {key: value for key, value in BASE.items() if key != "history"}
+    moderate = judge(measured(0.8), young, Tolerances(max_threshold=0.25))
+    assert moderate.verdict == "pass" and moderate.figures.threshold == 0.25
+    assert any("provisional threshold: the baseline holds 1 session(s)" in note for note in moderate.notes)
+    assert judge(measured(0.5), young, Tolerances(max_threshold=0.25)).verdict == "regression"
+    assert judge(measured(0.8), dict(young, history=[100.0, 100.3]), Tolerances()).verdict == "pass"

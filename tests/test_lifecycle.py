@@ -48,3 +48,33 @@ def test_history_restarts_on_a_new_software_stack():
     entry = make_entry(record(10.0), make_entry(record(9.0)))
     assert entry["history"] == [9.0, 10.0]
     assert make_entry(record(11.0, "2.14.0"), entry)["history"] == [11.0]
+
+
+def test_entry_pools_the_last_sessions_and_starts_afresh_on_a_new_stack_or_reset():
+    from hwregress.lifecycle import POOLED_SESSIONS
+
+    entry = None
+    for median in range(1, POOLED_SESSIONS + 3):
+        entry = make_entry(record(float(median)), entry)
+    assert len(entry["session_samples"]) == POOLED_SESSIONS
+    assert entry["samples"] == [s for session in entry["session_samples"] for s in session]
+    assert entry["session_samples"][0] == [3.0] * 5  # the oldest sessions left the pool
+    assert entry["n"] == 5 * POOLED_SESSIONS and len(entry["history"]) == POOLED_SESSIONS + 2
+    moved = make_entry(record(50.0, torch_version="2.14.0"), entry)
+    assert moved["session_samples"] == [[50.0] * 5] and moved["history"] == [50.0]
+    assert make_entry(record(60.0), entry, fresh=True)["history"] == [60.0]
+
+
+def test_reset_mode_accepts_a_regression_at_once():
+    assert update_action("reset", "regression", True) == "recorded"
+    assert update_action("reset", "unstable", True) == "recorded"
+
+
+def test_a_session_that_extended_its_rounds_weighs_as_much_as_any_other():
+    entry = None
+    for _ in range(3):
+        entry = make_entry(record(30.0), entry)
+    noisy = TestRecord("t", samples=[10.0 + i % 3 for i in range(200)], environment={"torch": "2.13.0"}, verdict="pass")
+    entry = make_entry(noisy, entry)
+    assert [len(session) for session in entry["session_samples"]] == [5, 5, 5, 10]
+    assert entry["median"] == 30.0  # three quiet sessions outvote one noisy session of 200 rounds

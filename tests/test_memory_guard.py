@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwregress.memory_guard import Headroom, extrapolate, host_headroom, refusal
+from hwregress.memory_guard import GUARDED_BATCH, Headroom, extrapolate, host_headroom, refusal
 
 MIB = 2**20
 
@@ -34,7 +34,7 @@ def test_a_batch_that_would_not_fit_is_refused_before_it_runs():
 
 
 def test_small_batches_are_not_probed():
-    assert refusal(lambda b: pytest.fail("probed"), 2, Headroom(1, "x")) is None
+    assert refusal(lambda b: pytest.fail("probed"), GUARDED_BATCH, Headroom(1, "x")) is None
 
 
 def test_cgroup_v2_limit_below_system_memory_wins(tmp_path):

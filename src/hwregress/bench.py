@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from hwregress import profiling
-from hwregress.devices import synchronize
+from hwregress import memory_guard, profiling
+from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
 from hwregress.numerics import ELEMENT_BYTES, MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.telemetry import TelemetrySampler
@@ -207,8 +207,32 @@ def _run_model(workload: Workload, device: str, mode: str, batch_size: int, dtyp
         return _measure_model(workload, device, mode, batch_size, dtype, timer, options)
 
 
+def _guard_host_memory(workload: Workload, device: str, mode: str, batch_size: int, dtype: str) -> None:
+    """End a CPU batch that would not fit in the host's memory before it runs, instead of letting the kernel's
+    OOM killer end the whole session (:mod:`hwregress.memory_guard`: one step at two small batches, the
+    footprint extrapolated).
+
+    Raises:
+        OutOfMemory: the predicted footprint exceeds what the host (or its memory cgroup) has left.
+    """
+    if device_kind(device) != "cpu":
+        return
+
+    def footprint(probe_batch: int) -> int:
+        with PeakMemoryMeter(device) as meter:
+            model = workload.build().to(device)
+            inputs, labels = make_batch(workload, probe_batch, device)
+            build_step(workload, model, mode, inputs, labels, device, dtype)()
+        return meter.peak_bytes or 0
+
+    why = memory_guard.refusal(footprint, batch_size, memory_guard.host_headroom())
+    if why is not None:
+        raise OutOfMemory(why)
+
+
 def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
                    timer: RoundTimer, options: RunOptions) -> Measurement:
+    _guard_host_memory(workload, device, mode, batch_size, dtype)
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device)

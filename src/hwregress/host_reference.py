@@ -8,51 +8,18 @@ file lock, measures and writes the samples; the others wait on the lock and read
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
-import platform
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from filelock import FileLock
 
+from hwregress.identity import device_identity
+
 CACHE_FORMAT = 1
-
-
-@functools.cache
-def _cpu_facts() -> dict[str, Any]:
-    """Vendor, model name, family, model and stepping: py-cpuinfo where installed (it reads CPUID),
-    else the first processor of /proc/cpuinfo, else ``platform``."""
-    try:
-        import cpuinfo
-
-        info = cpuinfo.get_cpu_info()
-        return {"vendor": info.get("vendor_id_raw"), "model_name": info.get("brand_raw"),
-                "family": info.get("family"), "model": info.get("model"), "stepping": info.get("stepping")}
-    except Exception:  # not installed, or no CPUID on this architecture
-        return _proc_cpuinfo_facts()
-
-
-def _proc_cpuinfo_facts() -> dict[str, Any]:
-    keys = {"vendor_id": "vendor", "model name": "model_name", "cpu family": "family", "model": "model",
-            "stepping": "stepping"}
-    facts: dict[str, Any] = {"vendor": None, "model_name": platform.processor() or platform.machine(),
-                             "family": None, "model": None, "stepping": None}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if not line.strip():
-                    break  # the first processor's block is enough
-                name, _, value = line.partition(":")
-                if name.strip() in keys:
-                    facts[keys[name.strip()]] = value.strip()
-    except OSError:  # not Linux
-        pass
-    return facts
 
 
 def host_cpu_identity() -> str:
@@ -60,9 +27,10 @@ def host_cpu_identity() -> str:
     logical cores and torch's intra-op threads, e.g.
     ``"AuthenticAMD | AMD EPYC | family 26 model 2 stepping 1 | 2 logical cores | 2 torch threads"``.
     Model names alone are not identities ("AMD EPYC" covers CPUs 2x apart)."""
-    facts = _cpu_facts()
-    return (f"{facts['vendor']} | {facts['model_name']} | family {facts['family']} model {facts['model']} "
-            f"stepping {facts['stepping']} | {os.cpu_count()} logical cores | {torch.get_num_threads()} torch threads")
+    facts = device_identity("cpu")  # hwregress.identity: /proc/cpuinfo, lscpu, then py-cpuinfo
+    return (f"{facts.get('cpu_vendor')} | {facts.get('cpu_brand')} | family {facts.get('cpu_family')} model "
+            f"{facts.get('cpu_model')} stepping {facts.get('cpu_stepping')} | {os.cpu_count()} logical cores | "
+            f"{torch.get_num_threads()} torch threads")
 
 
 def cache_path(key: str, cache_dir: Path) -> Path:

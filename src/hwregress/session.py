@@ -24,7 +24,7 @@ class Policy:
 
     Attributes:
         tolerances: see :class:`hwregress.compare.Tolerances`.
-        update_mode: None, ``all``, ``missing`` or ``force`` (``--update-baselines``).
+        update_mode: None, ``all``, ``missing``, ``force`` or ``reset`` (``--update-baselines``).
         require_baselines: a test without a baseline fails.
         strict_env: an environment change against the baseline fails the test.
         accept_identity: judge against a baseline recorded on hardware of another identity.
@@ -117,7 +117,7 @@ class BenchSession:
         try:
             return self.baseline_entry(record.hardware_key, key), None
         except BaselineError as error:
-            if self.policy.update_mode != "force":
+            if self.policy.update_mode not in ("force", "reset"):
                 record.verdict = Verdict.FAILED
                 raise
             return None, error
@@ -130,7 +130,7 @@ class BenchSession:
         path = self.store.path_for(record.hardware_key)
         if action == "recorded":
             try:
-                new_entry = {**lifecycle.make_entry(record, entry),
+                new_entry = {**lifecycle.make_entry(record, entry, fresh=self.policy.update_mode == "reset"),
                              **evidence.entry_evidence(record, self.roofs.get(record.device or "", {}))}
                 self.store.write_entries(record.hardware_key, record.device_name or "", {key: new_entry},
                                          replace_unreadable)

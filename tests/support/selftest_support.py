@@ -9,6 +9,9 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_HARD_EXIT  the process dies (os._exit, as on a segfault) at the N-th test
     HWREGRESS_SELFTEST_ENOSPC     "journal", "results" or both (comma list): those writes fail with ENOSPC,
                                   as on a full disk
+    HWREGRESS_SELFTEST_BUSY       the health probe of every window reports this fraction of the cores' time
+                                  used by other processes (synthetic contention)
+    HWREGRESS_SELFTEST_HOST_BYTES the host memory the CPU memory guard believes is left, bytes
 """
 
 import errno
@@ -79,6 +82,21 @@ def _disk_full(*args, **kwargs):
 
 
 def pytest_configure(config):
+    host_bytes = os.environ.get("HWREGRESS_SELFTEST_HOST_BYTES")
+    if host_bytes:
+        from hwregress import memory_guard
+
+        memory_guard.host_headroom = lambda: memory_guard.Headroom(int(host_bytes), "injected host memory")
+    busy = os.environ.get("HWREGRESS_SELFTEST_BUSY")
+    if busy:
+        from hwregress import health, telemetry
+
+        class BusyProbe(health.CpuHealthProbe):
+            def __exit__(self, *exc_info):
+                super().__exit__(*exc_info)
+                self.result["other_cpu_fraction"] = float(busy)
+
+        telemetry.CpuHealthProbe = BusyProbe
     full = os.environ.get("HWREGRESS_SELFTEST_ENOSPC", "").split(",")
     if "journal" in full:
         from hwregress import journal

@@ -80,9 +80,10 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(option.flag, dest=option.ini, default=None, help=f"{option.help} [ini: {option.ini}]")
         parser.addini(option.ini, option.help, type="args" if option.is_list else "string", default=option.default)
     group.addoption("--update-baselines", dest="hwregress_update", nargs="?", const="all", default=None,
-                    metavar="all|missing|force",
+                    metavar="all|missing|force|reset",
                     help="record this hardware's baselines: all (default; regressions and unstable windows kept), "
-                         "missing (new only), force (accept regressions, repair bad entries)")
+                         "missing (new only), force (add even regressions to the pool, repair bad entries), "
+                         "reset (start every entry afresh from this session)")
     group.addoption("--require-baselines", action="store_true", dest="hwregress_require",
                     help="a test without a baseline fails instead of passing as 'new'")
     group.addoption("--strict-env", action="store_true", dest="hwregress_strict_env",
