@@ -99,5 +99,23 @@ def test_a_recorded_entry_keeps_the_evidence_for_a_later_diagnosis(tmp_path):
     assert entry["identity"] == IDENTITY
     assert entry["telemetry_means"] == {"cpu_freq_mhz": 2600.0}
     assert entry["top_ops"] == [{"name": "aten::mkldnn_convolution", "total_ms": 12.0}] and entry["top_ops_steps"] == 3
-    assert entry["ceilings"] == {"gemm_fp32_tflops": 0.2}
+    assert "ceilings" not in entry  # the file's ceiling entries are the baseline's roofs
     assert entry["health"] == {"other_cpu_fraction": 0.01}
+
+
+def test_a_slower_roof_in_this_session_is_named_against_the_files_pooled_ceiling(tmp_path):
+    recorder = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
+    for session_roof in (0.20, 0.21, 0.19):
+        gemm = _record([session_roof] * 10, family="ceiling", unit="TFLOP/s")
+        gemm.model = "gemm"
+        recorder.conclude(gemm, "ceiling/gemm/roof/bs1024/fp32")
+        recorder.conclude(_record(STEADY), "throughput/tiny/train/bs4/fp32")
+        recorder = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
+    judged = BenchSession(BaselineStore(tmp_path), Policy())
+    slow_roof = _record([0.1] * 10, family="ceiling", unit="TFLOP/s")
+    slow_roof.model = "gemm"
+    judged.conclude(slow_roof, "ceiling/gemm/roof/bs1024/fp32")
+    slow = _record([s / 2 for s in STEADY])
+    judged.conclude(slow, "throughput/tiny/train/bs4/fp32")
+    assert slow.verdict == Verdict.REGRESSION
+    assert any(line.startswith("the machine itself is 50% slower: gemm_fp32_tflops 0.1 now vs 0.2") for line in slow.diagnosis)

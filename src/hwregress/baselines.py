@@ -112,7 +112,7 @@ _TEXT_FIELDS = ("family", "model", "mode", "dtype", "device_name", "unit", "reco
 _COUNT_FIELDS = ("batch_size", "steps_per_round", "n")
 _FIGURE_FIELDS = ("median", "iqr", "latency_ms", "peak_memory_bytes", "accuracy", "speedup")
 _SAMPLE_FIELDS = ("samples", "history")
-_OBJECT_FIELDS = ("environment", "identity", "telemetry_means", "ceilings", "health")
+_OBJECT_FIELDS = ("environment", "identity", "telemetry_means", "health")
 _LIST_FIELDS = ("top_ops", "throttle_reasons")
 
 
@@ -122,8 +122,8 @@ def check_entry(entry: Any) -> str | None:
     Checked: an object; text fields (``unit``, ``recorded_at``, ...) strings or null; counts
     (``batch_size``, ``n``, ``steps_per_round``) non-negative integers or null; figures (``median``,
     ``latency_ms``, ``peak_memory_bytes``, ``accuracy``, ...) finite non-negative numbers or null;
-    ``samples`` and ``history`` lists of finite positive numbers; ``environment``, ``identity``,
-    ``telemetry_means``, ``ceilings`` and ``health`` objects; ``top_ops`` and ``throttle_reasons`` lists.
+    ``samples`` and ``history`` lists of finite positive numbers; ``session_samples`` a list of such lists;
+    ``environment``, ``identity``, ``telemetry_means`` and ``health`` objects; ``top_ops`` and ``throttle_reasons`` lists.
     Other keys are accepted unchecked (a newer hwregress may add them).
     """
     if not isinstance(entry, dict):
@@ -143,6 +143,14 @@ def check_entry(entry: Any) -> str | None:
         problem = _check_samples(name, entry.get(name))
         if problem:
             return problem
+    sessions = entry.get("session_samples")
+    if sessions is not None:
+        if not isinstance(sessions, list):
+            return f"'session_samples' must be a list of sample lists, found {_json_type(sessions)}"
+        for index, session in enumerate(sessions):
+            problem = _check_samples(f"session_samples[{index}]", session)
+            if problem:
+                return problem
     for name in _OBJECT_FIELDS:
         if entry.get(name) is not None and not isinstance(entry[name], dict):
             return f"'{name}' must be an object, found {_json_type(entry[name])}"

@@ -22,7 +22,10 @@ class Tolerances:
     """What counts as a change.
 
     Attributes:
-        throughput: relative throughput loss tolerated (fraction); the noise bound may raise it.
+        throughput: relative throughput loss tolerated on accelerators (fraction); the noise bound may raise it.
+        cpu_throughput: the same on the CPU, where processes move more between sessions (measured on the 2-core
+            development VM, three sessions recorded then three unchanged ones: session medians 6-11% below the
+            baseline's while each baseline's own history varied 1-3%).
         max_threshold: no noise or history bound raises the throughput threshold past this (fraction).
         memory: relative peak-memory growth tolerated (fraction).
         memory_slack_bytes: absolute growth tolerated on top, for RSS-sampled (CPU, MPS) memory only: the
@@ -34,6 +37,7 @@ class Tolerances:
     """
 
     throughput: float = 0.05
+    cpu_throughput: float = 0.15
     max_threshold: float = 0.25
     memory: float = 0.10
     memory_slack_bytes: int = 64 * 2**20
@@ -103,6 +107,7 @@ class Measured:
     exact_memory: bool = False
     identity: Mapping[str, Any] = field(default_factory=dict)
     reference_samples: Sequence[float] = ()  # a speedup's CPU-side samples (samples/s)
+    on_cpu: bool = False
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
@@ -145,7 +150,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
                       judgement: Judgement) -> None:
     sessions = len(baseline.get("history") or ()) or 1
-    tolerance = tolerances.throughput
+    tolerance = tolerances.cpu_throughput if measured.on_cpu else tolerances.throughput
     if sessions < MIN_SESSIONS:  # the drift between sessions is not known yet: only a gross change counts
         tolerance = max(tolerance, tolerances.max_threshold)
         judgement.notes.append(f"provisional threshold: the baseline holds {sessions} session(s); until {MIN_SESSIONS} "

@@ -27,10 +27,10 @@ def operators(record: TestRecord) -> list[dict[str, Any]]:
     return [{"name": row["name"], "total_ms": row["total_ms"]} for row in rows[:TOP_OPERATORS_KEPT]]
 
 
-def entry_evidence(record: TestRecord, ceilings: Mapping[str, float]) -> dict[str, Any]:
+def entry_evidence(record: TestRecord) -> dict[str, Any]:
     """The fields a baseline entry keeps so that a later regression can be explained against it: hardware
-    identity, telemetry means, throttle reasons, top operators (and their profiled steps), health and the
-    roofs measured in the recording session (TFLOP/s, GB/s by ceiling name)."""
+    identity, telemetry means, throttle reasons, top operators (and their profiled steps) and health. (The
+    baseline's roofs are its ceiling entries, pooled over their own sessions: :func:`baseline_roofs`.)"""
     return {
         "identity": dict(record.details.get("identity") or {}),
         "telemetry_means": telemetry_means(record.telemetry),
@@ -38,19 +38,26 @@ def entry_evidence(record: TestRecord, ceilings: Mapping[str, float]) -> dict[st
         "top_ops": operators(record),
         "top_ops_steps": int(record.details.get("profile_steps") or 1),
         "health": dict(record.health),
-        "ceilings": dict(ceilings),
     }
 
 
-def for_diagnosis(record: TestRecord, entry: Mapping[str, Any], ceilings: Mapping[str, float]) -> Evidence:
-    """The evidence of ``record`` (this session, with ``ceilings`` measured in it) against ``entry``."""
+def baseline_roofs(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """The roofs a baselines file holds, by :func:`roof_name`: the pooled median of each ceiling entry."""
+    return {roof_name(entry.get("model"), entry.get("dtype"), entry.get("unit")): entry["median"]
+            for entry in entries.values() if entry.get("family") == "ceiling" and entry.get("median")}
+
+
+def for_diagnosis(record: TestRecord, entry: Mapping[str, Any], ceilings: Mapping[str, float],
+                  baseline_ceilings: Mapping[str, float]) -> Evidence:
+    """The evidence of ``record`` (this session, with ``ceilings`` measured in it) against ``entry`` and the
+    roofs of its baselines file (``baseline_ceilings``)."""
     return Evidence(
         health=record.health,
         identity_changes=record.identity_changes,
         throttle_reasons=(record.telemetry or {}).get("throttle_reasons", []),
         baseline_throttle_reasons=entry.get("throttle_reasons", []),
-        ceilings={name: ceilings[name] for name in ceilings.keys() & (entry.get("ceilings") or {}).keys()},
-        baseline_ceilings=entry.get("ceilings") or {},
+        ceilings={name: ceilings[name] for name in ceilings.keys() & baseline_ceilings.keys()},
+        baseline_ceilings=baseline_ceilings,
         telemetry=telemetry_means(record.telemetry),
         baseline_telemetry=entry.get("telemetry_means") or {},
         environment=record.environment,
@@ -62,11 +69,15 @@ def for_diagnosis(record: TestRecord, entry: Mapping[str, Any], ceilings: Mappin
     )
 
 
+def roof_name(ceiling: Any, dtype: Any, unit: Any) -> str:
+    """The name of a roof, e.g. ``"gemm_fp32_tflops"``, ``"copy_gbs"`` (a ceiling record's model, dtype, unit)."""
+    suffix = "tflops" if unit == "TFLOP/s" else "gbs"
+    return f"{ceiling}_{dtype}_{suffix}" if ceiling == "gemm" else f"{ceiling}_{suffix}"
+
+
 def ceiling_name(record: TestRecord) -> str:
-    """The key of a ceiling record among a session's roofs, e.g. ``"gemm_fp32_tflops"``, ``"copy_gbs"``."""
-    unit = "tflops" if record.unit == "TFLOP/s" else "gbs"
-    dtype = f"_{record.dtype}" if record.model == "gemm" else ""
-    return f"{record.model}{dtype}_{unit}"
+    """The roof a ceiling record measured (:func:`roof_name`)."""
+    return roof_name(record.model, record.dtype, record.unit)
 
 
 def physics_of(record: TestRecord, ceilings: Mapping[str, float]) -> list[str]:

@@ -101,7 +101,7 @@ class BenchSession:
         if entry is not None:
             record.baseline_recorded_at = entry.get("recorded_at")
             if record.verdict == Verdict.REGRESSION:
-                record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs))
+                record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs, self._baseline_roofs(record)))
         elif self.policy.require_baselines and self.policy.update_mode is None:
             failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
                             "and --require-baselines is set; record one with --update-baselines")
@@ -110,6 +110,10 @@ class BenchSession:
         self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
         record.message = " | ".join(failures + notes)
         return failures
+
+    def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:
+        loaded = self._files.get(record.hardware_key or "")
+        return evidence.baseline_roofs(loaded.entries) if isinstance(loaded, BaselineFile) else {}
 
     def _entry_for(self, record: TestRecord, key: str) -> tuple[dict[str, Any] | None, BaselineError | None]:
         """The record's baseline entry, and the error of one that ``--update-baselines=force`` replaces."""
@@ -131,7 +135,7 @@ class BenchSession:
         if action == "recorded":
             try:
                 new_entry = {**lifecycle.make_entry(record, entry, fresh=self.policy.update_mode == "reset"),
-                             **evidence.entry_evidence(record, self.roofs.get(record.device or "", {}))}
+                             **evidence.entry_evidence(record)}
                 self.store.write_entries(record.hardware_key, record.device_name or "", {key: new_entry},
                                          replace_unreadable)
             except (OSError, ValueError, BaselineError) as error:
@@ -161,7 +165,8 @@ def _measured(record: TestRecord) -> Measured:
                     record.environment, record.peak_memory_bytes, record.accuracy, record.speedup,
                     exact_memory=device_kind(record.device or "cpu") == "cuda",
                     identity=record.details.get("identity") or {},
-                    reference_samples=record.details.get("cpu_samples") or ())
+                    reference_samples=record.details.get("cpu_samples") or (),
+                    on_cpu=device_kind(record.device or "cpu") == "cpu")
 
 
 def apply_figures(record: TestRecord, figures: Figures) -> None:

@@ -97,7 +97,7 @@ class Collector:
 
         try:
             self.paths = write_outputs(results, self.settings.report_dir)
-        except OSError as error:
+        except (OSError, ValueError, TypeError) as error:  # full disk, unwritable folder, a value JSON refuses
             kept = f"they stay in {self.journal.path}" if self.journal is not None else "no journal holds them either"
             self._fail(session, f"results not written to {self.settings.report_dir}: {error}; {kept}")
         summary = ci.markdown_summary(results)
@@ -125,6 +125,8 @@ class Collector:
             if record.verdict in NOTEWORTHY:
                 why = record.message.replace(f"{record.test_id}: ", "")[:300]
                 write(f"  {record.verdict:<14} {record.test_id}: {ci.figure(record)}  {why}")
+                for sentence in record.diagnosis[:2]:
+                    write(f"  {'':<14} likely cause: {sentence}")
         for name, path in self.paths.items():
             write(f"{name}: {path}")
         for problem in self.problems:
