@@ -57,10 +57,9 @@ class Collector:
             self._journal_write(self.journal.mark_running, nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = getattr(report, REPORT_ATTRIBUTE, None)
-        if data is None:
+        record = _record_of(report)
+        if record is None:
             return
-        record = TestRecord.from_json(data)
         self.records[record.test_id] = record
         if self.journal is not None:
             self._journal_write(self.journal.append, record)
@@ -77,10 +76,9 @@ class Collector:
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         """The verdict letter (``R`` regression, ``+`` improvement, ...) and, at ``-v``, the verdict word with
         its figure and ratio, as each test finishes."""
-        data = getattr(report, REPORT_ATTRIBUTE, None)
-        if data is None or not (report.when == "call" or (report.when == "setup" and report.skipped)):
+        record = _record_of(report)
+        if record is None or not (report.when == "call" or (report.when == "setup" and report.skipped)):
             return None
-        record = TestRecord.from_json(data)
         markup = {"red": True} if record.verdict in ci.BAD else {"yellow": True} if report.skipped else {"green": True}
         return report.outcome, ci.LETTERS[record.verdict], (ci.status_word(record, report.outcome), markup)
 
@@ -155,6 +153,17 @@ class Collector:
             "tolerances": vars(self.settings.policy.tolerances),
             "pid": os.getpid(),
         }
+
+
+_PARSED = "_hwregress_parsed_record"
+
+
+def _record_of(report: pytest.TestReport) -> TestRecord | None:
+    """The record a report carries, parsed once per report (the status line and the store both read it)."""
+    if _PARSED not in report.__dict__:
+        data = getattr(report, REPORT_ATTRIBUTE, None)
+        report.__dict__[_PARSED] = None if data is None else TestRecord.from_json(data)
+    return report.__dict__[_PARSED]
 
 
 def _dead_session_line(dead: DeadSession) -> str:
