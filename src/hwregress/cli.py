@@ -4,11 +4,15 @@
     python -m hwregress baselines show KEY|FILE [--dir baselines]
     python -m hwregress baselines diff A B [--tolerance 0.05] [--fail-on regression|improvement|any]
                                           (each a baselines file, a hardware key or a results.json)
-    python -m hwregress report merge RESULTS.json... -o FILE.html
-    python -m hwregress report render RESULTS.json|UNFINISHED.jsonl -o FILE.html
+    python -m hwregress report merge RESULTS.json... -o FILE.html [--history-dir DIR]...
+    python -m hwregress report render RESULTS.json|UNFINISHED.jsonl -o FILE.html [--history-dir DIR]
+    python -m hwregress history [--dir reports/history] [--key K]... [--test SUBSTRING] [--since DATE]
+                                [--last N] [--tolerance 0.05] [--fail-on regression|drift|any]
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
-exits 1 when a test's direction matches ``--fail-on``. Outputs are written atomically and never over an input.
+exits 1 when a test's direction matches ``--fail-on``;
+``history`` exits 1 when a test's latest segment matches ``--fail-on`` (``regression``: a regression or a drift).
+Outputs are written atomically and never over an input.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from hwregress import results as results_module
 from hwregress.atomic import atomic_write_text, describe_kind, read_regular_file
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore, entry_key, load_file
 from hwregress.compare import Tolerances
+from hwregress.history import HistoryStore, parse_time
 from hwregress.journal import JournalError, dataclass_values, load_journal, record_problem
 from hwregress.stats import compare, summarize
 
 FAIL_ON = {"regression": {"regression"}, "improvement": {"improvement"}, "any": {"regression", "improvement"}}
+HISTORY_FAIL_ON = {"regression": {"regression", "drift"}, "drift": {"drift"}, "any": {"regression", "drift", "improvement"}}
 RESULTS_FIX = "give a results.json written by hwregress, or re-run the session that wrote it"
 
 
@@ -282,7 +288,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     output = _output_path(args.output, args.results)
     sessions = [_load_results(Path(path)) for path in args.results]
-    _write_output(output, render_merge(results_module.merge_sessions(sessions)))
+    history = _history_section(args.history_dir, sessions)
+    _write_output(output, render_merge(results_module.merge_sessions(sessions), history))
     print(f"wrote {output} ({len(sessions)} machines)")
     return 0
 
@@ -301,11 +308,83 @@ def cmd_render(args: argparse.Namespace) -> int:
             raise CliError(source, str(error), "give the .jsonl journal an unfinished session left") from None
     else:
         session = _load_results(source)
-    _write_output(output, render(session))
+    _write_output(output, render(session, _history_section(args.history_dir, [session])))
     skipped = session.meta.get("skipped_lines") or 0
     note = f"; skipped {skipped} unreadable lines of {source}" if skipped else ""
     print(f"wrote {output} ({len(session.records)} tests{note})")
     return 0
+
+
+def _history_section(directories: Sequence[Path], sessions: Sequence[results_module.SessionResults]) -> Any:
+    """The trend section for the tests of ``sessions`` from the history folders given (None without any)."""
+    if not directories:
+        return None
+    from hwregress.report.history_view import HistorySection
+    from hwregress.trends import load_trends
+
+    section = HistorySection(dirs=[str(d) for d in directories])
+    keys = {r.hardware_key for s in sessions for r in s.records if r.hardware_key}
+    test_ids = {r.test_id for s in sessions for r in s.records}
+    for directory in directories:
+        trends, warnings = load_trends(_history_store(directory), keys, test_ids)
+        section.trends += trends
+        section.warnings += warnings
+    return section
+
+
+def _history_store(directory: Path) -> HistoryStore:
+    if not directory.is_dir():
+        raise CliError(directory, "no such history folder", "give the --history-dir a session wrote (default reports/history)")
+    return HistoryStore(directory)
+
+
+# -- history -----------------------------------------------------------------------------------------------
+def cmd_history(args: argparse.Namespace) -> int:
+    """``history``: per test its recent sessions with change points marked; exit 1 on ``--fail-on``."""
+    from hwregress.history_table import status_counts, trend_table
+    from hwregress.trends import load_trends
+
+    store = _history_store(args.dir)
+    known = store.hardware_keys()
+    unknown = [key for key in args.key or () if key not in known]
+    if unknown:
+        raise CliError(args.dir, f"no history for hardware key {', '.join(unknown)}", f"known: {', '.join(known) or 'none'}")
+    trends, warnings = load_trends(store, args.key or None, tolerance=args.tolerance)
+    trends = [t for t in trends if args.test is None or args.test in t.test_id]
+    if args.since is not None:
+        trends = [t for t in trends if any((parse_time(r["time"]) or args.since) >= args.since for r in t.rows)]
+    for warning in warnings:
+        print(f"hwregress: warning: {warning}", file=sys.stderr)
+    if not trends:
+        raise CliError(args.dir, "no test in the history matches" + (f" --test {args.test!r}" if args.test else "")
+                       + (f" since {args.since.isoformat()}" if args.since else ""), "check the filters, or run a session first")
+    for trend in trends:
+        print("\n".join(trend_table(trend, args.since, args.last)), end="\n\n")
+    print(status_counts(trends))
+    failing = [t for t in trends if args.fail_on and t.status in HISTORY_FAIL_ON[args.fail_on]]
+    for trend in failing:
+        print(f"hwregress: {trend.status}: {trend.hardware_key} {trend.test_id}: {trend.summary}", file=sys.stderr)
+    return 1 if failing else 0
+
+
+def _since(text: str) -> Any:
+    moment = parse_time(text)
+    if moment is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date or time; use ISO 8601, e.g. 2026-11-01 or 2026-11-01T03:00")
+    return moment
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+def _tolerance(text: str) -> float:
+    value = _fraction(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0, e.g. 0.05 for 5%")
+    return value
 
 
 # -- entry point -------------------------------------------------------------------------------------------
@@ -349,11 +428,26 @@ def build_parser() -> argparse.ArgumentParser:
     merge = report.add_parser("merge", help="several machines' results.json side by side in one page")
     merge.add_argument("results", nargs="+", help="results.json files")
     merge.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    merge.add_argument("--history-dir", type=Path, action="append", default=[],
+                       help="add trend charts from this history folder (repeatable: one per machine's history)")
     merge.set_defaults(handler=cmd_merge)
     render = report.add_parser("render", help="render one results.json, or the journal of an unfinished session")
     render.add_argument("source", help="results.json or results-*-unfinished.jsonl")
     render.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    render.add_argument("--history-dir", type=Path, action="append", default=[], help="add trend charts from this history folder")
     render.set_defaults(handler=cmd_render)
+    history = commands.add_parser("history", help="per test its recent sessions, change points and drift")
+    history.add_argument("--dir", type=Path, default=Path("reports/history"), help="history folder (default: %(default)s)")
+    history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
+    history.add_argument("--test", help="only tests whose id contains this text")
+    history.add_argument("--since", type=_since,
+                         help="only sessions at or after this date (ISO 8601, UTC); the analysis uses all")
+    history.add_argument("--last", type=_positive, default=10, help="sessions shown per test (default: %(default)s)")
+    history.add_argument("--tolerance", type=_tolerance, default=0.05,
+                         help="smallest level change that sets a status (default: %(default)s)")
+    history.add_argument("--fail-on", choices=sorted(HISTORY_FAIL_ON), default=None,
+                         help="exit 1 when a test's latest segment is a regression or drift (regression), a drift, or any change")
+    history.set_defaults(handler=cmd_history)
     return parser
 
 

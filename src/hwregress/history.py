@@ -82,7 +82,8 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str) 
         time: the session's start, UTC ISO 8601 (same for every row it writes: one session, one x position).
         packages: :func:`package_hash` of the installed packages.
     """
-    values = [float(s) for s in record.samples if isinstance(s, (int, float)) and math.isfinite(s) and s > 0]
+    values = [float(s) for s in record.samples
+              if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0]
     if not values or not record.hardware_key:
         return None
     q1, median, q3 = (float(q) for q in np.percentile(values, [25, 50, 75]))
@@ -115,7 +116,13 @@ class HistoryStore:
         self.directory = Path(directory)
 
     def path_for(self, hardware_key: str) -> Path:
-        """``<directory>/<hardware_key>.jsonl``."""
+        """``<directory>/<hardware_key>.jsonl``.
+
+        Raises:
+            ValueError: the key would name a file outside the folder (a path separator, or empty).
+        """
+        if not hardware_key or "/" in hardware_key or "\\" in hardware_key or hardware_key.startswith("."):
+            raise ValueError(f"hardware key {hardware_key!r} cannot name a history file; keys are like amd-epyc-f26m2-2t")
         return self.directory / f"{hardware_key}.jsonl"
 
     def hardware_keys(self) -> list[str]:
@@ -157,12 +164,13 @@ class HistoryStore:
         """
         path = self.path_for(hardware_key)
         try:
-            payload = "".join(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n" for row in rows)
-        except (ValueError, TypeError) as error:
+            lines = "".join(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n" for row in rows)
+            payload = lines.encode("utf-8")
+        except (ValueError, TypeError) as error:  # UnicodeEncodeError (a lone surrogate) is a ValueError
             raise ValueError(f"{path}: a history row cannot be written as JSON ({error}); nothing was appended") from None
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
-            _append_lines(path, payload.encode("utf-8"))
+            _append_lines(path, payload)
         return path
 
     def read(self, hardware_key: str) -> HistoryRead:
@@ -241,7 +249,7 @@ def _parse_row(line: bytes) -> tuple[dict[str, Any] | None, str]:
         return None, "not a JSON line (a torn or edited write)"
     if not isinstance(row, dict):
         return None, f"not a JSON object but {type(row).__name__}"
-    if row.get("v") != HISTORY_ROW_VERSION:
+    if type(row.get("v")) is not int or row["v"] != HISTORY_ROW_VERSION:
         return None, f"row version {row.get('v')!r} is not {HISTORY_ROW_VERSION} (written by another hwregress version)"
     for name, kind in _REQUIRED.items():
         if not isinstance(row.get(name), kind):

@@ -14,16 +14,19 @@ Per test (one hardware key, one test id, sessions in time order):
   line's value at the latest session instead (Sen 1968: the median of pairwise slopes, robust to odd sessions).
 - **Reference**: the baseline median the latest session was judged against; without one, the level of the
   first segment (first ``REFERENCE_SESSIONS`` sessions when there is no change point).
+- **Moved**: the level now is beyond ``tolerance`` from the reference and the latest segment differs from it
+  significantly (against a baseline: one-sample t-test of its log medians; against the first segment: Welch's
+  test), or the sessions since the baseline was recorded trend (Mann-Kendall) to a level beyond ``tolerance``
+  (a slow drift that PELT cut into steps each too short to test).
 - **Status**:
-  ``regression`` / ``improvement``  the latest change is significant and beyond ``tolerance``, and the level
-                                    now is beyond ``tolerance`` from the reference;
-  ``accepted``                      the latest change is, but the level now matches the baseline, re-recorded
-                                    after the change (``--update-baselines=reset``);
-  ``drift``                         the level now is below the reference by more than ``tolerance``, the latest
-                                    segment differs from it significantly (one-sample t-test of its log
-                                    medians), and no session of that segment failed its own verdict: a slow
-                                    regression the per-run threshold missed (``improvement`` upwards);
-  ``steady``                        none of these; ``short`` with fewer than ``MIN_SESSIONS`` sessions.
+  ``regression``   moved down, and a session of the latest segment failed its own verdict (a step or a slide
+                   the per-run threshold saw);
+  ``drift``        moved down, and no session of the latest segment failed its own verdict: the slow regression
+                   (or a step under the per-run threshold) that only the history shows;
+  ``improvement``  moved up;
+  ``accepted``     not moved, but the latest change point is significant and at least ``tolerance``, and the
+                   baseline was re-recorded after it (``--update-baselines=reset``): a new level, accepted;
+  ``steady``       none of these; ``short`` with fewer than ``MIN_SESSIONS`` sessions.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import numpy as np
 from scipy import stats
 
 from hwregress.changepoints import SIGNIFICANCE_ALPHA, ChangePoint, change_points, welch_p_value
-from hwregress.history import parse_time
+from hwregress.history import HistoryStore, parse_time
 from hwregress.identity import identity_changes
 
 DEFAULT_TOLERANCE = 0.05
@@ -142,8 +145,8 @@ def _judge(trend: Trend, medians: list[float], tolerance: float) -> None:
         moved = _slid(trend, logs, tolerance)
     flagged = sum(row.get("verdict") == "regression" for row in trend.rows[start:])
     if not moved:
-        accepted = latest is not None and _accepted(trend, latest)
-        trend.status = "accepted" if accepted else "steady"
+        stepped = latest is not None and latest.change.significant and abs(latest.change.change) >= tolerance
+        trend.status = "accepted" if stepped and latest is not None and _accepted(trend, latest) else "steady"
     else:
         trend.status = "improvement" if trend.drift > 0 else "regression" if flagged else "drift"
     trend.summary = _sentence(trend, latest, len(medians) - start, flagged)
@@ -232,8 +235,12 @@ def _accepted(trend: Trend, latest: FirstBad) -> bool:
 def _sentence(trend: Trend, latest: FirstBad | None, sessions: int, flagged: int) -> str:
     """One line: the status, the level now against the reference, and how the change came (step or slope)."""
     assert trend.drift is not None and trend.drift_p_value is not None
-    level = (f"level now {trend.drift:+.1%} vs the {trend.reference_source} ({trend.reference:.4g} {trend.unit}, "
-             f"p={trend.drift_p_value:.2g}) over the last {sessions} session(s)")
+    reference = " ".join(filter(None, (f"{trend.reference:.4g}", trend.unit)))
+    if trend.reference_source == "series median" and trend.status == "steady":
+        level = f"no change point and no trend over the last {sessions} session(s) (median {reference})"
+    else:
+        level = (f"level now {trend.drift:+.1%} vs the {trend.reference_source} ({reference}, "
+                 f"p={trend.drift_p_value:.2g}) over the last {sessions} session(s)")
     how = []
     if latest is not None:
         change = latest.change
@@ -303,3 +310,25 @@ def analyze_all(rows: Iterable[dict[str, Any]], tolerance: float = DEFAULT_TOLER
     """:func:`analyze` for every (hardware key, test id) in ``rows``, worst status first, then by test id."""
     trends = [analyze(group, tolerance, packages) for group in group_rows(rows).values()]
     return sorted(trends, key=lambda t: (STATUSES.index(t.status), t.hardware_key, t.test_id))
+
+
+def load_trends(store: HistoryStore, hardware_keys: Iterable[str] | None = None, test_ids: Iterable[str] | None = None,
+                tolerance: float = DEFAULT_TOLERANCE) -> tuple[list[Trend], list[str]]:
+    """Read the history of ``hardware_keys`` (all keys in the store when None) and analyse the tests in
+    ``test_ids`` (all when None).
+
+    Returns:
+        (trends worst first, a warning per skipped line or unreadable file).
+    """
+    wanted = None if test_ids is None else set(test_ids)
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for key in sorted(set(store.hardware_keys() if hardware_keys is None else hardware_keys)):
+        try:
+            read = store.read(key)
+        except OSError as error:
+            problems.append(f"{store.path_for(key)}: history not read ({error.strerror or error})")
+            continue
+        problems += read.warnings
+        rows += [row for row in read.rows if wanted is None or row["test_id"] in wanted]
+    return analyze_all(rows, tolerance, store.packages), problems

@@ -21,6 +21,7 @@ import pytest
 
 from hwregress import ci
 from hwregress.devices import describe, environment_fingerprint, unavailable_reason
+from hwregress.history import HistoryStore
 from hwregress.journal import DeadSession, Journal, archive_dead_journals
 from hwregress.plugin.options import Settings
 from hwregress.plugin.record import REPORT_ATTRIBUTE
@@ -40,6 +41,7 @@ class Collector:
         self.started = time.time()
         self.journal: Journal | None = None
         self.dead: list[DeadSession] = []
+        self.history: Any = None  # report.history_view.HistorySection once the session is in the history
 
     # -- while the session runs --------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -84,17 +86,38 @@ class Collector:
 
     # -- at the end -------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.records and self.settings.history_dir is not None:
+            self._append_history(session, self.settings.history_dir)
         if self.records and self.settings.write_report:
             results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
             self._write(results, session)
         if self.journal is not None:
             self.journal.close(remove=not self.problems)  # the results file now holds everything it held
 
+    def _append_history(self, session: pytest.Session, directory: Path) -> None:
+        """Append this session's measured tests to the history, then analyse their trends for the report."""
+        from filelock import Timeout
+
+        from hwregress.report.history_view import HistorySection
+        from hwregress.trends import load_trends
+
+        store = HistoryStore(directory)
+        session_id = self.journal.session if self.journal is not None else f"{socket.gethostname()}-{os.getpid()}"
+        try:
+            appended = store.append_session(self.records.values(), session_id, _iso(self.started))
+        except (OSError, ValueError, Timeout) as error:
+            self._fail(session, f"history not appended to {directory}: {error}; this session is missing from it "
+                                "(fix the folder, or turn the history off with --no-history)")
+            return
+        trends, warnings = load_trends(store, appended, list(self.records))
+        self.history = HistorySection(trends, warnings, [str(directory)])
+        self.paths.update({f"history ({key})": store.path_for(key) for key in appended})
+
     def _write(self, results: SessionResults, session: pytest.Session) -> None:
         from hwregress.report import write_outputs  # Jinja2 only when there is something to render
 
         try:
-            self.paths = write_outputs(results, self.settings.report_dir)
+            self.paths.update(write_outputs(results, self.settings.report_dir, self.history))
         except (OSError, ValueError, TypeError) as error:  # full disk, unwritable folder, a value JSON refuses
             kept = f"they stay in {self.journal.path}" if self.journal is not None else "no journal holds them either"
             self._fail(session, f"results not written to {self.settings.report_dir}: {error}; {kept}")
@@ -125,6 +148,8 @@ class Collector:
                 write(f"  {record.verdict:<14} {record.test_id}: {ci.figure(record)}  {why}")
                 for sentence in record.diagnosis[:2]:
                     write(f"  {'':<14} likely cause: {sentence}")
+        for line in self._history_lines():
+            write(line)
         for name, path in self.paths.items():
             write(f"{name}: {path}")
         for problem in self.problems:
@@ -134,6 +159,14 @@ class Collector:
         if os.environ.get("GITHUB_ACTIONS") == "true":
             for line in ci.github_annotations(self.records.values()):
                 write(line)
+
+    def _history_lines(self) -> list[str]:
+        """The tests whose history moved (regression, drift, improvement) and the history lines skipped."""
+        if self.history is None:
+            return []
+        lines = [f"  history {trend.status:<10} {trend.test_id}: {trend.summary}"[:400]
+                 for trend in self.history.trends if trend.status in ("regression", "drift", "improvement")]
+        return lines + [f"hwregress: warning: {warning}" for warning in self.history.warnings[:20]]
 
     def _meta(self, exitstatus: int) -> dict[str, Any]:
         return {

@@ -40,6 +40,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--dtypes", "hwregress_dtypes", "fp32", "numerics: fp32, tf32, bf16, fp16 (autocast)", True),
     Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),
     Option("--report-dir", "hwregress_report_dir", "reports", "folder for results.json and report.html"),
+    Option("--history-dir", "hwregress_history_dir", None,
+           "folder of the session history, one <hardware-key>.jsonl (default: <report-dir>/history); keep it between CI runs"),
     Option("--summary-md", "hwregress_summary_md", None, "also write the Markdown job summary to this file"),
     Option("--tolerance", "hwregress_tolerance", None,
            "throughput loss tolerated, fraction (raised by measured noise; default 0.05 on accelerators, 0.15 on the CPU)"),
@@ -67,6 +69,7 @@ class Settings:
     baseline_dir: Path
     report_dir: Path
     summary_md: Path | None
+    history_dir: Path | None
     telemetry_interval_s: float
     profile_steps: int
     cudnn_benchmark: bool
@@ -93,6 +96,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="judge against a baseline recorded on hardware of another identity (compare anyway)")
     group.addoption("--save-traces", action="store_true", dest="hwregress_trace",
                     help="save each test's Chrome trace under <report-dir>/traces/")
+    group.addoption("--no-history", action="store_true", dest="hwregress_no_history",
+                    help="do not append this session to the history (--history-dir)")
     group.addoption("--no-hwregress-report", action="store_true", dest="hwregress_no_report",
                     help="do not write results.json and report.html")
 
@@ -110,13 +115,15 @@ def build_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"{_source(config, 'hwregress_baseline_dir')}={baseline_dir}: no such folder; "
                                 "check the spelling, or record into it with --update-baselines")
     summary = _value(config, "hwregress_summary_md")[0]
+    report_dir = _path(config, "hwregress_report_dir")
     return Settings(
         selection=_selection(config),
         plan=_timing_plan(config),
         policy=policy,
         baseline_dir=baseline_dir,
-        report_dir=_path(config, "hwregress_report_dir"),
+        report_dir=report_dir,
         summary_md=config.rootpath / summary if summary else None,
+        history_dir=_history_dir(config, report_dir),
         telemetry_interval_s=_number(config, "hwregress_telemetry_interval", float, 0.001, 60),
         profile_steps=_number(config, "hwregress_profile_steps", int, 0, 1000),
         cudnn_benchmark=_switch(config, "hwregress_cudnn_benchmark"),
@@ -256,6 +263,13 @@ def _switch(config: pytest.Config, ini: str) -> bool:
     if text not in ("on", "off"):
         raise pytest.UsageError(f"{source}={raw!r}: use on or off")
     return text == "on"
+
+
+def _history_dir(config: pytest.Config, report_dir: Path) -> Path | None:
+    if config.getoption("hwregress_no_history"):
+        return None
+    given = _value(config, "hwregress_history_dir")[0] is not None
+    return _path(config, "hwregress_history_dir") if given else report_dir / "history"
 
 
 def _path(config: pytest.Config, ini: str) -> Path:

@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from hwregress import __version__, roofline
 from hwregress.atomic import atomic_write_json, atomic_write_text
 from hwregress.report import charts
+from hwregress.report.history_view import HistorySection
 from hwregress.results import SessionResults, TestRecord, machine_label
 from hwregress.verdicts import Verdict, verdict_rank
 
@@ -118,8 +119,8 @@ def _has_detail(record: TestRecord) -> bool:
     return bool(record.samples or record.health)
 
 
-def render(results: SessionResults) -> str:
-    """The report page of one session, as HTML text."""
+def render(results: SessionResults, history: HistorySection | None = None) -> str:
+    """The report page of one session, as HTML text; ``history`` adds the trend section of its tests."""
     records = sorted(results.records, key=lambda r: (verdict_rank(r.verdict), r.test_id))
     return _environment().get_template("report.html.j2").render(
         meta=results.meta,
@@ -136,16 +137,17 @@ def render(results: SessionResults) -> str:
         ceilings=[r for r in records if r.family == "ceiling"],
         details=[_detail(r) for r in records if _has_detail(r)],
         version=__version__,
+        **(history or HistorySection()).context(),
     )
 
 
-def write_outputs(results: SessionResults, report_dir: Path) -> dict[str, Path]:
-    """Write ``results.json`` and ``report.html`` under ``report_dir`` (atomically) and timestamped
-    copies under ``report_dir/archive/``. Returns the paths written by name."""
+def write_outputs(results: SessionResults, report_dir: Path, history: HistorySection | None = None) -> dict[str, Path]:
+    """Write ``results.json`` and ``report.html`` (with ``history``'s trend section) under ``report_dir``
+    (atomically) and timestamped copies under ``report_dir/archive/``. Returns the paths written by name."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     archive = report_dir / "archive"
     data = results.to_json()
-    html = render(results)
+    html = render(results, history)
     paths = {"results": report_dir / "results.json", "report": report_dir / "report.html",
              "results archive": archive / f"results-{stamp}.json", "report archive": archive / f"report-{stamp}.html"}
     for name in ("results", "results archive"):
@@ -216,10 +218,10 @@ def _detail(record: TestRecord) -> dict[str, Any]:
             "split": charts.stacked_bar(record.op_categories, f"time split of {record.test_id}")}
 
 
-def render_merge(sessions: Iterable[SessionResults]) -> str:
+def render_merge(sessions: Iterable[SessionResults], history: HistorySection | None = None) -> str:
     """Several machines' results side by side: one row per test identity, one column per machine with
     its throughput and its ratio to the first machine that ran the test (the seed studies' K40 / P100 /
-    V100 table, for whatever hardware the user has)."""
+    V100 table, for whatever hardware the user has); ``history`` adds trend charts, one series per hardware key."""
     sessions = list(sessions)
     labels = [machine_label(s) for s in sessions]
     rows: dict[tuple[Any, ...], list[TestRecord | None]] = {}
@@ -238,5 +240,5 @@ def render_merge(sessions: Iterable[SessionResults]) -> str:
             None if c is None else {"throughput": c.throughput, "unit": c.unit, "verdict": c.verdict,
                                     "ratio": c.throughput / reference if reference else None} for c in cells]})
     return _environment().get_template("merge.html.j2").render(labels=labels, sessions=sessions, table=table,
-                                                               version=__version__)
+                                                               version=__version__, **(history or HistorySection()).context())
 

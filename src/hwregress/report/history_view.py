@@ -1,0 +1,81 @@
+"""The report's history section: per test a trend chart (session medians with their IQR band, change points, the
+baseline level) and, for each change point, the first bad session with what changed since the session before it.
+
+Several hardware keys' trends of one test id go in one chart, one series per key (``report merge``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+from hwregress.report.charts import TrendMark, TrendPoint, TrendSeries, trend_chart
+from hwregress.trends import DEFAULT_TOLERANCE, STATUSES, Trend
+
+CHART_SESSIONS = 60  # the chart shows the latest sessions; the analysis uses every one
+STATUS_BADGE = {"regression": "regression", "drift": "unstable", "improvement": "improvement", "accepted": "new",
+                "steady": "pass", "short": "skipped"}
+
+
+@dataclass
+class HistorySection:
+    """What the report shows of the history: the trends, the lines skipped while reading, the folders read."""
+
+    trends: list[Trend] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+    tolerance: float = DEFAULT_TOLERANCE
+
+    def context(self) -> dict[str, Any]:
+        """The template variables of ``_history.html.j2``."""
+        return {"history_views": trend_views(self.trends), "history_warnings": self.warnings[:20],
+                "history_dirs": self.dirs, "history_tolerance": self.tolerance, "status_badge": STATUS_BADGE}
+
+
+@dataclass
+class TrendView:
+    """One test id's history across the hardware keys that ran it."""
+
+    test_id: str
+    trends: list[Trend]
+    chart: Markup
+    changes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def worst(self) -> str:
+        return min((t.status for t in self.trends), key=STATUSES.index)
+
+
+def trend_views(trends: Sequence[Trend]) -> list[TrendView]:
+    """One view per test id, worst status first; each change point of each key listed under it."""
+    by_test: dict[str, list[Trend]] = {}
+    for trend in trends:
+        by_test.setdefault(trend.test_id, []).append(trend)
+    views = [TrendView(test_id, group, _chart(test_id, group), [_change(t, item) for t in group for item in t.changes])
+             for test_id, group in by_test.items()]
+    return sorted(views, key=lambda v: (STATUSES.index(v.worst), v.test_id))
+
+
+def _chart(test_id: str, trends: list[Trend]) -> Markup:
+    series = [_series(trend, len(trends) > 1) for trend in trends]
+    unit = next((t.unit for t in trends if t.unit), "")
+    return trend_chart(series, f"{test_id.rsplit('::', 1)[-1]} over sessions", f"median ({unit})" if unit else "median")
+
+
+def _series(trend: Trend, many: bool) -> TrendSeries:
+    skipped = max(0, len(trend.rows) - CHART_SESSIONS)
+    rows = trend.rows[skipped:]
+    points = [TrendPoint(index, row["median"], row.get("q1"), row.get("q3"),
+                         f"{row['time']}, {row.get('verdict', '?')}, hwregress {row.get('hwregress_version', '?')}")
+              for index, row in enumerate(rows)]
+    marks = [TrendMark(item.change.index - skipped, f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
+             for item in trend.changes if item.change.index > skipped]
+    return TrendSeries(trend.hardware_key if many else "median", points, trend.baseline, marks)
+
+
+def _change(trend: Trend, item: Any) -> dict[str, Any]:
+    return {"hardware_key": trend.hardware_key, "change": item.change, "unit": trend.unit,
+            "first_bad": item.first_bad, "last_good": item.last_good, "differences": item.differences}
