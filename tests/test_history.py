@@ -73,6 +73,16 @@ def test_row_from_record_summarizes_samples_and_picks_telemetry_means():
     assert row["unit"] == "samples/s"
 
 
+def test_row_from_record_keeps_cpu_health_shares_and_the_first_two_causes():
+    record = measured_record(health={"other_cpu_fraction": 0.39, "steal_fraction": float("nan"), "logical_cores": 2,
+                                     "cpu_governor": None},
+                             diagnosis=["CPU contention: ...", "operators slower ...", "a third cause"])
+    row = row_from_record(record, "s", TIME, "abcd")
+    assert row is not None
+    assert row["health"] == {"other_cpu_fraction": 0.39}
+    assert row["diagnosis"] == ["CPU contention: ...", "operators slower ..."]
+
+
 def test_row_from_record_without_telemetry_or_baseline():
     record = measured_record(telemetry=None, baseline_throughput=float("nan"), ratio=None, details={})
     row = row_from_record(record, "s", TIME, "abcd")

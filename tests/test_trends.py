@@ -218,9 +218,18 @@ def test_differences_name_software_version_and_device():
                                          "hwregress 0.1 -> 0.2", "device AMD EPYC 7B13 -> AMD EPYC 9B14"]
 
 
+def test_differences_name_cpu_contention_and_the_first_bad_sessions_own_diagnosis():
+    before = row(health={"other_cpu_fraction": 0.02, "steal_fraction": 0.0})
+    after = row(health={"other_cpu_fraction": 0.39, "steal_fraction": 0.03},
+                diagnosis=["CPU contention: other processes used 39% of the 2 cores' time", "operators slower"])
+    assert differences(before, after) == ["other processes' share of the cores 2% -> 39%",
+                                          "diagnosed in the first bad session: CPU contention: other processes used 39% "
+                                          "of the 2 cores' time"]
+
+
 def test_differences_say_when_nothing_recorded_changed():
     lines = differences(row(), row(), PACKAGE_LISTS.get)
-    assert len(lines) == 1 and lines[0].startswith("nothing hwregress records changed")
+    assert len(lines) == 1 and lines[0].startswith("nothing recorded changed")
 
 
 # short histories and bad arguments

@@ -19,7 +19,9 @@ Row fields (``HISTORY_ROW_VERSION`` 1): ``v``, ``session`` (id of the pytest ses
 :mod:`hwregress.identity`), ``hwregress_version``, ``environment`` (:func:`hwregress.devices.environment_fingerprint`),
 ``packages`` (hash), ``unit``, ``median``, ``q1``, ``q3``, ``iqr``, ``n`` (of the per-round samples),
 ``verdict``, ``ratio``, ``threshold``, ``baseline_median``, ``baseline_recorded_at``, ``telemetry``
-(``power_w``, ``sm_clock_mhz``, ``temperature_c``, ``cpu_util_pct``: means over the window, where measured).
+(``power_w``, ``sm_clock_mhz``, ``temperature_c``, ``cpu_util_pct``: means over the window, where measured),
+``health`` (the CPU health probe's ``other_cpu_fraction``, ``steal_fraction``, ``cpu_freq_mhz``) and ``diagnosis``
+(the first two likely causes of a regression, :mod:`hwregress.diagnosis`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from hwregress.results import TestRecord
 HISTORY_ROW_VERSION = 1
 LOCK_TIMEOUT_S = 120.0
 TELEMETRY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct")
+HEALTH_FIELDS = ("other_cpu_fraction", "steal_fraction", "cpu_freq_mhz")
 _REQUIRED = {"test_id": str, "time": str, "hardware_key": str, "session": str}
 
 
@@ -96,6 +99,8 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str) 
         "ratio": _finite_or_none(record.ratio), "threshold": _finite_or_none(record.threshold),
         "baseline_median": _finite_or_none(record.baseline_throughput), "baseline_recorded_at": record.baseline_recorded_at,
         "telemetry": _telemetry_means(record.telemetry or {}),
+        "health": {key: value for key in HEALTH_FIELDS if (value := _finite_or_none((record.health or {}).get(key))) is not None},
+        "diagnosis": list(record.diagnosis[:2]),
     }
 
 

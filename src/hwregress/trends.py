@@ -50,6 +50,7 @@ MIN_SESSIONS = 3
 MIN_TREND_SESSIONS = 4
 REFERENCE_SESSIONS = 3
 TELEMETRY_CHANGE = 0.05  # a window telemetry mean that moved more than this is worth naming at a change
+HEALTH_CHANGE = 0.05  # a share of the cores' time (other processes, steal) that moved more than this
 MAX_PACKAGE_LINES = 12
 STATUSES = ("regression", "drift", "improvement", "accepted", "steady", "short")
 
@@ -257,8 +258,9 @@ def _sentence(trend: Trend, latest: FirstBad | None, sessions: int, flagged: int
 
 def differences(before: dict[str, Any], after: dict[str, Any], packages: PackageLookup | None = None) -> list[str]:
     """What differs between two sessions' rows: software fingerprint, hwregress version, packages, hardware
-    identity, device name and window telemetry means (beyond ``TELEMETRY_CHANGE``). One line per difference;
-    a single line saying nothing recorded changed when that is so."""
+    identity, device name, window telemetry means (beyond ``TELEMETRY_CHANGE``) and CPU health shares (beyond
+    ``HEALTH_CHANGE``), one line each, or one line saying nothing recorded changed; then the first likely cause
+    the later session's own diagnosis gave, if any."""
     lines = _mapping_changes(before.get("environment") or {}, after.get("environment") or {})
     if before.get("hwregress_version") != after.get("hwregress_version"):
         lines.append(f"hwregress {before.get('hwregress_version')} -> {after.get('hwregress_version')}")
@@ -267,8 +269,10 @@ def differences(before: dict[str, Any], after: dict[str, Any], packages: Package
     if before.get("device_name") != after.get("device_name"):
         lines.append(f"device {before.get('device_name')} -> {after.get('device_name')}")
     lines += _telemetry_changes(before.get("telemetry") or {}, after.get("telemetry") or {})
-    return lines or ["nothing hwregress records changed (software, packages, hardware identity, telemetry): look at "
-                     "what it does not see (firmware, BIOS, co-tenants, the code under test)"]
+    lines += _health_changes(before.get("health") or {}, after.get("health") or {})
+    lines = lines or ["nothing recorded changed (software, packages, hardware identity, telemetry, CPU health): "
+                      "look at what hwregress does not see (firmware, BIOS, the code under test)"]
+    return lines + [f"diagnosed in the first bad session: {cause}" for cause in after.get("diagnosis") or []][:1]
 
 
 def _mapping_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -302,6 +306,18 @@ def _telemetry_changes(before: dict[str, Any], after: dict[str, Any]) -> list[st
         old, new = before.get(key), after.get(key)
         if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old > 0 and abs(new / old - 1) > TELEMETRY_CHANGE:
             lines.append(f"{name} {old:.4g} -> {new:.4g} {unit}")
+    return lines
+
+
+_HEALTH_NAMES = {"other_cpu_fraction": "other processes' share of the cores", "steal_fraction": "hypervisor steal"}
+
+
+def _health_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, name in _HEALTH_NAMES.items():
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and abs(new - old) > HEALTH_CHANGE:
+            lines.append(f"{name} {old:.0%} -> {new:.0%}")
     return lines
 
 

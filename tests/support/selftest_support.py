@@ -12,6 +12,8 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_BUSY       the health probe of every window reports this fraction of the cores' time
                                   used by other processes (synthetic contention)
     HWREGRESS_SELFTEST_HOST_BYTES the host memory the CPU memory guard believes is left, bytes
+    HWREGRESS_SELFTEST_TORCH      the torch version the environment fingerprint reports (an upgrade, for the
+                                  history's "what changed" at a change point)
 """
 
 import errno
@@ -82,6 +84,12 @@ def _disk_full(*args, **kwargs):
 
 
 def pytest_configure(config):
+    torch_version = os.environ.get("HWREGRESS_SELFTEST_TORCH")
+    if torch_version:
+        from hwregress.plugin import fixture
+
+        real = fixture.environment_fingerprint
+        fixture.environment_fingerprint = lambda *args, **kwargs: {**real(*args, **kwargs), "torch": torch_version}
     host_bytes = os.environ.get("HWREGRESS_SELFTEST_HOST_BYTES")
     if host_bytes:
         from hwregress import memory_guard

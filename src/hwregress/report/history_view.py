@@ -60,12 +60,12 @@ def trend_views(trends: Sequence[Trend]) -> list[TrendView]:
 
 
 def _chart(test_id: str, trends: list[Trend]) -> Markup:
-    series = [_series(trend, len(trends) > 1) for trend in trends]
+    series = [_series(trend) for trend in trends]
     unit = next((t.unit for t in trends if t.unit), "")
     return trend_chart(series, f"{test_id.rsplit('::', 1)[-1]} over sessions", f"median ({unit})" if unit else "median")
 
 
-def _series(trend: Trend, many: bool) -> TrendSeries:
+def _series(trend: Trend) -> TrendSeries:
     skipped = max(0, len(trend.rows) - CHART_SESSIONS)
     rows = trend.rows[skipped:]
     points = [TrendPoint(index, row["median"], row.get("q1"), row.get("q3"),
@@ -73,7 +73,7 @@ def _series(trend: Trend, many: bool) -> TrendSeries:
               for index, row in enumerate(rows)]
     marks = [TrendMark(item.change.index - skipped, f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
              for item in trend.changes if item.change.index > skipped]
-    return TrendSeries(trend.hardware_key if many else "median", points, trend.baseline, marks)
+    return TrendSeries(trend.hardware_key, points, trend.baseline, marks)
 
 
 def _change(trend: Trend, item: Any) -> dict[str, Any]:
