@@ -88,6 +88,18 @@ def test_markdown_lists_noteworthy_worst_first_and_skips_passes():
     assert "| slower |" in rows[0]
 
 
+def test_markdown_lists_the_tests_whose_history_moved():
+    trends = [{"test_id": "b.py::t[cpu-x]", "hardware_key": "k", "status": "drift", "sessions": 15,
+               "summary": "drift: level now -12.1% vs the baseline | slope -1%"},
+              {"test_id": "a.py::t[cpu-y]", "hardware_key": "k", "status": "steady", "sessions": 9, "summary": "steady"}]
+    text = ci.markdown_summary(SessionResults({"history": {"dir": "reports/history", "trends": trends}},
+                                              [_record(Verdict.PASS)]))
+    history = text.split("### History", 1)[1]
+    assert "| drift | `t[cpu-x]` | 15 | drift: level now -12.1% vs the baseline \\| slope -1% |" in history
+    assert "t[cpu-y]" not in history
+    assert "### History" not in ci.markdown_summary(SessionResults({}, [_record(Verdict.PASS)]))
+
+
 @given(st.text())
 def test_markdown_row_cannot_break_the_table(message):
     text = ci.markdown_summary(SessionResults({}, [_record(Verdict.REGRESSION, message)]))

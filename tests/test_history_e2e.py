@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 
+import jsonschema
+
+from hwregress import schemas
+
 SLOW = {"HWREGRESS_SELFTEST_SLOWDOWN": "1.5", "HWREGRESS_SELFTEST_TORCH": "9.9.9"}
 TRAIN = "test_throughput[cpu-tiny-train-bs4-fp32]"
 
@@ -45,6 +49,9 @@ def test_injected_step_is_a_change_point_the_history_command_gates_on_and_the_re
     html = (hw_project.path / "reports" / "report.html").read_text()
     assert 'id="history"' in html and 'class="chart trend"' in html and 'class="changepoint' in html
     assert "9.9.9" in html and "first bad session" in html
+    meta = hw_project.results["meta"]["history"]
+    jsonschema.validate(hw_project.results, schemas.schema("results"))
+    assert {t["status"] for t in meta["trends"]} == {"regression"} and all(t["change_points"] == 1 for t in meta["trends"])
     terminal = hw_project.run(env=SLOW).stdout.str()
     assert any(line.lstrip().startswith("history regression") and TRAIN in line for line in terminal.splitlines())
 

@@ -76,9 +76,12 @@ def test_baseline_is_a_dashed_horizontal_line_across_the_plot_with_a_legend_entr
     assert float(line.get("x1")) == MARGIN["left"] and float(line.get("x2")) == MARGIN["left"] + PLOT_W
     marker_at_100 = elements(root, "circle")[0]
     assert math.isclose(float(line.get("y1")), float(marker_at_100.get("cy")), abs_tol=0.1)
-    assert legend_texts(root) == ["a100", "a100 baseline"]
-    long_name = parse(trend_chart([series([1, 2], baseline=1)._replace(label="x" * 40)], "t", "y"))
-    assert legend_texts(long_name)[1].endswith(" baseline")
+    assert legend_texts(root) == ["a100", "baseline"]  # one series: its baseline needs no name
+    two = parse(trend_chart([series([100, 90], baseline=100), series([80, 85], baseline=80)._replace(label="b")], "t", "y"))
+    assert legend_texts(two) == ["a100", "a100 baseline", "b", "b baseline"]
+    long_names = [series([1, 2], baseline=1)._replace(label="x" * 40), series([2, 3], baseline=2)._replace(label="y" * 40)]
+    texts = legend_texts(parse(trend_chart(long_names, "t", "y")))
+    assert texts[1].endswith("… baseline") and len(texts[1]) <= 21
 
 
 def test_change_point_is_a_vertical_line_halfway_between_the_sessions_with_its_label():

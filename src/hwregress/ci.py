@@ -50,7 +50,19 @@ def markdown_summary(results: SessionResults, title: str = "hwregress") -> str:
     if noteworthy:
         lines += ["| verdict | test | figure | ratio | threshold | why |", "| --- | --- | --- | --- | --- | --- |"]
         lines += [_markdown_row(record) for record in noteworthy]
+    moved = [t for t in (results.meta.get("history") or {}).get("trends", []) if t.get("status") in MOVED]
+    if moved:
+        lines += ["", "### History", "", "| status | test | sessions | what the history shows |", "| --- | --- | --- | --- |"]
+        lines += ["| " + " | ".join(_cell(c) for c in (t["status"], f"`{t['test_id'].rsplit('::', 1)[-1]}`",
+                                                      str(t.get("sessions", "")), t["summary"][:300])) + " |" for t in moved]
     return "\n".join(lines) + "\n"
+
+
+MOVED = ("regression", "drift", "improvement")  # history statuses worth a line in the job summary
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.splitlines()).replace("|", "\\|")
 
 
 def _markdown_row(record: TestRecord) -> str:
@@ -60,7 +72,7 @@ def _markdown_row(record: TestRecord) -> str:
              "" if record.ratio is None else f"{record.ratio:.3f}",
              "" if record.threshold is None else f"{record.threshold:.1%}",
              _first_sentence(record)]
-    return "| " + " | ".join(" ".join(cell.splitlines()).replace("|", "\\|") for cell in cells) + " |"
+    return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
 
 
 def _first_sentence(record: TestRecord) -> str:

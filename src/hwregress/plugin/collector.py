@@ -185,7 +185,13 @@ class Collector:
             "update_mode": self.settings.policy.update_mode,
             "tolerances": vars(self.settings.policy.tolerances),
             "pid": os.getpid(),
+            **({"history": self._history_meta()} if self.history is not None else {}),
         }
+
+    def _history_meta(self) -> dict[str, Any]:
+        return {"dir": self.history.dirs[0], "warnings": self.history.warnings[:20],
+                "trends": [{"test_id": t.test_id, "hardware_key": t.hardware_key, "status": t.status, "summary": t.summary,
+                            "sessions": len(t.rows), "change_points": len(t.changes)} for t in self.history.trends]}
 
 
 _PARSED = "_hwregress_parsed_record"

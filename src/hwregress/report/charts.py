@@ -491,7 +491,7 @@ def trend_chart(series: Sequence[TrendSeries], title: str, y_label: str, x_label
         parts += [_marker(plot, p.x, p.median, color, _trend_tooltip(s.label, p)) for p in points]
         parts.append(_legend(next(legend), s.label, color, "line"))
         if _plottable(s.baseline, log=False):
-            parts.append(_dashed_legend(next(legend), s.label, color))
+            parts.append(_dashed_legend(next(legend), s.label if len(drawn) > 1 else "", color))
     return _wrap(parts, "chart trend", title)
 
 
@@ -575,9 +575,10 @@ def _change_point(plot: _Plot, series_label: str, mark: TrendMark, color: str, p
 
 def _dashed_legend(index: int, series_label: str, color: str) -> str:
     """A legend entry (placed as :func:`_legend`) for a series' baseline: a dashed swatch and
-    "<label> baseline", the label shortened so that "baseline" stays visible."""
+    "<label> baseline" (just "baseline" for an empty label), the label shortened so that "baseline" stays
+    visible within the legend's width."""
     x, y = WIDTH - MARGIN["right"] + 10, MARGIN["top"] + 12 + index * 16
-    name = f"{series_label} baseline"
-    shown = name if len(name) <= 24 else f"{series_label[:14]}… baseline"
+    name = f"{series_label} baseline".strip()
+    shown = name if len(name) <= 21 else f"{series_label[:11]}… baseline"
     return (f'<line x1="{x}" y1="{y - 4}" x2="{x + 12}" y2="{y - 4}" stroke="{color}" stroke-width="2" stroke-dasharray="3 2"/>'
             f'<text x="{x + 16}" y="{y}" class="legend"><title>{escape(name)}</title>{escape(shown)}</text>')
