@@ -322,14 +322,10 @@ def _history_section(directories: Sequence[Path], sessions: Sequence[results_mod
     from hwregress.report.history_view import HistorySection
     from hwregress.trends import load_trends
 
-    section = HistorySection(dirs=[str(d) for d in directories])
     keys = {r.hardware_key for s in sessions for r in s.records if r.hardware_key}
     test_ids = {r.test_id for s in sessions for r in s.records}
-    for directory in directories:
-        trends, warnings = load_trends(_history_store(directory), keys, test_ids)
-        section.trends += trends
-        section.warnings += warnings
-    return section
+    trends, warnings = load_trends([_history_store(d) for d in directories], keys, test_ids)
+    return HistorySection(trends, warnings, [str(d) for d in directories])
 
 
 def _history_store(directory: Path) -> HistoryStore:

@@ -131,10 +131,10 @@ class HistoryStore:
         return self.directory / f"{hardware_key}.jsonl"
 
     def hardware_keys(self) -> list[str]:
-        """Keys of every history file present, sorted."""
+        """Keys of every history file present, sorted (hidden files, such as a ``.backup.jsonl``, are not keys)."""
         if not self.directory.is_dir():
             return []
-        return sorted(path.stem for path in self.directory.glob("*.jsonl") if path.is_file())
+        return sorted(path.stem for path in self.directory.glob("*.jsonl") if path.is_file() and not path.name.startswith("."))
 
     def append_session(self, records: Iterable[TestRecord], session: str, time: str) -> dict[str, int]:
         """Append one row per measured record to its hardware key's file; record the package list once.

@@ -1,5 +1,6 @@
 """Plain-text tables of the session history for ``python -m hwregress history``: per test its recent sessions,
-change points marked with their size, significance and what changed, and the status of the latest segment."""
+change points marked with their size, significance and what changed (◆ significant, ◇ placed by PELT but not
+significant, as where a slow drift is cut into steps), and the status of the latest segment."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 from hwregress.history import parse_time
 from hwregress.trends import FirstBad, Trend
 
-CHANGE_MARK = "◆"
+CHANGE_MARK = "◆"  # a significant change point (Welch p < 0.01)
+WEAK_MARK = "◇"  # a change point PELT placed whose levels do not differ significantly
 
 
 def trend_table(trend: Trend, since: _dt.datetime | None = None, last: int | None = None) -> list[str]:
@@ -40,13 +42,14 @@ def _after(row: dict[str, Any], since: _dt.datetime) -> bool:
 
 
 def _session_line(row: dict[str, Any], change: FirstBad | None) -> str:
-    mark = CHANGE_MARK if change is not None else " "
+    mark = " " if change is None else CHANGE_MARK if change.change.significant else WEAK_MARK
     iqr = row.get("iqr")
     cells = (f"  {mark} {row['time']:<26} {row['median']:>10.4g} {'-' if iqr is None else f'{iqr:.3g}':>9} "
              f"{row.get('n', '-')!s:>4}  {row.get('verdict', '-')!s:<14} {row.get('hwregress_version', '-')!s:<10}")
     if change is None:
         return cells.rstrip()
-    return (f"{cells} {change.change.change:+.1%} (p={change.change.p_value:.2g}, {change.change.before:.4g} -> "
+    weak = "" if change.change.significant else ", not significant"
+    return (f"{cells} {change.change.change:+.1%} (p={change.change.p_value:.2g}{weak}, {change.change.before:.4g} -> "
             f"{change.change.after:.4g}): {'; '.join(change.differences)}")
 
 

@@ -328,23 +328,36 @@ def analyze_all(rows: Iterable[dict[str, Any]], tolerance: float = DEFAULT_TOLER
     return sorted(trends, key=lambda t: (STATUSES.index(t.status), t.hardware_key, t.test_id))
 
 
-def load_trends(store: HistoryStore, hardware_keys: Iterable[str] | None = None, test_ids: Iterable[str] | None = None,
-                tolerance: float = DEFAULT_TOLERANCE) -> tuple[list[Trend], list[str]]:
-    """Read the history of ``hardware_keys`` (all keys in the store when None) and analyse the tests in
-    ``test_ids`` (all when None).
+def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: Iterable[str] | None = None,
+                test_ids: Iterable[str] | None = None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[list[Trend], list[str]]:
+    """Read the history of ``hardware_keys`` (all keys in the stores when None) from one or several folders and
+    analyse the tests in ``test_ids`` (all when None). A row found in more than one folder (a copied CI cache)
+    counts once; rows of one key from different folders (two runners of one hardware) join one series.
 
     Returns:
         (trends worst first, a warning per skipped line or unreadable file).
     """
+    stores = [stores] if isinstance(stores, HistoryStore) else list(stores)
     wanted = None if test_ids is None else set(test_ids)
-    rows: list[dict[str, Any]] = []
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     problems: list[str] = []
-    for key in sorted(set(store.hardware_keys() if hardware_keys is None else hardware_keys)):
-        try:
-            read = store.read(key)
-        except OSError as error:
-            problems.append(f"{store.path_for(key)}: history not read ({error.strerror or error})")
-            continue
-        problems += read.warnings
-        rows += [row for row in read.rows if wanted is None or row["test_id"] in wanted]
-    return analyze_all(rows, tolerance, store.packages), problems
+    for store in stores:
+        keys = store.hardware_keys() if hardware_keys is None else hardware_keys
+        for key in sorted(set(keys)):
+            try:
+                read = store.read(key)
+            except (OSError, ValueError) as error:
+                problems.append(f"{store.directory}: history of {key!r} not read ({error})")
+                continue
+            problems += read.warnings
+            for row in read.rows:
+                if wanted is None or row["test_id"] in wanted:
+                    rows.setdefault((row["session"], row["hardware_key"], row["test_id"]), row)
+    return analyze_all(rows.values(), tolerance, _first_known(stores)), problems
+
+
+def _first_known(stores: Sequence[HistoryStore]) -> PackageLookup:
+    def lookup(digest: str) -> list[str] | None:
+        return next((found for store in stores if (found := store.packages(digest)) is not None), None)
+
+    return lookup

@@ -1,5 +1,7 @@
 """The report's history section: per test a trend chart (session medians with their IQR band, change points, the
 baseline level) and, for each change point, the first bad session with what changed since the session before it.
+Only significant change points (Welch p < 0.01) are drawn and listed: PELT also cuts a slow drift into steps whose
+levels do not differ significantly, and those would suggest steps that are not there.
 
 Several hardware keys' trends of one test id go in one chart, one series per key (``report merge``).
 """
@@ -54,7 +56,8 @@ def trend_views(trends: Sequence[Trend]) -> list[TrendView]:
     by_test: dict[str, list[Trend]] = {}
     for trend in trends:
         by_test.setdefault(trend.test_id, []).append(trend)
-    views = [TrendView(test_id, group, _chart(test_id, group), [_change(t, item) for t in group for item in t.changes])
+    views = [TrendView(test_id, group, _chart(test_id, group),
+                       [_change(t, item) for t in group for item in t.changes if item.change.significant])
              for test_id, group in by_test.items()]
     return sorted(views, key=lambda v: (STATUSES.index(v.worst), v.test_id))
 
@@ -72,7 +75,7 @@ def _series(trend: Trend) -> TrendSeries:
                          f"{row['time']}, {row.get('verdict', '?')}, hwregress {row.get('hwregress_version', '?')}")
               for index, row in enumerate(rows)]
     marks = [TrendMark(item.change.index - skipped, f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
-             for item in trend.changes if item.change.index > skipped]
+             for item in trend.changes if item.change.index > skipped and item.change.significant]
     return TrendSeries(trend.hardware_key, points, trend.baseline, marks)
 
 
