@@ -22,7 +22,7 @@ from hwregress.memory import PeakMemoryMeter, release_device_memory
 from hwregress.numerics import ELEMENT_BYTES, MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, measure
-from hwregress.workloads import Workload, import_torchvision, make_batch
+from hwregress.workloads import Inputs, Workload, forward, import_torchvision, make_batch
 
 
 class OutOfMemory(Exception):
@@ -57,8 +57,10 @@ class Measurement:
 
     Attributes:
         timing: the timed window (per-round seconds, steps per round).
-        work_per_step: units of work per step: inputs (the batch size) for models, FLOPs or bytes for ceilings.
-            ("samples" in hwregress always means the per-round throughput observations.)
+        work_per_step: units of work per step: inputs (the batch size) for image models, tokens (batch size x
+            sequence length) for text models, FLOPs or bytes for ceilings. ("samples" in hwregress always means
+            the per-round throughput observations.)
+        work_per_sample: units of work in one input (1 for images, the sequence length for text).
         peak_memory_bytes: see :class:`hwregress.memory.PeakMemoryMeter`.
         telemetry: summary of the window; ``telemetry_series`` its thinned time series.
         profile: the operator breakdown, None when profiling is off.
@@ -76,6 +78,7 @@ class Measurement:
     flops_per_sample: float | None = None
     bytes_per_sample: float | None = None
     health: dict[str, Any] = field(default_factory=dict)
+    work_per_sample: float = 1.0
 
     @property
     def throughput_samples(self) -> list[float]:
@@ -109,7 +112,7 @@ def is_out_of_memory(error: BaseException) -> bool:
     return "out of memory" in text or "can't allocate memory" in text or any(m in text for m in LIBRARY_OOM_MARKERS)
 
 
-def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: torch.Tensor,
+def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: Inputs,
                labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
     """The step function of ``mode``: ``train`` = zero grads, forward, loss, backward, SGD step (with
     a GradScaler for fp16 on CUDA); ``infer`` = forward in inference mode. The TF32 flags of ``dtype``
@@ -124,7 +127,7 @@ def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: to
 
         def infer_step() -> None:
             with torch.inference_mode(), precision(device, dtype):
-                model(inputs)
+                forward(model, inputs)
 
         return infer_step
     if mode != "train":
@@ -137,7 +140,7 @@ def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: to
         with tf32_flags(dtype):
             optimizer.zero_grad(set_to_none=True)
             with autocast(device, dtype):
-                loss = workload.loss(model(inputs).float(), labels)
+                loss = workload.loss(forward(model, inputs).float(), labels)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -239,8 +242,9 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
         step = build_step(workload, model, mode, inputs, labels, device, dtype)
         sampler = TelemetrySampler(device, options.telemetry_interval_s)
         timing = measure(step, timer, options.plan, options.round_driver, window=sampler)
-    measurement = Measurement(timing, batch_size, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
-                              health=sampler.health)
+    per_sample = workload.work_per_sample()
+    measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
+                              sampler.compact_series(), health=sampler.health, work_per_sample=per_sample)
     if options.profile_steps > 0:
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)
@@ -253,18 +257,18 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     return measurement
 
 
-def _flop_probe(workload: Workload, model: torch.nn.Module, mode: str, inputs: torch.Tensor,
+def _flop_probe(workload: Workload, model: torch.nn.Module, mode: str, inputs: Inputs,
                 labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
     def forward_backward() -> None:
         model.zero_grad(set_to_none=True)
         with tf32_flags(dtype):
             with autocast(device, dtype):
-                loss = workload.loss(model(inputs).float(), labels)
+                loss = workload.loss(forward(model, inputs).float(), labels)
             loss.backward()
         model.zero_grad(set_to_none=True)
 
-    def forward() -> None:
+    def forward_only() -> None:
         with torch.no_grad(), precision(device, dtype):
-            model(inputs)
+            forward(model, inputs)
 
-    return forward_backward if mode == "train" else forward
+    return forward_backward if mode == "train" else forward_only

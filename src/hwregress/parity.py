@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from hwregress.numerics import autocast, grad_scaler, precision, tf32_flags
-from hwregress.workloads import Workload
+from hwregress.workloads import Inputs, Workload, forward, make_batch
 
 DIGITS_SPLIT_SEED = 0
 DIGITS_TEST_FRACTION = 0.25
@@ -119,17 +119,38 @@ class OutputParity:
         return self.relative_error <= self.tolerance and self.decisive_agreement == 1.0
 
 
+def parity_inputs(workload: Workload, count: int = 8) -> Inputs:
+    """The inputs output parity compares on: real images (:func:`real_images`) for image models; for text
+    models ``count`` sequences of fixed-seed token ids (no text corpus ships offline; the comparison is of
+    the same arithmetic on two devices, which random ids exercise as well as words)."""
+    if workload.input_kind == "tokens":
+        return make_batch(workload, count, "cpu", seed=1234)[0]
+    return real_images(workload, count)
+
+
+def tolerance_for(workload: Workload, dtype: str) -> float:
+    """The relative L2 error allowed for ``workload`` in ``dtype``: the workload's own figure where it
+    declares one (deep transformers accumulate more rounding error than CNNs), else :data:`OUTPUT_TOLERANCE`."""
+    return float(workload.parity_tolerance.get(dtype, OUTPUT_TOLERANCE[dtype]))
+
+
+def _to(inputs: Inputs, device: str) -> Inputs:
+    return {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
+
+
 def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0) -> OutputParity:
     """Run ``workload`` in eval mode on ``device`` in ``dtype`` and on the CPU in fp32 with the same
-    weights (seeded init) and the same real inputs; compare the logits."""
+    weights (seeded init) and the same inputs (:func:`parity_inputs`); compare the logits (a causal LM's
+    per-position logits count as one prediction each)."""
     torch.manual_seed(seed)
     reference_model = workload.build().eval()
     device_model = copy.deepcopy(reference_model).to(device)
-    inputs = real_images(workload)
+    inputs = parity_inputs(workload)
     with torch.no_grad():
-        reference = reference_model(inputs).float()
+        reference = forward(reference_model, inputs).float()
         with precision(device, dtype):
-            output = device_model(inputs.to(device)).float().cpu()
+            output = forward(device_model, _to(inputs, device)).float().cpu()
+    reference, output = reference.reshape(-1, reference.shape[-1]), output.reshape(-1, output.shape[-1])
     difference = (output - reference).abs()
     per_sample_error = difference.amax(dim=1)
     top2 = reference.topk(2, dim=1).values
@@ -139,7 +160,7 @@ def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0) ->
     return OutputParity(
         relative_error=float((output - reference).norm() / reference.norm().clamp_min(1e-30)),
         max_abs_error=float(difference.max()),
-        tolerance=OUTPUT_TOLERANCE[dtype],
+        tolerance=tolerance_for(workload, dtype),
         top1_agreement=float(agree.float().mean()),
         decisive_agreement=float(decisive.float().mean()),
     )

@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, sdpa_backward_flop_count, sdpa_flop_count
 
 from hwregress.devices import device_kind, synchronize
+from hwregress.workloads import Inputs, forward
 
 COMPUTE_HINTS = ("conv", "mm", "matmul", "linear", "gemm", "bmm", "attention", "sdpa", "baddbmm")
 MEMCPY_HINTS = ("memcpy", "memset", "aten::copy_", "aten::fill_", "aten::zero_", "aten::to", "aten::clone",
@@ -222,7 +223,7 @@ def count_flops(run: Callable[[], Any]) -> int:
     return int(counter.get_total_flops())
 
 
-def estimate_bytes_moved(model: torch.nn.Module, inputs: torch.Tensor, training: bool,
+def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool,
                          element_bytes: int) -> int:
     """Estimated DRAM traffic of one step, in bytes (the roofline's denominator).
 
@@ -244,7 +245,7 @@ def estimate_bytes_moved(model: torch.nn.Module, inputs: torch.Tensor, training:
     handles = [m.register_forward_hook(count_output) for m in leaves]
     try:
         with torch.no_grad():
-            model(inputs)
+            forward(model, inputs)
     finally:
         for handle in handles:
             handle.remove()

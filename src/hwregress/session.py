@@ -199,10 +199,14 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     record.telemetry = measurement.telemetry
     record.health = measurement.health
     record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
+    window_samples = measurement.window_work / measurement.work_per_sample
+    samples_per_s = summary.median / measurement.work_per_sample
+    if measurement.work_per_sample != 1:  # text: throughput is in tokens/s; keep samples/s beside it
+        record.details.update(samples_per_s=samples_per_s, tokens_per_sample=measurement.work_per_sample)
     energy = measurement.telemetry.get("energy_j")
     if energy:
-        record.energy_j_per_sample = energy / measurement.window_work
-        record.samples_per_joule = measurement.window_work / energy
+        record.energy_j_per_sample = energy / window_samples
+        record.samples_per_joule = window_samples / energy
     if measurement.profile is not None:
         record.top_ops = measurement.profile.top_device_ops
         record.top_cpu_ops = measurement.profile.top_cpu_ops
@@ -210,7 +214,7 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
         record.details["profile_steps"] = measurement.profile.steps
     if measurement.flops_per_sample is not None:
         record.flops_per_sample = measurement.flops_per_sample
-        record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, summary.median)
+        record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, samples_per_s)
         record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32",
                                   record.details.get("device_facts", {}).get("multiprocessors"))
         if measurement.bytes_per_sample:

@@ -109,7 +109,11 @@ class Collector:
             self._fail(session, f"history not appended to {directory}: {error}; this session is missing from it "
                                 "(fix the folder, or turn the history off with --no-history)")
             return
-        trends, warnings = load_trends(store, appended, list(self.records))
+        try:
+            trends, warnings = load_trends(store, appended, list(self.records))
+        except (ValueError, ArithmeticError) as error:  # the rows are appended; only the analysis is lost
+            self.problems.append(f"history in {directory} not analysed: {error}; the report has no trends this time")
+            return
         self.history = HistorySection(trends, warnings, [str(directory)])
         self.paths.update({f"history ({key})": store.path_for(key) for key in appended})
 

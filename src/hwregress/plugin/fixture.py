@@ -45,6 +45,7 @@ class HwBench:
     def throughput(self, device: str, model: str, mode: str, batch_size: int, dtype: str) -> TestRecord:
         """Benchmark ``model`` in ``mode`` and assert throughput and peak memory against the baseline."""
         record = self._start("throughput", device, model, mode, batch_size, dtype)
+        record.unit = workloads.get(model).unit
         fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver()))
         self._benchmark_extra_info(record)
         return self._conclude(record, entry_key("throughput", model, mode, batch_size, dtype))

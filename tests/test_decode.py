@@ -1,0 +1,215 @@
+"""LLM decode timing: exact arithmetic on a scripted clock, KV-cache correctness against a no-cache
+recomputation, the growing attention mask, synchronization discipline and argument checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+import torch
+from torch import nn
+
+import hwregress.decode as decode
+from hwregress.decode import DecodeTiming, decode_rounds, prefill_rounds
+from hwregress.workloads import import_torchvision
+
+
+def _transformers():
+    import_torchvision()  # transformers imports torchvision, whose wheel here may need the op-schema shim
+    import transformers
+
+    return transformers
+
+
+def _tiny_gpt2() -> nn.Module:
+    transformers = _transformers()
+    torch.manual_seed(0)
+    # at the default initializer_range (0.02) the tied-embedding GPT-2 only repeats its last input token, whatever the
+    # context: a cache bug would go unseen, so the weights are drawn wider to make attention decide the next token
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=512, initializer_range=0.3,
+                                     bos_token_id=None, eos_token_id=None)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _tiny_llama() -> nn.Module:
+    transformers = _transformers()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=512)
+    return transformers.LlamaForCausalLM(config)
+
+
+MODELS = {"gpt2": _tiny_gpt2, "llama": _tiny_llama}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request) -> nn.Module:
+    return MODELS[request.param]()
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> nn.Module:
+    return _tiny_gpt2()
+
+
+def _prompt(batch: int = 2, length: int = 5, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 512, (batch, length), generator=generator)
+
+
+class ScriptedClock:
+    """Returns the scripted times (seconds) in order; fails the test if read more often than scripted."""
+
+    def __init__(self, times: Iterable[float], events: list[str] | None = None) -> None:
+        self.times = list(times)
+        self.reads = 0
+        self.events = events
+
+    def __call__(self) -> float:
+        if self.reads >= len(self.times):
+            raise AssertionError(f"clock read {self.reads + 1} times, only {len(self.times)} scripted")
+        if self.events is not None:
+            self.events.append("clock")
+        self.reads += 1
+        return self.times[self.reads - 1]
+
+
+class Recording(nn.Module):
+    """Delegates to a causal LM and records the shapes of what each call was given."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.calls: list[dict[str, object]] = []
+
+    def forward(self, **kwargs):
+        self.calls.append({
+            "input_ids": tuple(kwargs["input_ids"].shape),
+            "attention_mask": tuple(kwargs["attention_mask"].shape),
+            "position_ids": kwargs["position_ids"].tolist(),
+            "has_cache": kwargs.get("past_key_values") is not None,
+            "use_cache": kwargs.get("use_cache"),
+            "inference_mode": torch.is_inference_mode_enabled(),
+            "training": self.inner.training,
+        })
+        return self.inner(**kwargs)
+
+
+def _greedy_without_cache(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          new_tokens: int) -> list[list[int]]:
+    """Reference: recompute the whole sequence every step, no KV cache, positions counted over the mask."""
+    ids, mask = input_ids, attention_mask
+    with torch.inference_mode():
+        model.eval()
+        for _ in range(new_tokens):
+            positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
+            ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+    return ids[:, input_ids.shape[1]:].tolist()
+
+
+# round 1: prefill 10 ms, steps 2, 3, 4 ms; round 2: prefill 20 ms, steps 1, 5, 6 ms
+SCRIPT = [0.000, 0.010, 0.012, 0.015, 0.019, 1.000, 1.020, 1.021, 1.026, 1.032]
+
+
+def test_scripted_clock_gives_exact_ttft_tpot_and_throughputs(gpt2):
+    clock = ScriptedClock(SCRIPT)
+    recording = Recording(gpt2)
+    timing = decode_rounds(recording, _prompt(2, 5), None, new_tokens=4, rounds=2, device="cpu", clock=clock, warmup=1)
+
+    assert clock.reads == len(SCRIPT)  # new_tokens + 1 readings per timed round, none during warmup
+    assert len(recording.calls) == (1 + 2) * 4  # warmup ran, untimed
+    assert (timing.batch_size, timing.prompt_tokens, timing.new_tokens) == (2, 5, 4)
+    assert timing.prefill_s == pytest.approx([0.010, 0.020])
+    assert timing.step_s[0] == pytest.approx([0.002, 0.003, 0.004])
+    assert timing.step_s[1] == pytest.approx([0.001, 0.005, 0.006])
+    assert timing.ttft_ms() == pytest.approx(15.0)
+    # all steps sorted: 1..6 ms; linear percentile index q/100 * 5
+    assert timing.tpot_percentiles_ms() == pytest.approx({"p50": 3.5, "p90": 5.5, "p99": 5.95})
+    assert timing.output_tokens_per_s() == pytest.approx([2 * 4 / 0.019, 2 * 4 / 0.032])  # TTFT included
+    assert timing.decode_tokens_per_s() == pytest.approx([2 * 3 / 0.009, 2 * 3 / 0.012])
+    assert timing.prefill_tokens_per_s() == pytest.approx([2 * 5 / 0.010, 2 * 5 / 0.020])
+    assert len(timing.tokens) == 2 and all(len(row) == 4 for row in timing.tokens)
+
+
+def test_every_clock_reading_follows_a_device_synchronization(gpt2, monkeypatch):
+    events: list[str] = []
+    monkeypatch.setattr(decode, "synchronize", lambda device: events.append(f"sync {device}"))
+    decode_rounds(gpt2, _prompt(), None, new_tokens=3, rounds=1, device="cpu", clock=ScriptedClock([0, 1, 2, 3], events))
+    assert events == ["sync cpu", "clock"] * 4
+
+    events.clear()
+    seconds = prefill_rounds(gpt2, _prompt(), None, rounds=2, device="cpu", clock=ScriptedClock([0, 0.25, 1, 1.5], events))
+    assert events == ["sync cpu", "clock"] * 4
+    assert seconds == [0.25, 0.5]
+
+
+def test_kv_cache_tokens_equal_no_cache_recomputation(model):
+    input_ids = _prompt(3, 6)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, :2] = 0  # a left-padded row: positions must follow the mask in both paths
+    timing = decode_rounds(model, input_ids, attention_mask, new_tokens=8, rounds=1, device="cpu", warmup=0)
+    assert any(len(set(row)) > 2 for row in timing.tokens)  # the context matters: not one token repeated
+    assert timing.tokens == _greedy_without_cache(model, input_ids, attention_mask, 8)
+
+
+def test_kv_cache_tokens_equal_transformers_generate(model):
+    input_ids = _prompt(2, 6, seed=3)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :3] = 0
+    timing = decode_rounds(model, input_ids, attention_mask, new_tokens=6, rounds=1, device="cpu", warmup=0)
+    with torch.inference_mode():
+        generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6, min_new_tokens=6,
+                                   do_sample=False, pad_token_id=0, eos_token_id=None)
+    assert timing.tokens == generated[:, input_ids.shape[1]:].tolist()
+
+
+def test_attention_mask_grows_one_column_per_step(gpt2):
+    recording = Recording(gpt2)
+    recording.train()
+    decode_rounds(recording, _prompt(2, 5), None, new_tokens=4, rounds=1, device="cpu", warmup=0)
+
+    assert [call["attention_mask"] for call in recording.calls] == [(2, 5), (2, 6), (2, 7), (2, 8)]
+    assert [call["input_ids"] for call in recording.calls] == [(2, 5), (2, 1), (2, 1), (2, 1)]
+    assert [call["has_cache"] for call in recording.calls] == [False, True, True, True]
+    assert [call["position_ids"] for call in recording.calls[1:]] == [[[5], [5]], [[6], [6]], [[7], [7]]]
+    assert all(call["use_cache"] and call["inference_mode"] and not call["training"] for call in recording.calls)
+    assert recording.training  # the caller's training flag is restored
+
+
+def test_single_new_token_has_no_decode_steps(gpt2):
+    timing = decode_rounds(gpt2, _prompt(), None, new_tokens=1, rounds=1, device="cpu", clock=ScriptedClock([0, 0.5]))
+    assert timing.step_s == [[]]
+    assert timing.output_tokens_per_s() == [2 / 0.5]
+    with pytest.raises(ValueError, match="new_tokens=1"):
+        timing.tpot_percentiles_ms()
+    with pytest.raises(ValueError, match="new_tokens=1"):
+        timing.decode_tokens_per_s()
+
+
+def test_inconsistent_timing_is_rejected():
+    with pytest.raises(ValueError, match="expected new_tokens - 1 = 2"):
+        DecodeTiming(prefill_s=[0.1], step_s=[[0.1]], batch_size=1, prompt_tokens=4, new_tokens=3)
+    with pytest.raises(ValueError, match=r"round 0 prefill took 0\.0 s"):
+        DecodeTiming(prefill_s=[0.0], step_s=[[]], batch_size=1, prompt_tokens=4, new_tokens=1).prefill_tokens_per_s()
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"new_tokens": 0}, "new_tokens must be an integer >= 1, got 0"),
+    ({"rounds": 0}, "rounds must be an integer >= 1, got 0"),
+    ({"warmup": -1}, "warmup must be an integer >= 0, got -1"),
+    ({"input_ids": torch.zeros(2, 5)}, r"got \(2, 5\) torch.float32"),
+    ({"input_ids": torch.zeros(5, dtype=torch.long)}, r"got \(5,\) torch.int64"),
+    ({"input_ids": torch.zeros(2, 0, dtype=torch.long)}, r"got shape \(2, 0\)"),
+    ({"attention_mask": torch.ones(2, 4, dtype=torch.long)}, r"attention_mask shape \(2, 4\) differs from input_ids \(2, 5\)"),
+])
+def test_bad_arguments_raise_value_error_naming_the_value(gpt2, overrides, message):
+    arguments = {"input_ids": _prompt(2, 5), "attention_mask": None, "new_tokens": 2, "rounds": 1, "warmup": 0, **overrides}
+    with pytest.raises(ValueError, match=message):
+        decode_rounds(gpt2, device="cpu", **arguments)
+
+
+def test_prefill_rounds_rejects_bad_rounds(gpt2):
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        prefill_rounds(gpt2, _prompt(), None, rounds=0, device="cpu")
