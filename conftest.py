@@ -7,6 +7,7 @@ pytest_plugins = [
     "fixtures.models",
     "fixtures.batch_sizes",
     "fixtures.modes",
+    "fixtures.contexts",
     "fixtures.dtypes",
     "fixtures.data",
 ]

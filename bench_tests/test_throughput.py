@@ -1,9 +1,9 @@
-"""Training-step and inference throughput of every selected model, device, batch size and dtype,
-asserted against this hardware's baseline (throughput ratio and peak-memory ceiling)."""
+"""Training-step, inference, prefill and decode throughput of every selected model, device, batch size and
+dtype, asserted against this hardware's baseline (throughput ratio and peak-memory ceiling)."""
 
 import pytest
 
 
 @pytest.mark.throughput
-def test_throughput(hwbench, device, workload, mode, batch_size, dtype):
-    hwbench.throughput(device, workload, mode, batch_size, dtype)
+def test_throughput(hwbench, device, workload, mode, context, batch_size, dtype):
+    hwbench.throughput(device, workload, mode, batch_size, dtype, context)

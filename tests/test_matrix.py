@@ -12,14 +12,33 @@ from hwregress.numerics import dtype_unsupported_reason
 def test_cpu_defaults_are_the_small_tier():
     cases = matrix.cases(matrix.Selection(["cpu"]), "throughput")
     assert {c["workload"] for c in cases} == set(workloads.CPU_TIER)
-    assert {(c["mode"], c["batch_size"]) for c in cases} == {("infer", 1), ("infer", 8), ("train", 8)}
+    cnns = {(c["mode"], c["batch_size"]) for c in cases if c["workload"] in ("resnet18", "mobilenet_v3_small", "alexnet")}
+    assert cnns == {("infer", 1), ("infer", 8), ("train", 8)}
+    text = sorted(matrix.case_id(c) for c in cases if c["workload"] in ("bert_base", "gpt2"))
+    assert text == ["cpu-bert_base-infer-ctx128-bs1-fp32", "cpu-gpt2-decode-ctx128-bs1-fp32"]
 
 
-def test_gpu_defaults_are_the_zoo_and_speedup_only_on_cuda():
+def test_gpu_defaults_are_the_zoo_plus_transformers_and_speedup_only_on_cuda():
     selection = matrix.Selection(["cuda:0", "cpu"])
-    assert {c["workload"] for c in matrix.cases(selection, "throughput") if c["device"] == "cuda:0"} == set(workloads.ZOO)
+    gpu = [c for c in matrix.cases(selection, "throughput") if c["device"] == "cuda:0"]
+    assert {c["workload"] for c in gpu} == {*workloads.ZOO, "bert_base", "roberta_base", "deit_small", "gpt2", "llama_1b"}
+    assert {c["mode"] for c in gpu if c["workload"] == "llama_1b"} == {"train", "infer", "prefill", "decode"}
+    assert {c["mode"] for c in gpu if c["workload"] == "bert_base"} == {"train", "infer"}
+    assert {c["context"] for c in gpu if c["workload"] == "gpt2"} == {512}
     speedup = matrix.cases(selection, "speedup")
     assert {c["device"] for c in speedup} == {"cuda:0"} and {c["batch_size"] for c in speedup} == {32}
+    assert {c["workload"] for c in speedup} == {*workloads.ZOO, "deit_small"}  # image models: a GPT's CPU side is hours
+
+
+def test_selected_modes_apply_to_the_workloads_that_can_run_them():
+    selection = matrix.Selection(["cpu"], models=["resnet18", "gpt2"], modes=["infer", "decode"], batch_sizes=[1])
+    ids = sorted(matrix.case_id(c) for c in matrix.cases(selection, "throughput"))
+    assert ids == ["cpu-gpt2-decode-ctx128-bs1-fp32", "cpu-gpt2-infer-ctx128-bs1-fp32", "cpu-resnet18-infer-bs1-fp32"]
+
+
+def test_workload_declared_batches_win_over_the_device_defaults():
+    assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"]), "cuda:0", "train", "llama_1b") == [4]
+    assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"]), "cuda:0", "train", "resnet18") == [32, 128]
 
 
 def test_selection_overrides_and_ids():

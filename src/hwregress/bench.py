@@ -19,7 +19,7 @@ import torch
 from hwregress import memory_guard, profiling
 from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
-from hwregress.numerics import ELEMENT_BYTES, MODES, autocast, grad_scaler, precision, tf32_flags
+from hwregress.numerics import ELEMENT_BYTES, STEP_MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, measure
 from hwregress.workloads import Inputs, Workload, forward, import_torchvision, make_batch
@@ -131,7 +131,7 @@ def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: In
 
         return infer_step
     if mode != "train":
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise ValueError(f"a timed step's mode must be one of {STEP_MODES}, got {mode!r}")
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scaler = grad_scaler(device, dtype)
@@ -169,8 +169,9 @@ def prepare_process(device: str) -> None:
 
 
 def run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
-              timer: RoundTimer, options: RunOptions) -> Measurement:
-    """Benchmark ``workload`` on ``device``: see the module docstring.
+              timer: RoundTimer, options: RunOptions, context: int | None = None) -> Measurement:
+    """Benchmark ``workload`` on ``device``: see the module docstring. ``context`` is the tokens per sample of a
+    text workload (its ``seq_len`` when None).
 
     Raises:
         OutOfMemory: the batch did not fit; device memory has been released.
@@ -178,7 +179,7 @@ def run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype
     prepare_process(device)
     failed_oom = False
     try:
-        return _run_model(workload, device, mode, batch_size, dtype, timer, options)
+        return _run_model(workload, device, mode, batch_size, dtype, timer, options, context)
     except Exception as error:
         if not is_out_of_memory(error):
             raise
@@ -205,12 +206,13 @@ def cudnn_benchmark(enabled: bool) -> Iterator[None]:
 
 
 def _run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
-               timer: RoundTimer, options: RunOptions) -> Measurement:
+               timer: RoundTimer, options: RunOptions, context: int | None) -> Measurement:
     with cudnn_benchmark(options.cudnn_benchmark):
-        return _measure_model(workload, device, mode, batch_size, dtype, timer, options)
+        return _measure_model(workload, device, mode, batch_size, dtype, timer, options, context)
 
 
-def _guard_host_memory(workload: Workload, device: str, mode: str, batch_size: int, dtype: str) -> None:
+def _guard_host_memory(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
+                       context: int | None = None) -> None:
     """End a CPU batch that would not fit in the host's memory before it runs, instead of letting the kernel's
     OOM killer end the whole session (:mod:`hwregress.memory_guard`: one step at two small batches, the
     footprint extrapolated).
@@ -224,7 +226,7 @@ def _guard_host_memory(workload: Workload, device: str, mode: str, batch_size: i
     def footprint(probe_batch: int) -> int:
         with PeakMemoryMeter(device) as meter:
             model = workload.build().to(device)
-            inputs, labels = make_batch(workload, probe_batch, device)
+            inputs, labels = make_batch(workload, probe_batch, device, seq_len=context)
             build_step(workload, model, mode, inputs, labels, device, dtype)()
         return meter.peak_bytes or 0
 
@@ -234,15 +236,15 @@ def _guard_host_memory(workload: Workload, device: str, mode: str, batch_size: i
 
 
 def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
-                   timer: RoundTimer, options: RunOptions) -> Measurement:
-    _guard_host_memory(workload, device, mode, batch_size, dtype)
+                   timer: RoundTimer, options: RunOptions, context: int | None) -> Measurement:
+    _guard_host_memory(workload, device, mode, batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
-        inputs, labels = make_batch(workload, batch_size, device)
+        inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
         step = build_step(workload, model, mode, inputs, labels, device, dtype)
         sampler = TelemetrySampler(device, options.telemetry_interval_s)
         timing = measure(step, timer, options.plan, options.round_driver, window=sampler)
-    per_sample = workload.work_per_sample()
+    per_sample = workload.work_per_sample(context)
     measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
                               sampler.compact_series(), health=sampler.health, work_per_sample=per_sample)
     if options.profile_steps > 0:

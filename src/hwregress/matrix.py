@@ -13,11 +13,11 @@ from hwregress import workloads
 from hwregress.devices import device_kind
 from hwregress.numerics import DTYPES, MODES
 
-# batch sizes per device kind and mode: 1 for latency, larger for throughput
+# batch sizes per device kind and mode where a workload declares none: 1 for latency, larger for throughput
 DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {
-    "cpu": {"infer": (1, 8), "train": (8,)},
-    "cuda": {"infer": (1, 32, 256), "train": (32, 128)},
-    "mps": {"infer": (1, 32), "train": (32,)},
+    "cpu": {"infer": (1, 8), "train": (8,), "prefill": (1,), "decode": (1,)},
+    "cuda": {"infer": (1, 32, 256), "train": (32, 128), "prefill": (1, 8), "decode": (1, 16)},
+    "mps": {"infer": (1, 32), "train": (32,), "prefill": (1,), "decode": (1, 4)},
 }
 CEILINGS = ("gemm", "copy", "h2d")
 # GEMM roofs measured by default per device kind (plus any --dtypes): every tensor-core mode on GPUs
@@ -33,29 +33,46 @@ class Selection:
         devices: device specs, e.g. ``["cpu", "cuda:0"]``.
         models: workload names or None.
         batch_sizes: batch sizes for every mode, or None.
-        modes: subset of ``("train", "infer")``.
+        modes: subset of :data:`hwregress.numerics.MODES`, or None: each workload's tier modes (a mode a
+            workload cannot run, such as ``decode`` for a CNN, is left out for it).
         dtypes: subset of ``("fp32", "tf32", "bf16", "fp16")``.
     """
 
     devices: list[str]
     models: list[str] | None = None
     batch_sizes: list[int] | None = None
-    modes: list[str] = field(default_factory=lambda: list(MODES))
+    modes: list[str] | None = None
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])
+
+
+def tier(device: str) -> dict[str, tuple[str, ...] | None]:
+    """The default models of a device kind and the modes each runs by default (None: all it can run)."""
+    return dict(workloads.CPU_TIER) if device_kind(device) == "cpu" else dict(workloads.GPU_TIER)
 
 
 def models_for(selection: Selection, device: str) -> list[str]:
     """The selected models, or the device's default tier (CPU: a few small models; GPUs: the zoo)."""
     if selection.models is not None:
         return selection.models
-    return list(workloads.CPU_TIER) if device_kind(device) == "cpu" else list(workloads.ZOO)
+    return list(tier(device))
 
 
-def batch_sizes_for(selection: Selection, device: str, mode: str) -> list[int]:
-    """The selected batch sizes, or the device's defaults for ``mode``."""
+def modes_for(selection: Selection, device: str, model: str) -> list[str]:
+    """The modes ``model`` runs on ``device``: the selected ones it can run, or its tier's (all it can run)."""
+    runnable = workloads.get(model).modes
+    if selection.modes is not None:
+        return [mode for mode in selection.modes if mode in runnable]
+    chosen = tier(device).get(model) if selection.models is None else None
+    return [mode for mode in (chosen or runnable) if mode in runnable]
+
+
+def batch_sizes_for(selection: Selection, device: str, mode: str, model: str | None = None) -> list[int]:
+    """The selected batch sizes, or the workload's defaults for the device kind and ``mode``, or the device's."""
     if selection.batch_sizes is not None:
         return selection.batch_sizes
-    return list(DEFAULT_BATCH_SIZES.get(device_kind(device), DEFAULT_BATCH_SIZES["cpu"])[mode])
+    kind = device_kind(device)
+    declared = workloads.get(model).default_batches.get(kind, {}).get(mode) if model else None
+    return list(declared or DEFAULT_BATCH_SIZES.get(kind, DEFAULT_BATCH_SIZES["cpu"])[mode])
 
 
 def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
@@ -76,10 +93,11 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
     for device in selection.devices:
         if family == "throughput":
             out += [
-                {"device": device, "workload": m, "mode": mode, "batch_size": b, "dtype": d}
+                {"device": device, "workload": m, "mode": mode, "context": workloads.get(m).context_for(device_kind(device)),
+                 "batch_size": b, "dtype": d}
                 for m in models_for(selection, device)
-                for mode in selection.modes
-                for b in batch_sizes_for(selection, device, mode)
+                for mode in modes_for(selection, device, m)
+                for b in batch_sizes_for(selection, device, mode, m)
                 for d in selection.dtypes
             ]
         elif family == "parity":
@@ -89,8 +107,8 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
                     for d in selection.dtypes]
         elif family == "speedup" and device_kind(device) == "cuda":
             out += [{"device": device, "workload": m, "mode": "train",
-                     "batch_size": min(batch_sizes_for(selection, device, "train")), "dtype": "fp32"}
-                    for m in models_for(selection, device)]
+                     "batch_size": min(batch_sizes_for(selection, device, "train", m)), "dtype": "fp32"}
+                    for m in models_for(selection, device) if workloads.get(m).input_kind == "images"]
         elif family == "ceiling":
             for name in CEILINGS:
                 if name == "h2d" and device_kind(device) != "cuda":
@@ -106,8 +124,11 @@ def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
 
 
 def case_id(params: dict[str, Any]) -> str:
-    """A readable test id: ``cpu-resnet18-train-bs8-fp32``."""
+    """A readable test id: ``cpu-resnet18-train-bs8-fp32``; a text workload's context follows its mode
+    (``cpu-gpt2-decode-ctx128-bs1-fp32``)."""
     parts = [params.get(k) for k in ("device", "workload", "ceiling", "mode")]
+    if params.get("context"):
+        parts.append(f"ctx{params['context']}")
     if "batch_size" in params:
         parts.append(f"bs{params['batch_size']}")
     parts.append(params.get("dtype"))
@@ -122,7 +143,7 @@ def validate(selection: Selection) -> None:
     """
     for model in selection.models or []:
         workloads.get(model)  # raises KeyError with the registered names
-    for mode in selection.modes:
+    for mode in selection.modes or []:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use {', '.join(MODES)}")
     for dtype in selection.dtypes:

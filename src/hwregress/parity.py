@@ -119,12 +119,15 @@ class OutputParity:
         return self.relative_error <= self.tolerance and self.decisive_agreement == 1.0
 
 
+PARITY_TOKENS = 64  # tokens per sequence compared: every layer and position type is exercised, at CPU cost
+
+
 def parity_inputs(workload: Workload, count: int = 8) -> Inputs:
     """The inputs output parity compares on: real images (:func:`real_images`) for image models; for text
-    models ``count`` sequences of fixed-seed token ids (no text corpus ships offline; the comparison is of
-    the same arithmetic on two devices, which random ids exercise as well as words)."""
+    models ``count`` sequences of ``PARITY_TOKENS`` fixed-seed token ids (no text corpus ships offline; the
+    comparison is of the same arithmetic on two devices, which random ids exercise as well as words)."""
     if workload.input_kind == "tokens":
-        return make_batch(workload, count, "cpu", seed=1234)[0]
+        return make_batch(workload, count, "cpu", seed=1234, seq_len=min(PARITY_TOKENS, workload.seq_len or 1))[0]
     return real_images(workload, count)
 
 

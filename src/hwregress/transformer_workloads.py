@@ -100,6 +100,7 @@ LLAMA_1B_BATCHES: Mapping[str, Mapping[str, tuple[int, ...]]] = {
     "cuda": {"infer": (1, 8), "train": (4,), "prefill": (1, 8), "decode": (1, 16)},
     "mps": {"infer": (1,), "train": (1,), "prefill": (1,), "decode": (1, 4)},
 }
+CPU_CONTEXT = {"cpu": 128}  # tokens per sample of the causal LMs on 2 CPU cores (a 512-token gpt2 step takes ~4 s)
 LLAMA_SMALL_BATCHES: Mapping[str, Mapping[str, tuple[int, ...]]] = {
     "cpu": {"infer": (1,), "train": (1,), "prefill": (1,), "decode": (1,)},
     "cuda": {"infer": (1, 32), "train": (32,), "prefill": (1, 32), "decode": (1, 32)},
@@ -266,7 +267,7 @@ def _causal_lm(name: str, make: Callable[[], nn.Module], seq_len: int, vocab_siz
                batches: Mapping[str, Mapping[str, tuple[int, ...]]]) -> Workload:
     return Workload(name, offline_build(name, make), num_classes=vocab_size, loss=causal_lm_loss, input_kind="tokens",
                     seq_len=seq_len, vocab_size=vocab_size, task="causal-lm", source=source, default_batches=batches,
-                    parity_tolerance=PARITY_TOLERANCE)
+                    parity_tolerance=PARITY_TOLERANCE, default_contexts=CPU_CONTEXT)
 
 
 _WORKLOADS: tuple[Workload, ...] = (

@@ -32,7 +32,12 @@ ZOO = (
     "vit_b_16",
     "convnext_tiny",
 )
-CPU_TIER = ("resnet18", "mobilenet_v3_small", "alexnet")
+# Default tiers: model -> the modes it runs by default (None: every mode it can run). The CPU tier stays within
+# about two minutes on 2 cores; the GPU tier is the zoo plus the transformers.
+CPU_TIER: dict[str, tuple[str, ...] | None] = {"resnet18": None, "mobilenet_v3_small": None, "alexnet": None,
+                                              "bert_base": ("infer",), "gpt2": ("decode",)}
+GPU_TIER: dict[str, tuple[str, ...] | None] = {**dict.fromkeys(ZOO), "bert_base": None, "roberta_base": None,
+                                              "deit_small": None, "gpt2": None, "llama_1b": None}
 
 
 INPUT_KINDS = ("images", "tokens")
@@ -67,6 +72,8 @@ class Workload:
         parity_tolerance: relative L2 error allowed against the CPU fp32 reference, per dtype; a dtype missing
             here uses :data:`hwregress.parity.TOLERANCE`.
         convolutional: whether ``channels_last`` applies (convolutional image models).
+        default_contexts: tokens per sample per device kind (``{"cpu": 128}``), where ``seq_len`` would be too
+            slow; the context is on the test id (``ctx128``).
     """
 
     name: str
@@ -82,6 +89,7 @@ class Workload:
     default_batches: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     parity_tolerance: Mapping[str, float] = field(default_factory=dict)
     convolutional: bool = False
+    default_contexts: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.input_kind not in INPUT_KINDS:
@@ -96,9 +104,20 @@ class Workload:
         """The throughput unit: ``tokens/s`` for text, ``samples/s`` otherwise."""
         return "tokens/s" if self.input_kind == "tokens" else "samples/s"
 
-    def work_per_sample(self) -> int:
-        """Units of :attr:`unit` in one sample: ``seq_len`` tokens for text, 1 image otherwise."""
-        return int(self.seq_len or 1) if self.input_kind == "tokens" else 1
+    def work_per_sample(self, context: int | None = None) -> int:
+        """Units of :attr:`unit` in one sample: ``context`` (else ``seq_len``) tokens for text, 1 image otherwise."""
+        return int(context or self.seq_len or 1) if self.input_kind == "tokens" else 1
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes this workload runs: train and infer; causal LMs also prefill and decode."""
+        return ("train", "infer", "prefill", "decode") if self.task == "causal-lm" else ("train", "infer")
+
+    def context_for(self, device_kind: str) -> int | None:
+        """Tokens per sample on a device kind: ``default_contexts`` there, else ``seq_len``; None for images."""
+        if self.input_kind != "tokens":
+            return None
+        return int(self.default_contexts.get(device_kind, self.seq_len or 1))
 
 
 _REGISTRY: dict[str, Workload] = {}
@@ -174,8 +193,10 @@ def get(name: str) -> Workload:
 Inputs = torch.Tensor | dict[str, torch.Tensor]
 
 
-def make_batch(workload: Workload, batch_size: int, device: str, seed: int = 0) -> tuple[Inputs, torch.Tensor]:
-    """A reproducible random batch, generated on the CPU with ``seed`` and moved to ``device``.
+def make_batch(workload: Workload, batch_size: int, device: str, seed: int = 0,
+               seq_len: int | None = None) -> tuple[Inputs, torch.Tensor]:
+    """A reproducible random batch, generated on the CPU with ``seed`` and moved to ``device``; ``seq_len``
+    overrides the workload's tokens per sample (text only).
 
     Returns:
         images: inputs ``[batch_size, *input_shape]`` (fp32, N(0,1)) and integer labels ``[batch_size]``;
@@ -184,7 +205,8 @@ def make_batch(workload: Workload, batch_size: int, device: str, seed: int = 0) 
     """
     generator = torch.Generator().manual_seed(seed)
     if workload.input_kind == "tokens":
-        ids = torch.randint(0, int(workload.vocab_size or 2), (batch_size, int(workload.seq_len or 1)), generator=generator)
+        tokens = int(seq_len or workload.seq_len or 1)
+        ids = torch.randint(0, int(workload.vocab_size or 2), (batch_size, tokens), generator=generator)
         labels = (ids if workload.task == "causal-lm"
                   else torch.randint(0, workload.num_classes, (batch_size,), generator=generator))
         return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}, labels.to(device)
@@ -210,3 +232,5 @@ def batch_size_of(inputs: Inputs) -> int:
 
 for _name in ZOO:
     register(Workload(_name, _torchvision_factory(_name), source="torchvision", convolutional=_name in CONVOLUTIONAL))
+
+from hwregress import transformer_workloads  # noqa: E402,F401  (registers bert_base, gpt2, ...; transformers loads lazily)

@@ -114,3 +114,16 @@ def pytest_configure(config):
         from hwregress import report
 
         report.write_outputs = _disk_full
+
+
+def _tiny_lm():
+    from hwregress.transformer_workloads import import_transformers
+
+    transformers = import_transformers()
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=97, n_positions=64)
+    return transformers.GPT2LMHeadModel(config)
+
+
+# a causal LM small enough for end-to-end runs of train, infer, prefill and decode (random weights, no download)
+workloads.register(workloads.Workload("tiny_lm", _tiny_lm, num_classes=97, loss=workloads.causal_lm_loss,
+                                      input_kind="tokens", seq_len=16, vocab_size=97, task="causal-lm"), replace=True)

@@ -16,6 +16,8 @@ from hwregress.baselines import BaselineError, entry_key
 from hwregress.bench import Measurement, OutOfMemory, RunOptions, run_model
 from hwregress.devices import describe, environment_fingerprint
 from hwregress.identity import device_identity
+from hwregress.llm_bench import run_llm
+from hwregress.numerics import LLM_MODES
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.xdist import is_worker
@@ -42,13 +44,36 @@ class HwBench:
         self.session = self.config.stash[SESSION_KEY]
 
     # -- measurements -------------------------------------------------------------------------------
-    def throughput(self, device: str, model: str, mode: str, batch_size: int, dtype: str) -> TestRecord:
-        """Benchmark ``model`` in ``mode`` and assert throughput and peak memory against the baseline."""
+    def throughput(self, device: str, model: str, mode: str, batch_size: int, dtype: str,
+                   context: int | None = None) -> TestRecord:
+        """Benchmark ``model`` in ``mode`` (``context`` tokens per sample for text) and assert throughput and peak
+        memory against the baseline."""
         record = self._start("throughput", device, model, mode, batch_size, dtype)
         record.unit = workloads.get(model).unit
-        fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver()))
-        self._benchmark_extra_info(record)
-        return self._conclude(record, entry_key("throughput", model, mode, batch_size, dtype))
+        if context:
+            record.details["context"] = context
+        if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
+            self._llm(record, model, device, mode, batch_size, dtype, context or workloads.get(model).seq_len or 1)
+        else:
+            fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver(),
+                                                     context=context))
+            self._benchmark_extra_info(record)
+        mode_key = f"{mode}-ctx{context}" if context else mode
+        return self._conclude(record, entry_key("throughput", model, mode_key, batch_size, dtype))
+
+    def _llm(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
+             context: int) -> None:
+        """A prefill or decode window (:mod:`hwregress.llm_bench`): output tokens/s, and the latencies in the record."""
+        try:
+            result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, self.settings.plan,
+                             self.settings.telemetry_interval_s, profile=self.settings.profile_steps > 0)
+        except OutOfMemory as error:
+            record.message = str(error)
+            skip_with(Verdict.OOM, str(error))
+        fill_measurement(record, result.measurement)
+        record.details["llm"] = result.latency
+        if mode == "decode" and result.latency.get("tpot_p50_ms") is not None:
+            record.latency_ms = result.latency["tpot_p50_ms"]  # time per output token, the serving latency
 
     def speedup(self, device: str, model: str, batch_size: int, dtype: str = "fp32") -> TestRecord:
         """Measure ``model`` training on ``device`` and on the CPU in this session; assert the speedup."""
@@ -142,7 +167,7 @@ class HwBench:
 
     def _run_model(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
                    round_driver: RoundDriver | None, plan: TimingPlan | None = None,
-                   profile_steps: int | None = None) -> Measurement:
+                   profile_steps: int | None = None, context: int | None = None) -> Measurement:
         trace = None
         if self.settings.trace:
             trace = self.settings.report_dir / "traces" / f"{_safe_name(record.test_id)}-{device.replace(':', '')}.json"
@@ -151,7 +176,7 @@ class HwBench:
                              self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver,
                              cudnn_benchmark=self.settings.cudnn_benchmark)
         try:
-            return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options)
+            return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options, context)
         except OutOfMemory as error:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))

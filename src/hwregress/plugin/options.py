@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from hwregress import workload_plugins
 from hwregress.compare import Tolerances
 from hwregress.devices import parse_device_list, visible_devices
 from hwregress.lifecycle import UPDATE_MODES
@@ -35,8 +36,11 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("--devices", "hwregress_devices", None, "devices: cpu, cuda, cuda:N, mps (default: all visible)", True),
     Option("--models", "hwregress_models", None, "models (default: per device; CPU: a few small ones, GPU: the zoo)", True),
+    Option("--workloads", "hwregress_workloads", None,
+           "modules to import that register workloads of your own (installed plugins load by entry point)", True),
     Option("--batch-sizes", "hwregress_batch_sizes", None, "batch sizes for every mode (default: per device and mode)", True),
-    Option("--modes", "hwregress_modes", "train,infer", "modes: train, infer", True),
+    Option("--modes", "hwregress_modes", None,
+           "modes: train, infer, and for causal LMs prefill, decode (default: each model's tier modes)", True),
     Option("--dtypes", "hwregress_dtypes", "fp32", "numerics: fp32, tf32, bf16, fp16 (autocast)", True),
     Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),
     Option("--report-dir", "hwregress_report_dir", "reports", "folder for results.json and report.html"),
@@ -109,6 +113,7 @@ def build_settings(config: pytest.Config) -> Settings:
         pytest.UsageError: a bad device, model, mode, dtype, batch size, number or folder; the message names
             the value, the option (or ini key) it came from, and the valid values.
     """
+    _load_workloads(config)
     policy = _policy(config)
     baseline_dir = _path(config, "hwregress_baseline_dir")
     if policy.update_mode is None and not baseline_dir.is_dir() and _was_given(config, "hwregress_baseline_dir"):
@@ -132,13 +137,25 @@ def build_settings(config: pytest.Config) -> Settings:
     )
 
 
+def _load_workloads(config: pytest.Config) -> None:
+    """Register the workloads of installed plugins (entry point group ``hwregress.workloads``) and of the
+    modules ``--workloads`` names, before any model name is checked."""
+    try:
+        workload_plugins.load_entry_points()
+        modules = _list(config, "hwregress_workloads")
+        if modules:
+            workload_plugins.import_modules(modules, _source(config, "hwregress_workloads"))
+    except workload_plugins.WorkloadPluginError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
 def _selection(config: pytest.Config) -> Selection:
     devices = _devices(config)
     models = _list(config, "hwregress_models")
     modes = _list(config, "hwregress_modes")
     dtypes = _list(config, "hwregress_dtypes")
     batch_sizes = _batch_sizes(config)
-    selection = Selection(devices, models, batch_sizes, modes or [], dtypes or [])
+    selection = Selection(devices, models, batch_sizes, modes, dtypes or [])
     try:
         validate(selection)
     except (KeyError, ValueError) as error:

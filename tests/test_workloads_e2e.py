@@ -1,0 +1,43 @@
+"""Text and LLM workloads and workloads of your own, end to end through the plugin in a pytester project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_workload"
+
+
+def test_causal_lm_runs_every_mode_in_tokens_per_second_with_serving_latencies(hw_project):
+    args = ["--models", "tiny_lm", "--modes", "train,infer,prefill,decode", "--batch-sizes", "2", "--update-baselines"]
+    hw_project.run(*args).assert_outcomes(passed=4)
+    records = {r["mode"]: r for r in hw_project.results["records"]}
+    assert set(records) == {"train", "infer", "prefill", "decode"}
+    for record in records.values():
+        assert record["unit"] == "tokens/s" and record["throughput"] > 0 and record["flops_per_sample"] > 0
+        assert "-ctx16-bs2-" in record["test_id"]
+    assert records["infer"]["details"]["samples_per_s"] * 16 == pytest.approx(records["infer"]["throughput"])
+    decode = records["decode"]["details"]["llm"]
+    assert decode["new_tokens"] == 32 and decode["ttft_ms"] > 0
+    assert 0 < decode["tpot_p50_ms"] <= decode["tpot_p90_ms"] <= decode["tpot_p99_ms"]
+    assert records["decode"]["latency_ms"] == decode["tpot_p50_ms"]
+    assert records["prefill"]["details"]["llm"]["prefill_ms"] > 0
+    (baseline,) = hw_project.baseline_files()
+    text = baseline.read_text()
+    assert "throughput/tiny_lm/decode-ctx16/bs2/fp32" in text and "throughput/tiny_lm/train-ctx16/bs2/fp32" in text
+
+
+def test_a_workload_of_your_own_runs_by_name_from_workloads_module(hw_project):
+    hw_project.monkeypatch.setenv("PYTHONPATH", str(EXAMPLE))
+    result = hw_project.run("--workloads", "custom_workload_example", "--models", "example_mlp", "--modes", "infer")
+    result.assert_outcomes(passed=1)
+    (record,) = hw_project.results["records"]
+    assert record["model"] == "example_mlp" and record["unit"] == "samples/s" and record["throughput"] > 0
+
+
+def test_a_workloads_module_that_cannot_be_imported_is_a_usage_error_naming_it(hw_project):
+    result = hw_project.run("--workloads", "no_such_workload_module", inprocess=True)
+    assert result.ret == 4
+    assert "no_such_workload_module" in str(result.stderr) + str(result.stdout)
+    assert "--workloads" in str(result.stderr) + str(result.stdout)
