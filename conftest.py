@@ -8,6 +8,7 @@ pytest_plugins = [
     "fixtures.batch_sizes",
     "fixtures.modes",
     "fixtures.contexts",
+    "fixtures.compilation",
     "fixtures.dtypes",
     "fixtures.data",
 ]

@@ -5,5 +5,5 @@ import pytest
 
 
 @pytest.mark.throughput
-def test_throughput(hwbench, device, workload, mode, context, batch_size, dtype):
-    hwbench.throughput(device, workload, mode, batch_size, dtype, context)
+def test_throughput(hwbench, device, workload, mode, context, compiler, memory_format, batch_size, dtype):
+    hwbench.throughput(device, workload, mode, batch_size, dtype, context, compiler, memory_format)

@@ -115,3 +115,26 @@ def test_readme_option_table_matches_the_code(pytestconfig):
     documented = set(re.findall(r"^\| `(--[a-z-]+)", table, flags=re.MULTILINE))
     group = pytestconfig._parser.getgroup("hwregress")  # the options as this pytest registered them
     assert documented == {name for option in group.options for name in option.names()}
+
+
+def test_compile_and_memory_format_axes_name_only_non_default_variants():
+    selection = matrix.Selection(["cpu"], models=["resnet18", "bert_base"], modes=["infer"], batch_sizes=[1],
+                                 compilers=["eager", "inductor"], memory_formats=["contiguous", "channels_last"])
+    ids = sorted(matrix.case_id(c) for c in matrix.cases(selection, "throughput"))
+    assert ids == ["cpu-bert_base-infer-ctx128-bs1-fp32", "cpu-bert_base-infer-ctx128-inductor-bs1-fp32",
+                   "cpu-resnet18-infer-bs1-fp32", "cpu-resnet18-infer-channels_last-bs1-fp32",
+                   "cpu-resnet18-infer-inductor-bs1-fp32", "cpu-resnet18-infer-inductor-channels_last-bs1-fp32"]
+
+
+def test_decode_is_never_compiled_by_the_axis():
+    selection = matrix.Selection(["cpu"], models=["gpt2"], modes=["decode"], batch_sizes=[1], compilers=["inductor"])
+    assert [c["compiler"] for c in matrix.cases(selection, "throughput")] == ["eager"]
+
+
+@pytest.mark.parametrize("selection, message", [
+    (matrix.Selection(["cpu"], compilers=["tvm"]), "unknown compiler 'tvm'; use eager, inductor"),
+    (matrix.Selection(["cpu"], memory_formats=["nhwc"]), "unknown memory format 'nhwc'; use contiguous, channels_last"),
+])
+def test_unknown_compiler_or_memory_format_is_refused(selection, message):
+    with pytest.raises(ValueError, match=message):
+        matrix.validate(selection)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from hwregress import memory_guard, profiling
+from hwregress import compilation, memory_guard, profiling
 from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
 from hwregress.numerics import ELEMENT_BYTES, STEP_MODES, autocast, grad_scaler, precision, tf32_flags
@@ -41,6 +41,9 @@ class RunOptions:
         round_driver: drives the planned rounds (pytest-benchmark's pedantic when active).
         cudnn_benchmark: ``torch.backends.cudnn.benchmark`` for the whole run (warmup, timed and profiled
             windows), restored after; recorded in the environment fingerprint (``cudnn_benchmark``).
+        compiler: :data:`hwregress.compilation.BACKENDS`; a compiled model's first call (the compilation) is timed
+            apart, before the warmup, as ``Measurement.compile``.
+        memory_format: ``contiguous`` or ``channels_last`` (weights and 4-D inputs converted).
     """
 
     plan: TimingPlan = field(default_factory=TimingPlan)
@@ -49,6 +52,8 @@ class RunOptions:
     trace_path: Path | None = None
     round_driver: Callable[[Callable[[], None], int], None] | None = None
     cudnn_benchmark: bool = True
+    compiler: str = "eager"
+    memory_format: str = "contiguous"
 
 
 @dataclass
@@ -79,6 +84,7 @@ class Measurement:
     bytes_per_sample: float | None = None
     health: dict[str, Any] = field(default_factory=dict)
     work_per_sample: float = 1.0
+    compile: compilation.CompileTiming | None = None
 
     @property
     def throughput_samples(self) -> list[float]:
@@ -241,12 +247,22 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
-        step = build_step(workload, model, mode, inputs, labels, device, dtype)
+        if options.memory_format == "channels_last":
+            model, inputs = _channels_last(model, inputs)
+        compiled = compilation.compile_model(model, options.compiler)
+        step = build_step(workload, compiled, mode, inputs, labels, device, dtype)
+        compiled_timing = None
+        if options.compiler != "eager":
+            compilation.reset()
+            # cudagraphs records its graph on the 2nd or 3rd call: keep that recording out of the timed window too
+            steps = 3 if options.compiler == "cudagraphs" else 1
+            compiled_timing = compilation.warm_up_compiled(step, options.compiler, device, steps=steps)
         sampler = TelemetrySampler(device, options.telemetry_interval_s)
         timing = measure(step, timer, options.plan, options.round_driver, window=sampler)
     per_sample = workload.work_per_sample(context)
     measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
-                              sampler.compact_series(), health=sampler.health, work_per_sample=per_sample)
+                              sampler.compact_series(), health=sampler.health, work_per_sample=per_sample,
+                              compile=compiled_timing)
     if options.profile_steps > 0:
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)
@@ -257,6 +273,14 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
         measurement.bytes_per_sample = moved / batch_size
     synchronize(device)
     return measurement
+
+
+def _channels_last(model: torch.nn.Module, inputs: Inputs) -> tuple[torch.nn.Module, Inputs]:
+    """Weights and 4-D image inputs in ``torch.channels_last`` (NHWC), what cuDNN's fastest convolutions want."""
+    model = model.to(memory_format=torch.channels_last)
+    if isinstance(inputs, torch.Tensor) and inputs.dim() == 4:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    return model, inputs
 
 
 def _flop_probe(workload: Workload, model: torch.nn.Module, mode: str, inputs: Inputs,

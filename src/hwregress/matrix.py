@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwregress import workloads
+from hwregress.compilation import BACKENDS
 from hwregress.devices import device_kind
-from hwregress.numerics import DTYPES, MODES
+from hwregress.numerics import DTYPES, MEMORY_FORMATS, MODES, STEP_MODES
 
 # batch sizes per device kind and mode where a workload declares none: 1 for latency, larger for throughput
 DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {
@@ -35,7 +36,9 @@ class Selection:
         batch_sizes: batch sizes for every mode, or None.
         modes: subset of :data:`hwregress.numerics.MODES`, or None: each workload's tier modes (a mode a
             workload cannot run, such as ``decode`` for a CNN, is left out for it).
-        dtypes: subset of ``("fp32", "tf32", "bf16", "fp16")``.
+        dtypes: subset of :data:`hwregress.numerics.DTYPES`.
+        compilers: subset of :data:`hwregress.compilation.BACKENDS` (``eager``: no compilation).
+        memory_formats: ``contiguous`` and/or ``channels_last`` (the latter for convolutional models only).
     """
 
     devices: list[str]
@@ -43,6 +46,8 @@ class Selection:
     batch_sizes: list[int] | None = None
     modes: list[str] | None = None
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])
+    compilers: list[str] = field(default_factory=lambda: ["eager"])
+    memory_formats: list[str] = field(default_factory=lambda: ["contiguous"])
 
 
 def tier(device: str) -> dict[str, tuple[str, ...] | None]:
@@ -94,9 +99,11 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
         if family == "throughput":
             out += [
                 {"device": device, "workload": m, "mode": mode, "context": workloads.get(m).context_for(device_kind(device)),
-                 "batch_size": b, "dtype": d}
+                 "compiler": c, "memory_format": f, "batch_size": b, "dtype": d}
                 for m in models_for(selection, device)
                 for mode in modes_for(selection, device, m)
+                for c in (selection.compilers if mode in STEP_MODES else ["eager"])
+                for f in memory_formats_for(selection, m)
                 for b in batch_sizes_for(selection, device, mode, m)
                 for d in selection.dtypes
             ]
@@ -123,12 +130,29 @@ def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
     return list(dict.fromkeys([*defaults, *selection.dtypes]))
 
 
+def memory_formats_for(selection: Selection, model: str) -> list[str]:
+    """The selected memory formats that apply to ``model`` (``channels_last`` to convolutional models only)."""
+    convolutional = workloads.get(model).convolutional
+    chosen = [f for f in selection.memory_formats if f == "contiguous" or convolutional]
+    return chosen or ["contiguous"]
+
+
+def variant_suffix(params: dict[str, Any]) -> str:
+    """What a test id and a baseline key add for a non-default compiler or memory format (``-inductor``,
+    ``-channels_last``); empty for the defaults, so ids and baselines of eager, contiguous runs keep their names."""
+    parts = [params.get("compiler"), params.get("memory_format")]
+    return "".join(f"-{p}" for p in parts if p not in (None, "eager", "contiguous"))
+
+
 def case_id(params: dict[str, Any]) -> str:
     """A readable test id: ``cpu-resnet18-train-bs8-fp32``; a text workload's context follows its mode
     (``cpu-gpt2-decode-ctx128-bs1-fp32``)."""
     parts = [params.get(k) for k in ("device", "workload", "ceiling", "mode")]
     if params.get("context"):
         parts.append(f"ctx{params['context']}")
+    suffix = variant_suffix(params)
+    if suffix:
+        parts.append(suffix[1:])
     if "batch_size" in params:
         parts.append(f"bs{params['batch_size']}")
     parts.append(params.get("dtype"))
@@ -149,6 +173,12 @@ def validate(selection: Selection) -> None:
     for dtype in selection.dtypes:
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; use {', '.join(DTYPES)}")
+    for compiler in selection.compilers:
+        if compiler not in BACKENDS:
+            raise ValueError(f"unknown compiler {compiler!r}; use {', '.join(BACKENDS)}")
+    for memory_format in selection.memory_formats:
+        if memory_format not in MEMORY_FORMATS:
+            raise ValueError(f"unknown memory format {memory_format!r}; use {', '.join(MEMORY_FORMATS)}")
     for batch in selection.batch_sizes or []:
         if batch < 1:
             raise ValueError(f"batch sizes must be >= 1, got {batch}")

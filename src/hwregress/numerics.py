@@ -28,6 +28,7 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16")
 STEP_MODES = ("train", "infer")  # a timed step of any model
 LLM_MODES = ("prefill", "decode")  # causal language models only (hwregress.llm_bench)
 MODES = (*STEP_MODES, *LLM_MODES)
+MEMORY_FORMATS = ("contiguous", "channels_last")
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 TENSOR_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -199,6 +199,9 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     record.telemetry = measurement.telemetry
     record.health = measurement.health
     record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
+    if measurement.compile is not None:  # the compiling first call, timed apart from the window
+        record.details.update(compile_s=measurement.compile.compile_s, compile_backend=measurement.compile.backend,
+                              frames_compiled=measurement.compile.recompiles)
     window_samples = measurement.window_work / measurement.work_per_sample
     samples_per_s = summary.median / measurement.work_per_sample
     if measurement.work_per_sample != 1:  # text: throughput is in tokens/s; keep samples/s beside it

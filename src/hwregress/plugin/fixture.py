@@ -14,9 +14,11 @@ import pytest
 from hwregress import ceilings, host_reference, parity, roofline, workloads
 from hwregress.baselines import BaselineError, entry_key
 from hwregress.bench import Measurement, OutOfMemory, RunOptions, run_model
+from hwregress.compilation import CompileFailed
 from hwregress.devices import describe, environment_fingerprint
 from hwregress.identity import device_identity
 from hwregress.llm_bench import run_llm
+from hwregress.matrix import variant_suffix
 from hwregress.numerics import LLM_MODES
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
@@ -44,21 +46,21 @@ class HwBench:
         self.session = self.config.stash[SESSION_KEY]
 
     # -- measurements -------------------------------------------------------------------------------
-    def throughput(self, device: str, model: str, mode: str, batch_size: int, dtype: str,
-                   context: int | None = None) -> TestRecord:
-        """Benchmark ``model`` in ``mode`` (``context`` tokens per sample for text) and assert throughput and peak
-        memory against the baseline."""
+    def throughput(self, device: str, model: str, mode: str, batch_size: int, dtype: str, context: int | None = None,
+                   compiler: str = "eager", memory_format: str = "contiguous") -> TestRecord:
+        """Benchmark ``model`` in ``mode`` (``context`` tokens per sample for text, compiled with ``compiler``, its
+        inputs and weights in ``memory_format``) and assert throughput and peak memory against the baseline."""
         record = self._start("throughput", device, model, mode, batch_size, dtype)
         record.unit = workloads.get(model).unit
-        if context:
-            record.details["context"] = context
+        record.details.update(compiler=compiler, memory_format=memory_format, **({"context": context} if context else {}))
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
             self._llm(record, model, device, mode, batch_size, dtype, context or workloads.get(model).seq_len or 1)
         else:
             fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver(),
-                                                     context=context))
+                                                     context=context, compiler=compiler, memory_format=memory_format))
             self._benchmark_extra_info(record)
-        mode_key = f"{mode}-ctx{context}" if context else mode
+        mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
+            {"compiler": compiler, "memory_format": memory_format})
         return self._conclude(record, entry_key("throughput", model, mode_key, batch_size, dtype))
 
     def _llm(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
@@ -167,19 +169,25 @@ class HwBench:
 
     def _run_model(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
                    round_driver: RoundDriver | None, plan: TimingPlan | None = None,
-                   profile_steps: int | None = None, context: int | None = None) -> Measurement:
+                   profile_steps: int | None = None, context: int | None = None, compiler: str = "eager",
+                   memory_format: str = "contiguous") -> Measurement:
         trace = None
         if self.settings.trace:
             trace = self.settings.report_dir / "traces" / f"{_safe_name(record.test_id)}-{device.replace(':', '')}.json"
             record.trace_path = str(trace)
         options = RunOptions(plan or self.settings.plan, self.settings.telemetry_interval_s,
                              self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver,
-                             cudnn_benchmark=self.settings.cudnn_benchmark)
+                             cudnn_benchmark=self.settings.cudnn_benchmark, compiler=compiler,
+                             memory_format=memory_format)
         try:
             return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options, context)
         except OutOfMemory as error:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
+        except CompileFailed as error:  # a failed record with the error's first lines; the session goes on
+            record.message = str(error)
+            record.details["compile_error"] = error.first_lines
+            pytest.fail(str(error), pytrace=False)
 
     def _round_driver(self) -> RoundDriver | None:
         bench = self._benchmark_fixture()

@@ -42,6 +42,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--modes", "hwregress_modes", None,
            "modes: train, infer, and for causal LMs prefill, decode (default: each model's tier modes)", True),
     Option("--dtypes", "hwregress_dtypes", "fp32", "numerics: fp32, tf32, bf16, fp16 (autocast)", True),
+    Option("--compile", "hwregress_compile", "eager",
+           "compilation: eager, inductor, inductor-max-autotune, cudagraphs (compile time recorded apart)", True),
+    Option("--memory-format", "hwregress_memory_format", "contiguous",
+           "memory formats: contiguous, channels_last (convolutional models)", True),
     Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),
     Option("--report-dir", "hwregress_report_dir", "reports", "folder for results.json and report.html"),
     Option("--history-dir", "hwregress_history_dir", None,
@@ -155,7 +159,8 @@ def _selection(config: pytest.Config) -> Selection:
     modes = _list(config, "hwregress_modes")
     dtypes = _list(config, "hwregress_dtypes")
     batch_sizes = _batch_sizes(config)
-    selection = Selection(devices, models, batch_sizes, modes, dtypes or [])
+    selection = Selection(devices, models, batch_sizes, modes, dtypes or [], _list(config, "hwregress_compile") or ["eager"],
+                          _list(config, "hwregress_memory_format") or ["contiguous"])
     try:
         validate(selection)
     except (KeyError, ValueError) as error:
@@ -298,7 +303,8 @@ def _path(config: pytest.Config, ini: str) -> Path:
 
 def _culprit(config: pytest.Config, message: str) -> str:
     """The flag (or ini key) a matrix validation error is about, from the words of its message."""
-    for word, ini in (("model", "hwregress_models"), ("mode", "hwregress_modes"), ("dtype", "hwregress_dtypes"),
+    for word, ini in (("model", "hwregress_models"), ("memory format", "hwregress_memory_format"),
+                      ("mode", "hwregress_modes"), ("dtype", "hwregress_dtypes"), ("compiler", "hwregress_compile"),
                       ("batch", "hwregress_batch_sizes")):
         if word in message:
             return _source(config, ini)
