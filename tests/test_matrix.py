@@ -64,7 +64,7 @@ def test_zoo_holds_the_seed_models():
 
 @pytest.mark.parametrize("selection, message", [
     (matrix.Selection(["cpu"], modes=["eval"]), "unknown mode 'eval'"),
-    (matrix.Selection(["cpu"], dtypes=["int8"]), "unknown dtype 'int8'"),
+    (matrix.Selection(["cpu"], dtypes=["int4"]), "unknown dtype 'int4'"),
     (matrix.Selection(["cpu"], batch_sizes=[-1]), "batch sizes must be >= 1"),
 ])
 def test_validation(selection, message):

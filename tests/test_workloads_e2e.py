@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,35 @@ def test_a_workloads_module_that_cannot_be_imported_is_a_usage_error_naming_it(h
     assert result.ret == 4
     assert "no_such_workload_module" in str(result.stderr) + str(result.stdout)
     assert "--workloads" in str(result.stderr) + str(result.stdout)
+
+
+def test_a_compile_failure_is_a_failed_record_with_the_first_lines_and_the_session_goes_on(hw_project):
+    result = hw_project.run("--compile", "eager,inductor", "--modes", "infer", env={"HWREGRESS_SELFTEST_COMPILE_FAIL": "1"})
+    result.assert_outcomes(passed=1, failed=1)
+    records = {r["details"]["compiler"]: r for r in hw_project.results["records"]}
+    failed = records["inductor"]
+    assert failed["verdict"] == "failed" and failed["test_id"].endswith("[cpu-tiny-infer-inductor-bs4-fp32]")
+    assert "compile with inductor failed: RuntimeError: injected compiler failure" in failed["message"]
+    assert len(failed["details"]["compile_error"]) <= 5
+    assert records["eager"]["verdict"] == "new"
+
+
+def test_a_compiled_run_records_its_compile_time_apart_from_the_window(hw_project):
+    hw_project.run("--compile", "inductor", "--modes", "infer").assert_outcomes(passed=1)
+    (record,) = hw_project.results["records"]
+    assert record["details"]["compile_s"] > 0 and record["details"]["frames_compiled"] >= 1
+    assert record["throughput"] > 0
+
+
+def test_batch_sizes_max_finds_the_largest_power_of_two_below_an_injected_out_of_memory(hw_project):
+    result = hw_project.run("--batch-sizes", "max", "--modes", "infer", "--update-baselines",
+                            env={"HWREGRESS_SELFTEST_OOM_AT": "64"})
+    result.assert_outcomes(passed=1)
+    (record,) = hw_project.results["records"]
+    assert record["test_id"].endswith("[cpu-tiny-infer-bsmax-fp32]")
+    assert record["batch_size"] == 32 and record["throughput"] > 0
+    assert record["details"]["max_batch"] == {"batch_size": 32, "first_oom": 64, "tried": [1, 2, 4, 8, 16, 32, 64],
+                                              "limit": 64}
+    (baseline,) = hw_project.baseline_files()
+    entry = json.loads(baseline.read_text())["entries"]["throughput/tiny/infer/bsmax/fp32"]
+    assert entry["batch_size"] == 32

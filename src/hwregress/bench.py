@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from hwregress import compilation, memory_guard, profiling
+from hwregress import compilation, memory_guard, profiling, quantization
 from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
 from hwregress.numerics import ELEMENT_BYTES, STEP_MODES, autocast, grad_scaler, precision, tf32_flags
@@ -247,6 +247,8 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
+        if dtype in quantization.QUANTIZED_DTYPES:
+            model = quantization.quantize(model, dtype, device, mode)
         if options.memory_format == "channels_last":
             model, inputs = _channels_last(model, inputs)
         compiled = compilation.compile_model(model, options.compiler)
@@ -273,6 +275,32 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
         measurement.bytes_per_sample = moved / batch_size
     synchronize(device)
     return measurement
+
+
+def batch_probe(workload: Workload, device: str, mode: str, dtype: str, context: int | None = None,
+                memory_format: str = "contiguous") -> Callable[[int], None]:
+    """``try_batch(b)`` for :func:`hwregress.batch_search.find_max_batch`: two steps of ``mode`` at batch ``b``
+    (the second holds the optimizer state a training step allocates), on a model built once per search; prefill
+    and decode probe with their prompt pass. On the CPU the host-memory guard refuses a batch that would not fit
+    before it runs, as a ``MemoryError`` (out-of-memory is the search's signal)."""
+    model = workload.build().to(device)
+    if dtype in quantization.QUANTIZED_DTYPES:
+        model = quantization.quantize(model, dtype, device, mode)
+    step_mode = "infer" if mode in ("prefill", "decode") else mode
+
+    def try_batch(batch_size: int) -> None:
+        try:
+            _guard_host_memory(workload, device, step_mode, batch_size, dtype, context)
+        except OutOfMemory as error:
+            raise MemoryError(str(error)) from None
+        inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
+        probed, inputs = _channels_last(model, inputs) if memory_format == "channels_last" else (model, inputs)
+        step = build_step(workload, probed, step_mode, inputs, labels, device, dtype)
+        for _ in range(2):
+            step()
+        synchronize(device)
+
+    return try_batch
 
 
 def _channels_last(model: torch.nn.Module, inputs: Inputs) -> tuple[torch.nn.Module, Inputs]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hwregress import profiling
+from hwregress import profiling, quantization
 from hwregress.bench import Measurement, OutOfMemory, is_out_of_memory, prepare_process
 from hwregress.decode import Clock, DecodeTiming, decode_rounds, prefill_rounds
 from hwregress.devices import device_kind, synchronize
@@ -82,6 +82,8 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     new_tokens = new_tokens_for(device)
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device).eval()
+        if dtype in quantization.QUANTIZED_DTYPES:
+            model = quantization.quantize(model, dtype, device, mode)
         inputs, _ = make_batch(workload, batch_size, device, seq_len=context)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         sampler = TelemetrySampler(device, telemetry_interval_s)

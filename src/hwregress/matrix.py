@@ -33,7 +33,7 @@ class Selection:
     Attributes:
         devices: device specs, e.g. ``["cpu", "cuda:0"]``.
         models: workload names or None.
-        batch_sizes: batch sizes for every mode, or None.
+        batch_sizes: batch sizes for every mode (``"max"``: search the largest power of two that fits), or None.
         modes: subset of :data:`hwregress.numerics.MODES`, or None: each workload's tier modes (a mode a
             workload cannot run, such as ``decode`` for a CNN, is left out for it).
         dtypes: subset of :data:`hwregress.numerics.DTYPES`.
@@ -43,7 +43,7 @@ class Selection:
 
     devices: list[str]
     models: list[str] | None = None
-    batch_sizes: list[int] | None = None
+    batch_sizes: list[int | str] | None = None
     modes: list[str] | None = None
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])
     compilers: list[str] = field(default_factory=lambda: ["eager"])
@@ -71,7 +71,11 @@ def modes_for(selection: Selection, device: str, model: str) -> list[str]:
     return [mode for mode in (chosen or runnable) if mode in runnable]
 
 
-def batch_sizes_for(selection: Selection, device: str, mode: str, model: str | None = None) -> list[int]:
+MAX_BATCH = "max"  # --batch-sizes max: hwregress.batch_search finds the batch when the test runs
+MAX_BATCH_LIMIT = {"cpu": 64, "cuda": 4096, "mps": 1024}  # the largest batch a max search tries per device kind
+
+
+def batch_sizes_for(selection: Selection, device: str, mode: str, model: str | None = None) -> list[int | str]:
     """The selected batch sizes, or the workload's defaults for the device kind and ``mode``, or the device's."""
     if selection.batch_sizes is not None:
         return selection.batch_sizes
@@ -114,7 +118,7 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
                     for d in selection.dtypes]
         elif family == "speedup" and device_kind(device) == "cuda":
             out += [{"device": device, "workload": m, "mode": "train",
-                     "batch_size": min(batch_sizes_for(selection, device, "train", m)), "dtype": "fp32"}
+                     "batch_size": min(_numeric(batch_sizes_for(selection, device, "train", m)) or [1]), "dtype": "fp32"}
                     for m in models_for(selection, device) if workloads.get(m).input_kind == "images"]
         elif family == "ceiling":
             for name in CEILINGS:
@@ -128,6 +132,10 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
 def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
     defaults = DEFAULT_CEILING_DTYPES.get(device_kind(device), ("fp32",))
     return list(dict.fromkeys([*defaults, *selection.dtypes]))
+
+
+def _numeric(batch_sizes: list[int | str]) -> list[int]:
+    return [b for b in batch_sizes if isinstance(b, int)]
 
 
 def memory_formats_for(selection: Selection, model: str) -> list[str]:
@@ -180,5 +188,5 @@ def validate(selection: Selection) -> None:
         if memory_format not in MEMORY_FORMATS:
             raise ValueError(f"unknown memory format {memory_format!r}; use {', '.join(MEMORY_FORMATS)}")
     for batch in selection.batch_sizes or []:
-        if batch < 1:
+        if batch != MAX_BATCH and (not isinstance(batch, int) or batch < 1):
             raise ValueError(f"batch sizes must be >= 1, got {batch}")

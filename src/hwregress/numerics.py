@@ -24,13 +24,14 @@ import torch
 
 from hwregress.devices import device_kind
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8", "fp8")  # int8/fp8: quantized Linear layers (hwregress.quantization)
 STEP_MODES = ("train", "infer")  # a timed step of any model
 LLM_MODES = ("prefill", "decode")  # causal language models only (hwregress.llm_bench)
 MODES = (*STEP_MODES, *LLM_MODES)
 MEMORY_FORMATS = ("contiguous", "channels_last")
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-TENSOR_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
+TENSOR_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+                 "int8": torch.float32, "fp8": torch.float32}  # quantized layers hold their own weights; the rest stays fp32
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Lowest CUDA compute capability that runs each mode natively. TF32 and bf16 tensor cores arrived with
@@ -107,8 +108,9 @@ def cuda_index(spec: str) -> int:
     return torch.cuda.current_device() if index is None else index
 
 
-def dtype_unsupported_reason(spec: str, dtype: str) -> str | None:
-    """None if ``dtype`` (``fp32``, ``tf32``, ``bf16``, ``fp16``) runs natively on ``spec``, else why not.
+def dtype_unsupported_reason(spec: str, dtype: str, mode: str = "infer") -> str | None:
+    """None if ``dtype`` runs natively on ``spec`` in ``mode``, else why not (``int8``/``fp8``:
+    :func:`hwregress.quantization.unsupported_reason`).
 
     On CUDA the answer comes from the compute capability of the device under test (see
     ``MIN_CAPABILITY``), not from ``torch.cuda.is_bf16_supported()``, which asks about the *current*
@@ -121,6 +123,10 @@ def dtype_unsupported_reason(spec: str, dtype: str) -> str | None:
     kind = device_kind(spec)
     if dtype == "fp32":
         return None
+    if dtype in ("int8", "fp8"):
+        from hwregress import quantization
+
+        return quantization.unsupported_reason(dtype, spec, mode)
     if dtype == "tf32" and kind != "cuda":
         return f"tf32 is a CUDA tensor-core mode; {spec} has none"
     if kind == "cuda":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hwregress import quantization
 from hwregress.numerics import autocast, grad_scaler, precision, tf32_flags
 from hwregress.workloads import Inputs, Workload, forward, make_batch
 
@@ -25,7 +26,7 @@ DIGITS_BATCH = 64
 # Relative L2 error ||out - ref|| / ||ref|| tolerated per numeric mode. fp32 differs from the CPU only
 # by reduction order and algorithm choice; TF32 keeps 10 mantissa bits, bf16 7, fp16 10 (with a
 # narrower range), and the error grows with depth. Deliberately loose bounds for bugs, not for noise.
-OUTPUT_TOLERANCE = {"fp32": 1e-3, "tf32": 2e-2, "fp16": 5e-2, "bf16": 1e-1}
+OUTPUT_TOLERANCE = {"fp32": 1e-3, "tf32": 2e-2, "fp16": 5e-2, "bf16": 1e-1, **quantization.PARITY_TOLERANCE}
 
 
 def digits_cnn() -> nn.Module:
@@ -137,6 +138,11 @@ def tolerance_for(workload: Workload, dtype: str) -> float:
     return float(workload.parity_tolerance.get(dtype, OUTPUT_TOLERANCE[dtype]))
 
 
+def _for_dtype(model: nn.Module, dtype: str, device: str) -> nn.Module:
+    """The device's copy of the model, quantized for ``int8``/``fp8`` (:mod:`hwregress.quantization`)."""
+    return quantization.quantize(model, dtype, device, "infer") if dtype in quantization.QUANTIZED_DTYPES else model
+
+
 def _to(inputs: Inputs, device: str) -> Inputs:
     return {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
 
@@ -147,7 +153,7 @@ def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0) ->
     per-position logits count as one prediction each)."""
     torch.manual_seed(seed)
     reference_model = workload.build().eval()
-    device_model = copy.deepcopy(reference_model).to(device)
+    device_model = _for_dtype(copy.deepcopy(reference_model).to(device), dtype, device)
     inputs = parity_inputs(workload)
     with torch.no_grad():
         reference = forward(reference_model, inputs).float()

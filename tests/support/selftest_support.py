@@ -14,6 +14,7 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_HOST_BYTES the host memory the CPU memory guard believes is left, bytes
     HWREGRESS_SELFTEST_TORCH      the torch version the environment fingerprint reports (an upgrade, for the
                                   history's "what changed" at a change point)
+    HWREGRESS_SELFTEST_COMPILE_FAIL  every compiled model's backend raises (a compiler bug), for --compile
 """
 
 import errno
@@ -83,7 +84,18 @@ def _disk_full(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device (injected by the self-test)")
 
 
+def _failing_backend(graph_module, example_inputs):
+    raise RuntimeError("injected compiler failure\nsecond line of the compiler's error\n" + "deep frame\n" * 20)
+
+
 def pytest_configure(config):
+    if os.environ.get("HWREGRESS_SELFTEST_COMPILE_FAIL"):
+        from hwregress import compilation
+
+        def compile_failing(model, backend):
+            return model if backend == "eager" else torch.compile(model, backend=_failing_backend)
+
+        compilation.compile_model = compile_failing
     torch_version = os.environ.get("HWREGRESS_SELFTEST_TORCH")
     if torch_version:
         from hwregress.plugin import fixture

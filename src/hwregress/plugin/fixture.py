@@ -13,12 +13,13 @@ import pytest
 
 from hwregress import ceilings, host_reference, parity, roofline, workloads
 from hwregress.baselines import BaselineError, entry_key
-from hwregress.bench import Measurement, OutOfMemory, RunOptions, run_model
+from hwregress.batch_search import find_max_batch
+from hwregress.bench import Measurement, OutOfMemory, RunOptions, batch_probe, run_model
 from hwregress.compilation import CompileFailed
-from hwregress.devices import describe, environment_fingerprint
+from hwregress.devices import describe, device_kind, environment_fingerprint
 from hwregress.identity import device_identity
 from hwregress.llm_bench import run_llm
-from hwregress.matrix import variant_suffix
+from hwregress.matrix import MAX_BATCH, MAX_BATCH_LIMIT, variant_suffix
 from hwregress.numerics import LLM_MODES
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
@@ -53,6 +54,9 @@ class HwBench:
         record = self._start("throughput", device, model, mode, batch_size, dtype)
         record.unit = workloads.get(model).unit
         record.details.update(compiler=compiler, memory_format=memory_format, **({"context": context} if context else {}))
+        key_batch = batch_size
+        if batch_size == MAX_BATCH:
+            batch_size = record.batch_size = self._max_batch(record, model, device, mode, dtype, context, memory_format)
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
             self._llm(record, model, device, mode, batch_size, dtype, context or workloads.get(model).seq_len or 1)
         else:
@@ -61,7 +65,22 @@ class HwBench:
             self._benchmark_extra_info(record)
         mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
             {"compiler": compiler, "memory_format": memory_format})
-        return self._conclude(record, entry_key("throughput", model, mode_key, batch_size, dtype))
+        return self._conclude(record, entry_key("throughput", model, mode_key, key_batch, dtype))
+
+    def _max_batch(self, record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
+                   memory_format: str) -> int:
+        """The largest power-of-two batch that fits (:mod:`hwregress.batch_search`); the search is in the record,
+        and the baseline of ``bsmax`` keeps the batch it found."""
+        limit = MAX_BATCH_LIMIT.get(device_kind(device), MAX_BATCH_LIMIT["cpu"])
+        try:
+            found = find_max_batch(batch_probe(workloads.get(model), device, mode, dtype, context, memory_format),
+                                   device, limit=limit)
+        except OutOfMemory as error:
+            record.message = str(error)
+            skip_with(Verdict.OOM, str(error))
+        record.details["max_batch"] = {"batch_size": found.batch_size, "first_oom": found.first_oom,
+                                       "tried": list(found.tried), "limit": found.limit}
+        return found.batch_size
 
     def _llm(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
              context: int) -> None:

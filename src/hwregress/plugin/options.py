@@ -17,7 +17,7 @@ from hwregress import workload_plugins
 from hwregress.compare import Tolerances
 from hwregress.devices import parse_device_list, visible_devices
 from hwregress.lifecycle import UPDATE_MODES
-from hwregress.matrix import Selection, validate
+from hwregress.matrix import MAX_BATCH, Selection, validate
 from hwregress.session import Policy
 from hwregress.timing import TimingPlan
 
@@ -38,7 +38,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--models", "hwregress_models", None, "models (default: per device; CPU: a few small ones, GPU: the zoo)", True),
     Option("--workloads", "hwregress_workloads", None,
            "modules to import that register workloads of your own (installed plugins load by entry point)", True),
-    Option("--batch-sizes", "hwregress_batch_sizes", None, "batch sizes for every mode (default: per device and mode)", True),
+    Option("--batch-sizes", "hwregress_batch_sizes", None,
+           "batch sizes for every mode, or max: the largest power of two that fits (default: per workload, device, mode)",
+           True),
     Option("--modes", "hwregress_modes", None,
            "modes: train, infer, and for causal LMs prefill, decode (default: each model's tier modes)", True),
     Option("--dtypes", "hwregress_dtypes", "fp32", "numerics: fp32, tf32, bf16, fp16 (autocast)", True),
@@ -221,15 +223,15 @@ def _default_devices() -> list[str]:
     return found if any(d.startswith("cuda") for d in found) else [*found, "cuda:0"]
 
 
-def _batch_sizes(config: pytest.Config) -> list[int] | None:
+def _batch_sizes(config: pytest.Config) -> list[int | str] | None:
     entries = _list(config, "hwregress_batch_sizes")
     if entries is None:
         return None
     try:
-        return [int(entry) for entry in entries]
+        return [MAX_BATCH if entry == MAX_BATCH else int(entry) for entry in entries]
     except ValueError:
-        raise pytest.UsageError(f"{_source(config, 'hwregress_batch_sizes')}: batch sizes must be whole numbers, "
-                                f"got {','.join(entries)!r}") from None
+        raise pytest.UsageError(f"{_source(config, 'hwregress_batch_sizes')}: batch sizes must be whole numbers or "
+                                f"'max', got {','.join(entries)!r}") from None
 
 
 def _was_given(config: pytest.Config, ini: str) -> bool:
