@@ -204,10 +204,10 @@ def test_require_baselines_fails_new_tests(hw_project):
     ("args", "expected"),
     [
         (["--models", "resnet9000"], "unknown model 'resnet9000'; registered models: alexnet, resnet18"),
-        (["--batch-sizes", "8,x"], "--batch-sizes: batch sizes must be whole numbers, got '8,x'"),
+        (["--batch-sizes", "8,x"], "--batch-sizes: batch sizes must be whole numbers or 'max', got '8,x'"),
         (["--batch-sizes", "0"], "batch sizes must be >= 1, got 0"),
         (["--devices", "gpu0"], "--devices: 'gpu0' is not a device; use cpu, mps, cuda or cuda:<index>"),
-        (["--dtypes", "fp8"], "unknown dtype 'fp8'; use fp32, tf32, bf16, fp16"),
+        (["--dtypes", "int4"], "unknown dtype 'int4'; use fp32, tf32, bf16, fp16, int8, fp8"),
         (["--update-baselines=sometimes"], "--update-baselines='sometimes': use one of all, missing, force, reset"),
         (["--tolerance", "1.5"], "--tolerance='1.5' is out of range"),
         (["--max-threshold", "0.02"], "--max-threshold=0.02 is below the tolerance 0.15"),
@@ -217,7 +217,9 @@ def test_require_baselines_fails_new_tests(hw_project):
         (["--modes", " , "], "names nothing"),
         (["--batch-sizes", "2,2,2"], "--batch-sizes='2,2,2' names 2 more than once"),
         (["--models", "resnet9000"], "--models: unknown model"),
-        (["--dtypes", "fp8"], "--dtypes: unknown dtype"),
+        (["--dtypes", "int4"], "--dtypes: unknown dtype"),
+        (["--compile", "tvm"], "--compile: unknown compiler 'tvm'; use eager, inductor"),
+        (["--memory-format", "nhwc"], "--memory-format: unknown memory format 'nhwc'"),
         (["--modes", "fly"], "--modes: "),
     ],
 )
