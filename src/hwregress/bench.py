@@ -85,6 +85,7 @@ class Measurement:
     health: dict[str, Any] = field(default_factory=dict)
     work_per_sample: float = 1.0
     compile: compilation.CompileTiming | None = None
+    quantized_layers: int | None = None  # Linear layers int8/fp8 replaced (None: not quantized)
 
     @property
     def throughput_samples(self) -> list[float]:
@@ -247,8 +248,10 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
+        quantized = None
         if dtype in quantization.QUANTIZED_DTYPES:
             model = quantization.quantize(model, dtype, device, mode)
+            quantized = quantization.quantized_linear_count(model)
         if options.memory_format == "channels_last":
             model, inputs = _channels_last(model, inputs)
         compiled = compilation.compile_model(model, options.compiler)
@@ -264,7 +267,7 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     per_sample = workload.work_per_sample(context)
     measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
                               sampler.compact_series(), health=sampler.health, work_per_sample=per_sample,
-                              compile=compiled_timing)
+                              compile=compiled_timing, quantized_layers=quantized)
     if options.profile_steps > 0:
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)

@@ -30,8 +30,8 @@ from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import Timing, TimingPlan, relative_iqr
 from hwregress.workloads import Workload, make_batch
 
-# output tokens generated per sequence and round: enough steps for a p99 per round on accelerators, short on CPUs
-NEW_TOKENS = {"cpu": 32, "cuda": 128, "mps": 64}
+# output tokens per sequence and round: with 10 rounds, 150 (CPU) to 630 (CUDA) per-token times for the percentiles
+NEW_TOKENS = {"cpu": 16, "cuda": 64, "mps": 32}
 
 
 @dataclass
@@ -82,8 +82,10 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     new_tokens = new_tokens_for(device)
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device).eval()
+        quantized = None
         if dtype in quantization.QUANTIZED_DTYPES:
             model = quantization.quantize(model, dtype, device, mode)
+            quantized = quantization.quantized_linear_count(model)
         inputs, _ = make_batch(workload, batch_size, device, seq_len=context)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         sampler = TelemetrySampler(device, telemetry_interval_s)
@@ -102,7 +104,7 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=plan.warmup_steps,
                     stable=relative_iqr(seconds) <= plan.max_rel_iqr)
     measurement = Measurement(window, work_per_round, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
-                              health=sampler.health, work_per_sample=per_sample)
+                              health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized)
     if profile:
         measurement.flops_per_sample = _flops(model, ids, mask, mode, new_tokens, device, dtype) / batch_size
     synchronize(device)
