@@ -221,3 +221,28 @@ def test_diff_without_samples_compares_medians_and_says_so(tmp_path, capsys):
     assert "medians only" in out and "accuracy only" in out
     assert main(["baselines", "diff", a, b, "--tolerance", "2"]) == 2  # argparse: not a fraction
     assert "not a fraction" in capsys.readouterr().err
+
+
+def _entry(level: float, sessions: int, cpu: bool) -> dict:
+    samples = [level * (1 + 0.002 * (i % 5 - 2)) for i in range(10)]
+    identity = {"cpu_brand": "AMD EPYC", "cpu_family": 26} if cpu else {"gpu_name": "NVIDIA H100 80GB HBM3"}
+    return {"samples": samples, "history": [level] * sessions, "identity": identity}
+
+
+def test_diff_judges_with_the_tests_rule_provisional_cap_and_cpu_tolerance():
+    from hwregress.cli import diff_row
+    from hwregress.compare import Tolerances
+
+    tolerances = Tolerances()
+    # a CPU baseline of one session: provisional, only a change beyond the 25% cap counts
+    row = diff_row("k", _entry(100.0, 1, cpu=True), _entry(80.0, 1, cpu=True), None, tolerances)
+    assert row.direction == "none" and row.threshold == 0.25
+    # three sessions: the CPU tolerance (15%) applies, and a 20% drop is a regression
+    row = diff_row("k", _entry(100.0, 3, cpu=True), _entry(80.0, 1, cpu=True), None, tolerances)
+    assert row.direction == "regression" and row.threshold == 0.15
+    # an accelerator's baseline of three sessions: 5%
+    row = diff_row("k", _entry(100.0, 3, cpu=False), _entry(90.0, 1, cpu=False), None, tolerances)
+    assert row.direction == "regression" and row.threshold == 0.05
+    # an explicit --tolerance wins over the device default, not over the provisional cap
+    assert diff_row("k", _entry(100.0, 3, cpu=True), _entry(90.0, 1, cpu=True), 0.05, tolerances).direction == "regression"
+    assert diff_row("k", _entry(100.0, 2, cpu=True), _entry(90.0, 1, cpu=True), 0.05, tolerances).threshold == 0.25

@@ -218,8 +218,8 @@ def _run_model(workload: Workload, device: str, mode: str, batch_size: int, dtyp
         return _measure_model(workload, device, mode, batch_size, dtype, timer, options, context)
 
 
-def _guard_host_memory(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
-                       context: int | None = None) -> None:
+def guard_host_memory(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
+                      context: int | None = None) -> None:
     """End a CPU batch that would not fit in the host's memory before it runs, instead of letting the kernel's
     OOM killer end the whole session (:mod:`hwregress.memory_guard`: one step at two small batches, the
     footprint extrapolated).
@@ -244,7 +244,7 @@ def _guard_host_memory(workload: Workload, device: str, mode: str, batch_size: i
 
 def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, dtype: str,
                    timer: RoundTimer, options: RunOptions, context: int | None) -> Measurement:
-    _guard_host_memory(workload, device, mode, batch_size, dtype, context)
+    guard_host_memory(workload, device, mode, batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
@@ -293,7 +293,7 @@ def batch_probe(workload: Workload, device: str, mode: str, dtype: str, context:
 
     def try_batch(batch_size: int) -> None:
         try:
-            _guard_host_memory(workload, device, step_mode, batch_size, dtype, context)
+            guard_host_memory(workload, device, step_mode, batch_size, dtype, context)
         except OutOfMemory as error:
             raise MemoryError(str(error)) from None
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)

@@ -2,7 +2,7 @@
 
     python -m hwregress baselines list [--dir baselines]
     python -m hwregress baselines show KEY|FILE [--dir baselines]
-    python -m hwregress baselines diff A B [--tolerance 0.05] [--fail-on regression|improvement|any]
+    python -m hwregress baselines diff A B [--tolerance F] [--fail-on regression|improvement|any]
                                           (each a baselines file, a hardware key or a results.json)
     python -m hwregress report merge RESULTS.json... -o FILE.html [--history-dir DIR]...
     python -m hwregress report render RESULTS.json|UNFINISHED.jsonl -o FILE.html [--history-dir DIR]
@@ -31,7 +31,7 @@ from typing import Any
 from hwregress import results as results_module
 from hwregress.atomic import atomic_write_text, describe_kind, read_regular_file
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore, entry_key, load_file
-from hwregress.compare import Tolerances
+from hwregress.compare import Tolerances, is_cpu_entry, starting_tolerance
 from hwregress.history import HistoryStore, parse_time
 from hwregress.journal import JournalError, dataclass_values, load_journal, record_problem
 from hwregress.stats import compare, summarize
@@ -195,15 +195,18 @@ class DiffRow:
     basis: str
 
 
-def diff_row(key: str, a: dict[str, Any], b: dict[str, Any], tolerance: float, tolerances: Tolerances) -> DiffRow:
-    """Compare entry ``b`` against reference entry ``a`` with the statistics the tests use: samples on both
-    sides go through ``stats.compare(b samples, a samples, tolerance, alpha, z, history=a's history)``;
-    otherwise medians compare by ratio against ``tolerance``, accuracies by ``tolerances.accuracy_margin``."""
+def diff_row(key: str, a: dict[str, Any], b: dict[str, Any], tolerance: float | None, tolerances: Tolerances) -> DiffRow:
+    """Compare entry ``b`` against reference entry ``a`` with the rule the tests use: the starting tolerance
+    of :func:`hwregress.compare.starting_tolerance` (``tolerance`` when given, else A's device default, raised to
+    the cap while A holds fewer than three sessions), then, with samples on both sides, ``stats.compare(b samples,
+    a samples, ..., history=a's history)``; otherwise medians compare by ratio against that tolerance,
+    accuracies by ``tolerances.accuracy_margin``."""
     median_a, median_b = _median(a), _median(b)
+    tolerance, _ = starting_tolerance(a, is_cpu_entry(a), tolerances, tolerance)
     if a.get("samples") and b.get("samples"):
         try:
             result = compare(b["samples"], a["samples"], tolerance, alpha=tolerances.alpha, z=tolerances.z,
-                             history=a.get("history") or ())
+                             history=a.get("history") or (), max_threshold=tolerances.max_threshold)
         except ValueError as error:
             return DiffRow(key, median_a, median_b, None, None, None, "n/a", f"not comparable: {error}")
         p_value = result.p_slower if result.ratio < 1 else result.p_faster
@@ -258,8 +261,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     b_keys = {k.split(":", 1)[1] if strip else k: v for k, v in b.items()}
     tolerances = Tolerances()
     rows = [diff_row(key, a_keys[key], b_keys[key], args.tolerance, tolerances) for key in sorted(set(a_keys) & set(b_keys))]
-    print(f"A = {label_a}\nB = {label_b}\nratio = B/A; threshold: at least --tolerance {args.tolerance:.1%}, "
-          "more where A's noise or history asks for it")
+    given = f"--tolerance {args.tolerance:.1%}" if args.tolerance is not None else "the device default (CPU 15%, else 5%)"
+    print(f"A = {label_a}\nB = {label_b}\nratio = B/A; threshold: at least {given}, the cap while A holds fewer than "
+          "three sessions, more where A's noise or history asks for it")
     print(f"{'test':<52} {'A':>11} {'B':>11} {'B/A':>7} {'thresh':>7} {'p':>8}  {'direction':<11} basis")
     for row in rows:
         print(f"{row.key:<52} {_fmt(row.a):>11} {_fmt(row.b):>11} {_fmt(row.ratio):>7} {_fmt(row.threshold):>7} "
@@ -416,8 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "diff":
             sub.add_argument("a", help="the reference: baselines file, hardware key or results.json")
             sub.add_argument("b", help="the candidate: baselines file, hardware key or results.json")
-            sub.add_argument("--tolerance", type=_fraction, default=Tolerances().throughput,
-                             help="relative change that counts at least (default: %(default)s)")
+            sub.add_argument("--tolerance", type=_fraction, default=None,
+                             help="relative change that counts at least (default: the tests' own: 0.15 on CPUs, 0.05 else)")
             sub.add_argument("--fail-on", choices=sorted(FAIL_ON), default=None,
                              help="exit 1 when any test's direction matches (regression, improvement or any)")
     report = commands.add_parser("report", help="render reports").add_subparsers(dest="action", required=True)

@@ -147,14 +147,34 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     return judgement
 
 
+def starting_tolerance(baseline: Mapping[str, Any], on_cpu: bool, tolerances: Tolerances,
+                       given: float | None = None) -> tuple[float, str | None]:
+    """The tolerance a throughput comparison against ``baseline`` starts from, before the noise and history
+    bounds raise it: ``given`` (a user's explicit figure) else the device's (``tolerances.cpu_throughput`` on
+    the CPU, ``tolerances.throughput`` elsewhere), raised to ``tolerances.max_threshold`` while the baseline holds
+    fewer than :data:`MIN_SESSIONS` sessions (the drift between sessions is not known yet: only a gross change
+    counts). Returns it with the note that says it is provisional (None when it is not). The tests and
+    ``baselines diff`` both judge through this one rule."""
+    sessions = len(baseline.get("history") or ()) or 1
+    tolerance = given if given is not None else tolerances.cpu_throughput if on_cpu else tolerances.throughput
+    if sessions >= MIN_SESSIONS:
+        return tolerance, None
+    return max(tolerance, tolerances.max_threshold), (
+        f"provisional threshold: the baseline holds {sessions} session(s); until {MIN_SESSIONS} are recorded "
+        "(--update-baselines) only changes beyond --max-threshold count")
+
+
+def is_cpu_entry(entry: Mapping[str, Any]) -> bool:
+    """Whether a baselines entry was recorded on a CPU: its hardware identity describes a CPU and no GPU."""
+    identity = entry.get("identity") or {}
+    return isinstance(identity, Mapping) and "cpu_brand" in identity and "gpu_name" not in identity
+
+
 def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
                       judgement: Judgement) -> None:
-    sessions = len(baseline.get("history") or ()) or 1
-    tolerance = tolerances.cpu_throughput if measured.on_cpu else tolerances.throughput
-    if sessions < MIN_SESSIONS:  # the drift between sessions is not known yet: only a gross change counts
-        tolerance = max(tolerance, tolerances.max_threshold)
-        judgement.notes.append(f"provisional threshold: the baseline holds {sessions} session(s); until {MIN_SESSIONS} "
-                               "are recorded (--update-baselines) only changes beyond --max-threshold count")
+    tolerance, provisional = starting_tolerance(baseline, measured.on_cpu, tolerances)
+    if provisional:
+        judgement.notes.append(provisional)
     comparison = stats.compare(measured.samples, baseline["samples"], tolerance,
                                alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()),
                                max_threshold=tolerances.max_threshold)

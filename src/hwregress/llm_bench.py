@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hwregress import profiling, quantization
-from hwregress.bench import Measurement, OutOfMemory, is_out_of_memory, prepare_process
+from hwregress.bench import Measurement, OutOfMemory, guard_host_memory, is_out_of_memory, prepare_process
 from hwregress.decode import Clock, DecodeTiming, decode_rounds, prefill_rounds
 from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
@@ -80,6 +80,9 @@ def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: 
 def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype: str, context: int,
              plan: TimingPlan, telemetry_interval_s: float, profile: bool, clock: Clock) -> LlmMeasurement:
     new_tokens = new_tokens_for(device)
+    # a CPU batch that cannot fit ends as oom before the kernel's OOM killer can end the session; the prompt pass
+    # is the footprint (the KV cache of a few dozen new tokens adds little to it)
+    guard_host_memory(workload, device, "infer", batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device).eval()
         quantized = None
