@@ -354,3 +354,14 @@ def _charted(record: TestRecord) -> TestRecord:
 def test_any_session_renders_and_record_text_stays_escaped(records, charted):
     html = render(SessionResults(dict(META), records + charted))
     assert html.lower().count("<script") == 1  # the page's own filter script
+
+
+def test_tokens_and_samples_per_second_never_share_a_chart_axis():
+    text = [TestRecord(f"t::text{b}", model="gpt2", mode="infer", device="cpu", dtype="fp32", batch_size=b, unit="tokens/s",
+                       throughput=300.0 * b, details={"context": 128}) for b in (1, 2)]
+    images = [TestRecord(f"t::img{b}", model="resnet18", mode="infer", device="cpu", dtype="fp32", batch_size=b,
+                         throughput=30.0 * b) for b in (1, 8)]
+    html = render(SessionResults(dict(META), text + images))
+    assert 'aria-label="throughput (tokens/s) vs batch size — cpu infer"' in html
+    assert 'aria-label="throughput (samples/s) vs batch size — cpu infer"' in html
+    assert "gpt2 ctx128 fp32" in html

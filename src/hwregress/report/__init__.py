@@ -128,7 +128,7 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         verdict_order=[v.value for v in Verdict],
         records=records,
         has_new=any(r.verdict == "new" for r in records),
-        throughput_charts=_by_batch_charts(records, "throughput", "throughput (samples/s)"),
+        throughput_charts=_by_batch_charts(records, "throughput", "throughput ({unit})", by_unit=True),
         memory_charts=_by_batch_charts(records, "peak_memory_bytes", "peak memory (GiB)", scale=2**-30),
         speedup_chart=_speedup_chart(records),
         roofline_charts=_roofline_charts(records),
@@ -157,15 +157,28 @@ def write_outputs(results: SessionResults, report_dir: Path, history: HistorySec
     return paths
 
 
-def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0) -> list[Any]:
-    groups: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0,
+                     by_unit: bool = False) -> list[Any]:
+    """One chart per device and mode (and unit, with ``by_unit``: tokens/s and samples/s never share an axis),
+    one line per model variant over batch size. ``label`` may hold ``{unit}``."""
+    groups: dict[tuple[str, str, str], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         value = getattr(r, field)
-        if r.family == "throughput" and value is not None and r.batch_size:
-            groups[(r.device or "", r.mode or "")][f"{r.model} {r.dtype}"].append((r.batch_size, value * scale))
-    return [charts.line_chart(series, f"{label} vs batch size — {device} {mode}", "batch size", label, log_x=True,
-                              ticks_at_data_x=True)
-            for (device, mode), series in sorted(groups.items())]
+        if r.family == "throughput" and value is not None and isinstance(r.batch_size, int) and r.batch_size:
+            unit = r.unit if by_unit else ""
+            groups[(r.device or "", r.mode or "", unit)][_variant_label(r)].append((r.batch_size, value * scale))
+    return [charts.line_chart(series, f"{label.format(unit=unit)} vs batch size — {device} {mode}", "batch size",
+                              label.format(unit=unit), log_x=True, ticks_at_data_x=True)
+            for (device, mode, unit), series in sorted(groups.items())]
+
+
+def _variant_label(record: TestRecord) -> str:
+    """``resnet18 fp32``, plus the context and any non-default compiler or memory format (``gpt2 ctx128 fp32``)."""
+    details = record.details or {}
+    parts = [record.model, f"ctx{details['context']}" if details.get("context") else None,
+             *(v for v in (details.get("compiler"), details.get("memory_format")) if v not in (None, "eager", "contiguous")),
+             record.dtype]
+    return " ".join(str(p) for p in parts if p)
 
 
 def _speedup_chart(records: list[TestRecord]) -> Any:
