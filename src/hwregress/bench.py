@@ -12,7 +12,7 @@ import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -23,6 +23,8 @@ from hwregress.numerics import ELEMENT_BYTES, STEP_MODES, autocast, grad_scaler,
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, measure
 from hwregress.workloads import Inputs, Workload, forward, import_torchvision, make_batch
+
+T = TypeVar("T")
 
 
 class OutOfMemory(Exception):
@@ -184,9 +186,20 @@ def run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype
         OutOfMemory: the batch did not fit; device memory has been released.
     """
     prepare_process(device)
+    return out_of_memory_released(lambda: _run_model(workload, device, mode, batch_size, dtype, timer, options, context),
+                                  device, batch_size)
+
+
+def out_of_memory_released(measure: Callable[[], T], device: str, batch_size: int) -> T:
+    """``measure()``; an allocation failure (:func:`is_out_of_memory`) becomes :class:`OutOfMemory` ("out of memory
+    at batch 512 on cuda:0") after the device's memory is released.
+
+    Raises:
+        OutOfMemory: ``measure`` ran out of memory; device memory has been released.
+    """
     failed_oom = False
     try:
-        return _run_model(workload, device, mode, batch_size, dtype, timer, options, context)
+        return measure()
     except Exception as error:
         if not is_out_of_memory(error):
             raise
@@ -248,10 +261,7 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     with PeakMemoryMeter(device) as memory:
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
-        quantized = None
-        if dtype in quantization.QUANTIZED_DTYPES:
-            model = quantization.quantize(model, dtype, device, mode)
-            quantized = quantization.quantized_linear_count(model)
+        model, quantized = quantization.prepare(model, dtype, device, mode)
         if options.memory_format == "channels_last":
             model, inputs = _channels_last(model, inputs)
         compiled = compilation.compile_model(model, options.compiler)
@@ -286,9 +296,7 @@ def batch_probe(workload: Workload, device: str, mode: str, dtype: str, context:
     (the second holds the optimizer state a training step allocates), on a model built once per search; prefill
     and decode probe with their prompt pass. On the CPU the host-memory guard refuses a batch that would not fit
     before it runs, as a ``MemoryError`` (out-of-memory is the search's signal)."""
-    model = workload.build().to(device)
-    if dtype in quantization.QUANTIZED_DTYPES:
-        model = quantization.quantize(model, dtype, device, mode)
+    model, _ = quantization.prepare(workload.build().to(device), dtype, device, mode)
     step_mode = "infer" if mode in ("prefill", "decode") else mode
 
     def try_batch(batch_size: int) -> None:

@@ -341,7 +341,7 @@ def _history_store(directory: Path) -> HistoryStore:
 # -- history -----------------------------------------------------------------------------------------------
 def cmd_history(args: argparse.Namespace) -> int:
     """``history``: per test its recent sessions with change points marked; exit 1 on ``--fail-on``."""
-    from hwregress.history_table import status_counts, trend_table
+    from hwregress.history_table import recorded_since, status_counts, trend_table
     from hwregress.trends import load_trends
 
     store = _history_store(args.dir)
@@ -352,7 +352,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     trends, warnings = load_trends(store, args.key or None, tolerance=args.tolerance)
     trends = [t for t in trends if args.test is None or args.test in t.test_id]
     if args.since is not None:
-        trends = [t for t in trends if any((parse_time(r["time"]) or args.since) >= args.since for r in t.rows)]
+        trends = [t for t in trends if any(recorded_since(row, args.since) for row in t.rows)]
     for warning in warnings:
         print(f"hwregress: warning: {warning}", file=sys.stderr)
     if not trends:

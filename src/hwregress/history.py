@@ -38,12 +38,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from filelock import FileLock
 
 from hwregress import __version__
 from hwregress.atomic import atomic_write_json, read_regular_file
 from hwregress.results import TestRecord
+from hwregress.stats import summarize
 
 HISTORY_ROW_VERSION = 1
 LOCK_TIMEOUT_S = 120.0
@@ -89,13 +89,14 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str) 
               if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0]
     if not values or not record.hardware_key:
         return None
-    q1, median, q3 = (float(q) for q in np.percentile(values, [25, 50, 75]))
+    summary = summarize(values)
     return {
         "v": HISTORY_ROW_VERSION, "session": session, "time": time, "test_id": record.test_id,
         "hardware_key": record.hardware_key, "device": record.device, "device_name": record.device_name,
         "identity": record.details.get("identity") or {}, "hwregress_version": __version__,
         "environment": dict(record.environment), "packages": packages, "unit": record.unit,
-        "median": median, "q1": q1, "q3": q3, "iqr": q3 - q1, "n": len(values), "verdict": str(record.verdict),
+        "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,
+        "verdict": str(record.verdict),
         "ratio": _finite_or_none(record.ratio), "threshold": _finite_or_none(record.threshold),
         "baseline_median": _finite_or_none(record.baseline_throughput), "baseline_recorded_at": record.baseline_recorded_at,
         "telemetry": _telemetry_means(record.telemetry or {}),

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hwregress.history import parse_time
-from hwregress.trends import FirstBad, Trend
+from hwregress.trends import STATUSES, FirstBad, Trend
 
 CHANGE_MARK = "◆"  # a significant change point (Welch p < 0.01)
 WEAK_MARK = "◇"  # a change point PELT placed whose levels do not differ significantly
@@ -24,7 +24,7 @@ def trend_table(trend: Trend, since: _dt.datetime | None = None, last: int | Non
         last: show at most this many of the latest sessions (None: all).
     """
     changes = {item.change.index: item for item in trend.changes}
-    shown = [(index, row) for index, row in enumerate(trend.rows) if since is None or _after(row, since)]
+    shown = [(index, row) for index, row in enumerate(trend.rows) if since is None or recorded_since(row, since)]
     if last is not None:
         shown = shown[-last:]
     lines = [f"{trend.hardware_key}  {trend.test_id}  ({trend.unit}, {len(trend.rows)} sessions)", f"  {trend.summary}",
@@ -36,7 +36,8 @@ def trend_table(trend: Trend, since: _dt.datetime | None = None, last: int | Non
     return lines
 
 
-def _after(row: dict[str, Any], since: _dt.datetime) -> bool:
+def recorded_since(row: dict[str, Any], since: _dt.datetime) -> bool:
+    """Whether a history row's session started at or after ``since`` (aware UTC)."""
     moment = parse_time(row["time"])
     return moment is not None and moment >= since
 
@@ -55,8 +56,6 @@ def _session_line(row: dict[str, Any], change: FirstBad | None) -> str:
 
 def status_counts(trends: Sequence[Trend]) -> str:
     """``"12 tests: 1 regression, 2 drift, 9 steady"`` (statuses in order of concern)."""
-    from hwregress.trends import STATUSES
-
     counts = [f"{sum(t.status == status for t in trends)} {status}" for status in STATUSES
               if any(t.status == status for t in trends)]
     return f"{len(trends)} tests: {', '.join(counts)}"

@@ -12,7 +12,6 @@ memory meter, like every other window; FLOPs per sample are counted on one extra
 
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -21,10 +20,10 @@ from typing import Any
 import torch
 
 from hwregress import profiling, quantization
-from hwregress.bench import Measurement, OutOfMemory, guard_host_memory, is_out_of_memory, prepare_process
+from hwregress.bench import Measurement, guard_host_memory, out_of_memory_released, prepare_process
 from hwregress.decode import Clock, DecodeTiming, decode_rounds, prefill_rounds
 from hwregress.devices import device_kind, synchronize
-from hwregress.memory import PeakMemoryMeter, release_device_memory
+from hwregress.memory import PeakMemoryMeter
 from hwregress.numerics import precision
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import Timing, TimingPlan, relative_iqr
@@ -62,19 +61,9 @@ def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: 
     if mode not in ("prefill", "decode"):
         raise ValueError(f"mode must be prefill or decode, got {mode!r}")
     prepare_process(device)
-    failed_oom = False
-    try:
-        return _measure(workload, device, mode, batch_size, dtype, context, plan, telemetry_interval_s, profile, clock)
-    except Exception as error:
-        if not is_out_of_memory(error):
-            raise
-        failed_oom = True
-    finally:
-        gc.collect()
-    if failed_oom:
-        release_device_memory(device)
-        raise OutOfMemory(f"out of memory at batch {batch_size} on {device}")
-    raise AssertionError("unreachable")
+    return out_of_memory_released(
+        lambda: _measure(workload, device, mode, batch_size, dtype, context, plan, telemetry_interval_s, profile, clock),
+        device, batch_size)
 
 
 def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype: str, context: int,
@@ -84,11 +73,7 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     # is the footprint (the KV cache of a few dozen new tokens adds little to it)
     guard_host_memory(workload, device, "infer", batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
-        model = workload.build().to(device).eval()
-        quantized = None
-        if dtype in quantization.QUANTIZED_DTYPES:
-            model = quantization.quantize(model, dtype, device, mode)
-            quantized = quantization.quantized_linear_count(model)
+        model, quantized = quantization.prepare(workload.build().to(device).eval(), dtype, device, mode)
         inputs, _ = make_batch(workload, batch_size, device, seq_len=context)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         sampler = TelemetrySampler(device, telemetry_interval_s)

@@ -138,10 +138,6 @@ def tolerance_for(workload: Workload, dtype: str) -> float:
     return float(workload.parity_tolerance.get(dtype, OUTPUT_TOLERANCE[dtype]))
 
 
-def _for_dtype(model: nn.Module, dtype: str, device: str) -> nn.Module:
-    """The device's copy of the model, quantized for ``int8``/``fp8`` (:mod:`hwregress.quantization`)."""
-    return quantization.quantize(model, dtype, device, "infer") if dtype in quantization.QUANTIZED_DTYPES else model
-
 
 def _to(inputs: Inputs, device: str) -> Inputs:
     return {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
@@ -153,7 +149,7 @@ def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0) ->
     per-position logits count as one prediction each)."""
     torch.manual_seed(seed)
     reference_model = workload.build().eval()
-    device_model = _for_dtype(copy.deepcopy(reference_model).to(device), dtype, device)
+    device_model, _ = quantization.prepare(copy.deepcopy(reference_model).to(device), dtype, device, "infer")
     inputs = parity_inputs(workload)
     with torch.no_grad():
         reference = forward(reference_model, inputs).float()

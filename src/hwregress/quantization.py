@@ -216,6 +216,19 @@ def _is_quantized_linear(module: nn.Module) -> bool:
     return base_tensor is not None and isinstance(module.weight, base_tensor)
 
 
+def prepare(model: nn.Module, dtype: str, device: str, mode: str) -> tuple[nn.Module, int | None]:
+    """The model to run in ``dtype``: :func:`quantize`-d with its :func:`quantized_linear_count` for a dtype of
+    :data:`QUANTIZED_DTYPES`, else ``model`` itself and None.
+
+    Raises:
+        RuntimeError: see :func:`quantize`.
+    """
+    if dtype not in QUANTIZED_DTYPES:
+        return model, None
+    converted = quantize(model, dtype, device, mode)
+    return converted, quantized_linear_count(converted)
+
+
 def quantized_linear_count(model: nn.Module) -> int:
     """How many Linear layers of ``model`` (itself included) run quantized: torch dynamic-quantized
     ``Linear`` modules, torchao ``Float8Linear`` modules and ``nn.Linear`` layers whose weight is a torchao

@@ -90,10 +90,6 @@ class Trend:
         """The baseline median the latest session was judged against (None: no baseline)."""
         return self.rows[-1].get("baseline_median") if self.rows else None
 
-    @property
-    def change_indices(self) -> set[int]:
-        return {item.change.index for item in self.changes}
-
 
 def group_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Rows by (hardware key, test id), each list in time order (file order among equal times)."""

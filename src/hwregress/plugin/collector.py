@@ -169,7 +169,7 @@ class Collector:
         if self.history is None:
             return []
         lines = [f"  history {trend.status:<10} {trend.test_id}: {trend.summary}"[:400]
-                 for trend in self.history.trends if trend.status in ("regression", "drift", "improvement")]
+                 for trend in self.history.trends if trend.status in ci.MOVED]
         return lines + [f"hwregress: warning: {warning}" for warning in self.history.warnings[:20]]
 
     def _meta(self, exitstatus: int) -> dict[str, Any]:

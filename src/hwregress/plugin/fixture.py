@@ -52,13 +52,14 @@ class HwBench:
         """Benchmark ``model`` in ``mode`` (``context`` tokens per sample for text, compiled with ``compiler``, its
         inputs and weights in ``memory_format``) and assert throughput and peak memory against the baseline."""
         record = self._start("throughput", device, model, mode, batch_size, dtype)
-        record.unit = workloads.get(model).unit
+        workload = workloads.get(model)
+        record.unit = workload.unit
         record.details.update(compiler=compiler, memory_format=memory_format, **({"context": context} if context else {}))
         key_batch = batch_size
         if batch_size == MAX_BATCH:
             batch_size = record.batch_size = self._max_batch(record, model, device, mode, dtype, context, memory_format)
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
-            self._llm(record, model, device, mode, batch_size, dtype, context or workloads.get(model).seq_len or 1)
+            self._llm(record, model, device, mode, batch_size, dtype, context or workload.seq_len or 1)
         else:
             fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver(),
                                                      context=context, compiler=compiler, memory_format=memory_format))

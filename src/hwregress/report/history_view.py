@@ -15,7 +15,7 @@ from typing import Any
 from markupsafe import Markup
 
 from hwregress.report.charts import TrendMark, TrendPoint, TrendSeries, trend_chart
-from hwregress.trends import DEFAULT_TOLERANCE, STATUSES, Trend
+from hwregress.trends import DEFAULT_TOLERANCE, STATUSES, FirstBad, Trend
 
 CHART_SESSIONS = 60  # the chart shows the latest sessions; the analysis uses every one
 STATUS_BADGE = {"regression": "regression", "drift": "unstable", "improvement": "improvement", "accepted": "new",
@@ -79,6 +79,6 @@ def _series(trend: Trend) -> TrendSeries:
     return TrendSeries(trend.hardware_key, points, trend.baseline, marks)
 
 
-def _change(trend: Trend, item: Any) -> dict[str, Any]:
+def _change(trend: Trend, item: FirstBad) -> dict[str, Any]:
     return {"hardware_key": trend.hardware_key, "change": item.change, "unit": trend.unit,
             "first_bad": item.first_bad, "last_good": item.last_good, "differences": item.differences}
