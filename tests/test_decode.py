@@ -44,6 +44,7 @@ MODELS = {"gpt2": _tiny_gpt2, "llama": _tiny_llama}
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def model(request) -> nn.Module:
+    # left in training mode, as built: decode_rounds must switch to eval itself (and restore the flag)
     return MODELS[request.param]()
 
 
@@ -99,8 +100,8 @@ def _greedy_without_cache(model: nn.Module, input_ids: torch.Tensor, attention_m
                           new_tokens: int) -> list[list[int]]:
     """Reference: recompute the whole sequence every step, no KV cache, positions counted over the mask."""
     ids, mask = input_ids, attention_mask
+    model.eval()
     with torch.inference_mode():
-        model.eval()
         for _ in range(new_tokens):
             positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
@@ -159,6 +160,7 @@ def test_kv_cache_tokens_equal_transformers_generate(model):
     attention_mask = torch.ones_like(input_ids)
     attention_mask[0, :3] = 0
     timing = decode_rounds(model, input_ids, attention_mask, new_tokens=6, rounds=1, device="cpu", warmup=0)
+    model.eval()  # generate() keeps the training flag: GPT-2's dropout would make its tokens random
     with torch.inference_mode():
         generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6, min_new_tokens=6,
                                    do_sample=False, pad_token_id=0, eos_token_id=None)
