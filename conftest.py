@@ -11,4 +11,5 @@ pytest_plugins = [
     "fixtures.compilation",
     "fixtures.dtypes",
     "fixtures.data",
+    "fixtures.distributed",
 ]

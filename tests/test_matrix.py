@@ -47,12 +47,43 @@ def test_selection_overrides_and_ids():
     assert matrix.case_id(case) == "cpu-resnet50-infer-bs2-bf16"
 
 
-def test_ceilings_skip_h2d_on_cpu_and_cover_every_gpu_dtype():
+def test_ceilings_skip_the_bus_on_cpu_and_cover_every_gpu_dtype():
     names = {c["ceiling"] for c in matrix.cases(matrix.Selection(["cpu"]), "ceiling")}
-    assert names == {"gemm", "copy"}
+    assert names == {"gemm", "copy", "allreduce"}
     gpu = matrix.cases(matrix.Selection(["cuda:0"]), "ceiling")
     assert {c["dtype"] for c in gpu if c["ceiling"] == "gemm"} == {"fp32", "tf32", "bf16", "fp16"}
-    assert {c["ceiling"] for c in gpu} == {"gemm", "copy", "h2d"}
+    assert {c["ceiling"] for c in gpu} == {"gemm", "copy", "h2d", "d2h", "p2p", "allreduce"}
+
+
+def test_a_node_wide_allreduce_and_scaling_run_once_per_device_kind():
+    selection = matrix.Selection(["cuda:0", "cuda:1"], world_sizes=[1, 2])
+    allreduce = [c for c in matrix.cases(selection, "ceiling") if c["ceiling"] == "allreduce"]
+    assert [c["device"] for c in allreduce] == ["cuda:0"]
+    scaling = matrix.cases(selection, "scaling")
+    assert {c["device"] for c in scaling} == {"cuda:0"}
+    assert [matrix.case_id(c) for c in scaling if c["workload"] == "resnet50"] == [
+        "cuda:0-resnet50-train-w1-bs128-fp32", "cuda:0-resnet50-train-w2-bs128-fp32"]
+
+
+def test_scaling_and_colocated_cases_on_the_cpu():
+    scaling = matrix.cases(matrix.Selection(["cpu"]), "scaling")
+    assert [matrix.case_id(c) for c in scaling] == ["cpu-mobilenet_v3_small-train-w1-bs8-fp32",
+                                                    "cpu-mobilenet_v3_small-train-w2-bs8-fp32"]
+    pair = matrix.cases(matrix.Selection(["cpu"], colocate=[("resnet18", "alexnet")], batch_sizes=[4, 2]), "colocated")
+    assert [matrix.case_id(c) for c in pair] == ["cpu-resnet18+alexnet-train-bs2-fp32"]
+    chosen = matrix.cases(matrix.Selection(["cpu"], models=["resnet18"]), "colocated")
+    assert [c["members"] for c in chosen] == ["resnet18+resnet18"]
+
+
+@pytest.mark.parametrize("selection, message", [
+    (matrix.Selection(["cpu"], world_sizes=[0]), "world sizes must be whole numbers >= 1, got 0"),
+    (matrix.Selection(["cpu"], world_sizes=[3], nnodes=2), "world size 3 does not split evenly over 2 nodes"),
+    (matrix.Selection(["cpu"], colocate=[("resnet18",)]), "needs two or more processes, got 'resnet18'"),
+    (matrix.Selection(["cpu"], colocate=[("resnet18", "nope")]), "co-located group 'resnet18\\+nope': unknown model 'nope'"),
+])
+def test_distributed_selections_are_checked(selection, message):
+    with pytest.raises(ValueError, match=message):
+        matrix.validate(selection)
 
 
 def test_zoo_holds_the_seed_models():

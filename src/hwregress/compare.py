@@ -70,6 +70,7 @@ class Figures:
     baseline_peak_memory_bytes: int | None = None
     baseline_accuracy: float | None = None
     baseline_speedup: float | None = None
+    baseline_efficiency: float | None = None
     wanted_threshold: float | None = None
     env_changes: list[str] = field(default_factory=list)
     identity_changes: list[str] = field(default_factory=list)
@@ -108,6 +109,8 @@ class Measured:
     identity: Mapping[str, Any] = field(default_factory=dict)
     reference_samples: Sequence[float] = ()  # a speedup's CPU-side samples (samples/s)
     on_cpu: bool = False
+    efficiency: float | None = None  # scaling or co-location efficiency (fraction)
+    efficiency_reference: Sequence[float] = ()  # the same-session reference throughput samples it divides by
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
@@ -121,7 +124,9 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     Throughput: see :func:`hwregress.stats.compare`. Memory: fails when current peak >
     baseline peak * (1 + memory tolerance) (+ slack for sampled, inexact memory). Accuracy: fails when current <
     baseline - margin.
-    Speedup: fails when current speedup < baseline speedup * (1 - threshold).
+    Speedup: fails when current speedup < baseline speedup * (1 - threshold). Efficiency (scaling, co-location)
+    likewise: current < baseline efficiency * (1 - threshold), the threshold widened by the same-session reference's
+    own noise, since the efficiency divides by it.
     """
     if baseline is None:
         return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
@@ -140,6 +145,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     _judge_memory(measured, baseline, tolerances, judgement)
     _judge_accuracy(measured, baseline, tolerances, judgement)
     _judge_speedup(measured, baseline, tolerances, judgement)
+    _judge_efficiency(measured, baseline, tolerances, judgement)
     _judge_environment(measured, baseline, strict_env, judgement)
     if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
                                                      Verdict.UNSTABLE):
@@ -241,15 +247,36 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     if measured.speedup is None or base_speedup is None:
         return
     judgement.figures.baseline_speedup = base_speedup
-    threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
-    if len(measured.reference_samples) >= 2:  # the CPU side's own noise moves the ratio too
-        cpu_noise = stats.noise_bound(measured.reference_samples, len(measured.reference_samples), tolerances.z)
-        threshold = max(threshold, min(cpu_noise, tolerances.max_threshold))
+    threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)  # the CPU side's noise counts too
     if measured.speedup < base_speedup * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "
             f"x (1 - {threshold:.1%})"
         )
+
+
+def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                      judgement: Judgement) -> None:
+    base_efficiency = baseline.get("efficiency")
+    if measured.efficiency is None or base_efficiency is None:
+        return
+    judgement.figures.baseline_efficiency = base_efficiency
+    threshold = _ratio_threshold(judgement, tolerances, measured.efficiency_reference)
+    if measured.efficiency < base_efficiency * (1 - threshold):
+        judgement.failures.append(
+            f"{measured.test_id}: efficiency {measured.efficiency:.3f} < baseline {base_efficiency:.3f} "
+            f"x (1 - {threshold:.1%})"
+        )
+
+
+def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_samples: Sequence[float]) -> float:
+    """The threshold of a ratio of two same-session throughputs (speedup, efficiency): the throughput comparison's,
+    widened by the noise of the reference it divides by (capped at ``max_threshold``)."""
+    threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
+    if len(reference_samples) >= 2:
+        noise = stats.noise_bound(reference_samples, len(reference_samples), tolerances.z)
+        threshold = max(threshold, min(noise, tolerances.max_threshold))
+    return threshold
 
 
 def _judge_environment(measured: Measured, baseline: Mapping[str, Any], strict_env: bool,

@@ -88,6 +88,7 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         "peak_memory_bytes": record.peak_memory_bytes,
         "accuracy": record.accuracy,
         "speedup": record.speedup,
+        "efficiency": record.efficiency,
         "environment": dict(record.environment),
         "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hwregress_version": __version__,

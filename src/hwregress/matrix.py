@@ -20,10 +20,14 @@ DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {
     "cuda": {"infer": (1, 32, 256), "train": (32, 128), "prefill": (1, 8), "decode": (1, 16)},
     "mps": {"infer": (1, 32), "train": (32,), "prefill": (1,), "decode": (1, 4)},
 }
-CEILINGS = ("gemm", "copy", "h2d")
+CEILINGS = ("gemm", "copy", "h2d", "d2h", "p2p", "allreduce")
+CUDA_ONLY_CEILINGS = ("h2d", "d2h", "p2p")
 # GEMM roofs measured by default per device kind (plus any --dtypes): every tensor-core mode on GPUs
 DEFAULT_CEILING_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "tf32", "bf16", "fp16"), "mps": ("fp32", "fp16")}
-FAMILIES = ("throughput", "parity", "output-parity", "speedup", "ceiling")
+FAMILIES = ("throughput", "parity", "output-parity", "speedup", "ceiling", "scaling", "colocated")
+# data-parallel scaling and co-location: models small enough for 2 cores, and on GPUs one CNN and one transformer
+SCALING_MODELS = {"cpu": ("mobilenet_v3_small",), "cuda": ("resnet50", "bert_base")}
+COLOCATED_MEMBERS = {"cpu": (("mobilenet_v3_small", "mobilenet_v3_small"),), "cuda": (("resnet50", "resnet50"),)}
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,9 @@ class Selection:
         dtypes: subset of :data:`hwregress.numerics.DTYPES`.
         compilers: subset of :data:`hwregress.compilation.BACKENDS` (``eager``: no compilation).
         memory_formats: ``contiguous`` and/or ``channels_last`` (the latter for convolutional models only).
+        world_sizes: ranks of the ``scaling`` family's jobs, or None: :func:`hwregress.dist.topology.default_world_sizes`.
+        colocate: the ``colocated`` family's process groups (model names, one per process), or None: per device kind.
+        nnodes: nodes every distributed job spans (``--nnodes``).
     """
 
     devices: list[str]
@@ -48,6 +55,9 @@ class Selection:
     dtypes: list[str] = field(default_factory=lambda: ["fp32"])
     compilers: list[str] = field(default_factory=lambda: ["eager"])
     memory_formats: list[str] = field(default_factory=lambda: ["contiguous"])
+    world_sizes: list[int] | None = None
+    colocate: list[tuple[str, ...]] | None = None
+    nnodes: int = 1
 
 
 def tier(device: str) -> dict[str, tuple[str, ...] | None]:
@@ -122,11 +132,68 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
                     for m in models_for(selection, device) if workloads.get(m).input_kind == "images"]
         elif family == "ceiling":
             for name in CEILINGS:
-                if name == "h2d" and device_kind(device) != "cuda":
+                if name in CUDA_ONLY_CEILINGS and device_kind(device) != "cuda":
                     continue
+                if name == "allreduce" and not _leads_its_kind(selection, device):
+                    continue  # one job over every GPU of the node, not one per GPU
                 for d in (_gemm_dtypes(selection, device) if name == "gemm" else ["fp32"]):
                     out.append({"device": device, "ceiling": name, "dtype": d})
+        elif family == "scaling" and _leads_its_kind(selection, device):
+            out += [{"device": device, "workload": m, "mode": "train", "world_size": w, "batch_size": b, "dtype": d}
+                    for m in scaling_models(selection, device)
+                    for w in world_sizes_for(selection, device)
+                    for b in _largest(batch_sizes_for(selection, device, "train", m))
+                    for d in selection.dtypes]
+        elif family == "colocated":
+            out += [{"device": device, "members": "+".join(members), "mode": "train", "batch_size": b, "dtype": d}
+                    for members in colocated_members(selection, device)
+                    for b in _smallest(batch_sizes_for(selection, device, "train", members[0]))
+                    for d in selection.dtypes]
     return out
+
+
+def _leads_its_kind(selection: Selection, device: str) -> bool:
+    """Whether ``device`` is the first selected device of its kind: a job over every GPU of the node runs once."""
+    return next(d for d in selection.devices if device_kind(d) == device_kind(device)) == device
+
+
+def scaling_models(selection: Selection, device: str) -> list[str]:
+    """The ``scaling`` family's models: the selected ones that train, else :data:`SCALING_MODELS` of the device kind."""
+    if selection.models is not None:
+        return [m for m in selection.models if "train" in workloads.get(m).modes]
+    return list(SCALING_MODELS.get(device_kind(device), SCALING_MODELS["cpu"]))
+
+
+def world_sizes_for(selection: Selection, device: str) -> list[int]:
+    """The selected world sizes, or powers of two up to the node's GPUs (CPU: 1 and 2) times the nodes."""
+    if selection.world_sizes is not None:
+        return selection.world_sizes
+    from hwregress.devices import visible_devices
+    from hwregress.dist.topology import default_world_sizes
+
+    gpus = sum(1 for d in visible_devices() if device_kind(d) == "cuda")
+    return default_world_sizes(device_kind(device), gpus, selection.nnodes)
+
+
+def colocated_members(selection: Selection, device: str) -> list[tuple[str, ...]]:
+    """The ``colocated`` family's process groups: ``--colocate``, else two processes of the first selected model
+    that trains, else :data:`COLOCATED_MEMBERS` of the device kind."""
+    if selection.colocate is not None:
+        return selection.colocate
+    if selection.models is not None:
+        trainable = [m for m in selection.models if "train" in workloads.get(m).modes]
+        return [(trainable[0], trainable[0])] if trainable else []
+    return list(COLOCATED_MEMBERS.get(device_kind(device), COLOCATED_MEMBERS["cpu"]))
+
+
+def _largest(batch_sizes: list[int | str]) -> list[int | str]:
+    numeric = _numeric(batch_sizes)
+    return [max(numeric)] if numeric else []
+
+
+def _smallest(batch_sizes: list[int | str]) -> list[int | str]:
+    numeric = _numeric(batch_sizes)
+    return [min(numeric)] if numeric else []
 
 
 def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
@@ -155,7 +222,9 @@ def variant_suffix(params: dict[str, Any]) -> str:
 def case_id(params: dict[str, Any]) -> str:
     """A readable test id: ``cpu-resnet18-train-bs8-fp32``; a text workload's context follows its mode
     (``cpu-gpt2-decode-ctx128-bs1-fp32``)."""
-    parts = [params.get(k) for k in ("device", "workload", "ceiling", "mode")]
+    parts = [params.get(k) for k in ("device", "workload", "members", "ceiling", "mode")]
+    if params.get("world_size"):
+        parts.append(f"w{params['world_size']}")
     if params.get("context"):
         parts.append(f"ctx{params['context']}")
     suffix = variant_suffix(params)
@@ -187,6 +256,21 @@ def validate(selection: Selection) -> None:
     for memory_format in selection.memory_formats:
         if memory_format not in MEMORY_FORMATS:
             raise ValueError(f"unknown memory format {memory_format!r}; use {', '.join(MEMORY_FORMATS)}")
+    for size in selection.world_sizes or []:
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"world sizes must be whole numbers >= 1, got {size}")
+        if size % selection.nnodes:
+            raise ValueError(f"world size {size} does not split evenly over {selection.nnodes} nodes; "
+                             f"use multiples of {selection.nnodes}")
+    for members in selection.colocate or []:
+        if len(members) < 2:
+            raise ValueError(f"a co-located group needs two or more processes, got {'+'.join(members)!r}; "
+                             "write MODEL+MODEL[+MODEL...]")
+        for model in members:
+            try:
+                workloads.get(model)
+            except KeyError as error:
+                raise ValueError(f"co-located group {'+'.join(members)!r}: {error.args[0]}") from None
     for batch in selection.batch_sizes or []:
         if batch != MAX_BATCH and (not isinstance(batch, int) or batch < 1):
             raise ValueError(f"batch sizes must be >= 1, got {batch}")

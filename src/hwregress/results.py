@@ -61,10 +61,12 @@ class TestRecord:
     accuracy: float | None = None
     reference_accuracy: float | None = None
     speedup: float | None = None
+    efficiency: float | None = None  # scaling: T(W) / (W x T(1)); colocated: mean throughput vs solo
     baseline_throughput: float | None = None
     baseline_peak_memory_bytes: int | None = None
     baseline_accuracy: float | None = None
     baseline_speedup: float | None = None
+    baseline_efficiency: float | None = None
     ratio: float | None = None
     threshold: float | None = None
     p_value: float | None = None

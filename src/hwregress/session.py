@@ -166,7 +166,8 @@ def _measured(record: TestRecord) -> Measured:
                     exact_memory=device_kind(record.device or "cpu") == "cuda",
                     identity=record.details.get("identity") or {},
                     reference_samples=record.details.get("cpu_samples") or (),
-                    on_cpu=device_kind(record.device or "cpu") == "cpu")
+                    on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
+                    efficiency_reference=record.details.get("efficiency_reference_samples") or ())
 
 
 def apply_figures(record: TestRecord, figures: Figures) -> None:
@@ -177,6 +178,7 @@ def apply_figures(record: TestRecord, figures: Figures) -> None:
     record.baseline_peak_memory_bytes = figures.baseline_peak_memory_bytes
     record.baseline_accuracy = figures.baseline_accuracy
     record.baseline_speedup = figures.baseline_speedup
+    record.baseline_efficiency = figures.baseline_efficiency
     record.wanted_threshold = figures.wanted_threshold
     record.env_changes = list(figures.env_changes)
     record.identity_changes = list(figures.identity_changes)

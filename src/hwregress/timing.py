@@ -116,7 +116,8 @@ class Timing:
 
 def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
             round_driver: Callable[[Callable[[], None], int], None] | None = None,
-            window: AbstractContextManager[Any] | None = None) -> Timing:
+            window: AbstractContextManager[Any] | None = None,
+            agree: Callable[[int], int] | None = None) -> Timing:
     """Time ``step`` on one device following ``plan``.
 
     Warmup steps run untimed; the last warmup step is timed alone to choose ``steps_per_round`` so a
@@ -125,6 +126,10 @@ def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
     shows the same rounds); extension rounds run here. Every timed round runs inside ``window`` (a
     telemetry sampler, say), which warmup never enters.
 
+    Ranks of one data-parallel job must run the same steps, or a collective waits for ever: ``agree(value)``
+    turns each rank's own choice into the job's (the maximum over ranks, say) for the steps per round and for
+    each "extend by one round?" decision (1 or 0).
+
     Raises:
         whatever ``step`` raises (``torch.OutOfMemoryError`` included) after the timer is left clean.
     """
@@ -132,6 +137,8 @@ def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
         step()
     single = timer.time_round(step, 1)
     steps_per_round = max(1, math.ceil(plan.min_round_s / single)) if single > 0 else 1
+    agree = agree or (lambda value: value)
+    steps_per_round = agree(steps_per_round)
 
     round_seconds: list[float] = []
 
@@ -145,7 +152,7 @@ def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
     extended = 0
     with window if window is not None else nullcontext():
         (round_driver or _loop)(run_round, plan.rounds)
-        while relative_iqr(round_seconds) > plan.max_rel_iqr and sum(round_seconds) < plan.budget_s:
+        while agree(int(relative_iqr(round_seconds) > plan.max_rel_iqr and sum(round_seconds) < plan.budget_s)):
             run_round()
             extended += 1
     return Timing(

@@ -24,7 +24,8 @@ from hwregress.session import BenchSession
 from hwregress.timing import RoundTimer
 
 __all__ = ["hwbench", "pytest_generate_tests"]
-MARKERS = ("cpu", "gpu", "mps", "train", "infer", "prefill", "decode", "throughput", "parity", "speedup", "ceiling")
+MARKERS = ("cpu", "gpu", "mps", "train", "infer", "prefill", "decode", "throughput", "parity", "speedup", "ceiling",
+           "scaling", "colocated")
 
 
 class HookSpecs:

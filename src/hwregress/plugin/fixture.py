@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hwregress import ceilings, host_reference, parity, roofline, workloads
+from hwregress import ceilings, host_reference, interconnect, parity, roofline, workloads
 from hwregress.baselines import BaselineError, entry_key
 from hwregress.batch_search import find_max_batch
 from hwregress.bench import Measurement, OutOfMemory, RunOptions, batch_probe, run_model
@@ -21,6 +21,7 @@ from hwregress.identity import device_identity
 from hwregress.llm_bench import run_llm
 from hwregress.matrix import MAX_BATCH, MAX_BATCH_LIMIT, variant_suffix
 from hwregress.numerics import LLM_MODES
+from hwregress.plugin.distributed import DistributedBench
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.xdist import is_worker
@@ -125,21 +126,60 @@ class HwBench:
                                             shared / "hwregress-cpu-reference")
 
     def ceiling(self, device: str, name: str, dtype: str) -> TestRecord:
-        """Measure one roof of ``device`` (``gemm``, ``copy``, ``h2d``) and assert it against the baseline."""
+        """Measure one roof of ``device`` (``gemm``, ``copy``, ``h2d``, ``d2h``, ``p2p``, ``allreduce``) and assert it
+        against the baseline; the published figure goes beside it."""
+        if name == "allreduce":
+            record = self._start("ceiling", device, name, "roof", 0, dtype)
+            record.unit = "GB/s"
+            mode = DistributedBench(self).allreduce(record, device)
+            return self._conclude(record, entry_key("ceiling", name, mode, record.batch_size or 0, dtype))
         spec = ceilings.default_spec(name, device)
         record = self._start("ceiling", device, name, "roof", spec.size, dtype)
         record.unit = spec.unit
+        reason = ceilings.unsupported_reason(name, device)
+        if reason is not None:
+            skip_with(Verdict.UNSUPPORTED, reason)
         measurement = ceilings.run_ceiling(spec, device, dtype, self._timer(device), self.settings.plan,
                                            self.settings.telemetry_interval_s, self._round_driver())
         fill_measurement(record, measurement)
-        facts = record.details["device_facts"]
-        lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"), facts.get("mig", False))
-        if lookup.peak is not None:
-            record.details.update(published=lookup.peak.roof(name, dtype), published_source=lookup.peak.source)
+        record.details.update(measurement.facts)
+        if name in interconnect.INTERCONNECT_CEILINGS:
+            self._published_link(record, name, device)
         else:
-            record.details["published_missing"] = lookup.reason
+            facts = record.details["device_facts"]
+            lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"), facts.get("mig", False))
+            if lookup.peak is not None:
+                record.details.update(published=lookup.peak.roof(name, dtype), published_source=lookup.peak.source)
+            else:
+                record.details["published_missing"] = lookup.reason
         self._benchmark_extra_info(record)
         return self._conclude(record, entry_key("ceiling", name, "roof", spec.size, dtype))
+
+    @staticmethod
+    def _published_link(record: TestRecord, name: str, device: str) -> None:
+        """The published bandwidth of the link a bus ceiling crosses (:mod:`hwregress.interconnect`), and the link."""
+        roof = interconnect.published_roof(name, device, record.device_name or "")
+        if roof is not None:
+            record.details.update(published=roof[0], published_source=roof[1])
+        else:
+            record.details["published_missing"] = f"no published {name} figure for {record.device_name} on {device}"
+        link = interconnect.pcie_link(device)
+        if link is not None:
+            record.details.update(link.facts())
+
+    def scaling(self, device: str, model: str, world_size: int, batch_size: int, dtype: str) -> TestRecord:
+        """Train ``model`` data-parallel over ``world_size`` ranks (batch ``batch_size`` per rank); assert global
+        throughput, scaling efficiency against W=1 in this session, and peak memory against the baseline."""
+        record = self._start("scaling", device, model, "train", batch_size, dtype)
+        mode = DistributedBench(self).scaling(record, device, model, world_size, batch_size, dtype)
+        return self._conclude(record, entry_key("scaling", model, mode, batch_size, dtype))
+
+    def colocated(self, device: str, members: str, batch_size: int, dtype: str) -> TestRecord:
+        """Train the ``+``-joined ``members`` as processes sharing ``device`` at once and alone; assert the group's
+        throughput, its interference (mean throughput beside the others / solo) and memory against the baseline."""
+        record = self._start("colocated", device, members, "train", batch_size, dtype)
+        DistributedBench(self).colocated(record, device, members.split("+"), batch_size, dtype)
+        return self._conclude(record, entry_key("colocated", members, "train", batch_size, dtype))
 
     def digits_accuracy(self, device: str, dtype: str, cpu_accuracy: Callable[[], float]) -> TestRecord:
         """Train the digits CNN on ``device``; assert accuracy against the baseline and, off the CPU,

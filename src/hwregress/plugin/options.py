@@ -7,7 +7,7 @@ error names the flag or ini key the bad value came from, the value, and what wou
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from hwregress import workload_plugins
 from hwregress.compare import Tolerances
 from hwregress.devices import parse_device_list, visible_devices
+from hwregress.dist.topology import Topology
 from hwregress.lifecycle import UPDATE_MODES
 from hwregress.matrix import MAX_BATCH, Selection, validate
 from hwregress.session import Policy
@@ -48,6 +49,16 @@ OPTIONS: tuple[Option, ...] = (
            "compilation: eager, inductor, inductor-max-autotune, cudagraphs (compile time recorded apart)", True),
     Option("--memory-format", "hwregress_memory_format", "contiguous",
            "memory formats: contiguous, channels_last (convolutional models)", True),
+    Option("--world-sizes", "hwregress_world_sizes", None,
+           "ranks of the scaling family's jobs (default: powers of two up to the GPUs x nodes; CPU: 1, 2 per node)", True),
+    Option("--colocate", "hwregress_colocate", None,
+           "co-located process groups, MODEL+MODEL[+...] (default: two processes of one small model per device)", True),
+    Option("--nnodes", "hwregress_nnodes", "1", "nodes every distributed job spans (run the same command on each)"),
+    Option("--node-rank", "hwregress_node_rank", "0", "this node's rank, 0..nnodes-1 (node 0 writes the records)"),
+    Option("--rdzv-endpoint", "hwregress_rdzv_endpoint", None,
+           "HOST:PORT of node 0 for the c10d rendezvous (that port and the next must be free on node 0)"),
+    Option("--dist-timeout", "hwregress_dist_timeout", "300",
+           "seconds a distributed job's rank may go without progress before the test fails and the job is ended"),
     Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),
     Option("--report-dir", "hwregress_report_dir", "reports", "folder for results.json and report.html"),
     Option("--history-dir", "hwregress_history_dir", None,
@@ -85,6 +96,9 @@ class Settings:
     cudnn_benchmark: bool
     trace: bool
     write_report: bool
+    topology: Topology = field(default_factory=Topology)
+    dist_timeout_s: float = 300.0
+    workload_modules: tuple[str, ...] = ()  # --workloads: the ranks of a distributed job import them too
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -140,6 +154,9 @@ def build_settings(config: pytest.Config) -> Settings:
         cudnn_benchmark=_switch(config, "hwregress_cudnn_benchmark"),
         trace=config.getoption("hwregress_trace"),
         write_report=not config.getoption("hwregress_no_report"),
+        topology=_topology(config),
+        dist_timeout_s=_number(config, "hwregress_dist_timeout", float, 1, 86_400),
+        workload_modules=tuple(_list(config, "hwregress_workloads") or ()),
     )
 
 
@@ -162,12 +179,49 @@ def _selection(config: pytest.Config) -> Selection:
     dtypes = _list(config, "hwregress_dtypes")
     batch_sizes = _batch_sizes(config)
     selection = Selection(devices, models, batch_sizes, modes, dtypes or [], _list(config, "hwregress_compile") or ["eager"],
-                          _list(config, "hwregress_memory_format") or ["contiguous"])
+                          _list(config, "hwregress_memory_format") or ["contiguous"], _world_sizes(config),
+                          _colocate(config), _topology(config).nnodes)
     try:
         validate(selection)
     except (KeyError, ValueError) as error:
         raise pytest.UsageError(f"{_culprit(config, error.args[0])}: {error.args[0]}") from None
     return selection
+
+
+def _world_sizes(config: pytest.Config) -> list[int] | None:
+    entries = _list(config, "hwregress_world_sizes")
+    if entries is None:
+        return None
+    try:
+        return [int(entry) for entry in entries]
+    except ValueError:
+        raise pytest.UsageError(f"{_source(config, 'hwregress_world_sizes')}: world sizes must be whole numbers, got "
+                                f"{','.join(entries)!r}") from None
+
+
+def _colocate(config: pytest.Config) -> list[tuple[str, ...]] | None:
+    entries = _list(config, "hwregress_colocate")
+    return None if entries is None else [tuple(entry.split("+")) for entry in entries]
+
+
+def _topology(config: pytest.Config) -> Topology:
+    """``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``, checked together.
+
+    Raises:
+        pytest.UsageError: a bad number or endpoint, or several nodes under pytest-xdist (every node must run the
+            same tests in the same order, which one pytest process does and ``-n`` does not).
+    """
+    nnodes = _number(config, "hwregress_nnodes", int, 1, 100_000)
+    node_rank = _number(config, "hwregress_node_rank", int, 0, 100_000)
+    endpoint = _value(config, "hwregress_rdzv_endpoint")[0]
+    try:
+        topology = Topology(nnodes, node_rank, endpoint)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    if topology.multi_node and getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError(f"--nnodes {nnodes} runs in one pytest process per node: drop -n (pytest-xdist), so every "
+                                "node runs the same tests in the same order")
+    return topology
 
 
 def _timing_plan(config: pytest.Config) -> TimingPlan:
@@ -305,7 +359,8 @@ def _path(config: pytest.Config, ini: str) -> Path:
 
 def _culprit(config: pytest.Config, message: str) -> str:
     """The flag (or ini key) a matrix validation error is about, from the words of its message."""
-    for word, ini in (("model", "hwregress_models"), ("memory format", "hwregress_memory_format"),
+    for word, ini in (("co-located", "hwregress_colocate"), ("world size", "hwregress_world_sizes"),
+                      ("model", "hwregress_models"), ("memory format", "hwregress_memory_format"),
                       ("mode", "hwregress_modes"), ("dtype", "hwregress_dtypes"), ("compiler", "hwregress_compile"),
                       ("batch", "hwregress_batch_sizes")):
         if word in message:

@@ -20,6 +20,7 @@ from hwregress import __version__, roofline
 from hwregress.atomic import atomic_write_json, atomic_write_text
 from hwregress.report import charts
 from hwregress.report.history_view import HistorySection
+from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY, scaleout_context
 from hwregress.results import SessionResults, TestRecord, machine_label
 from hwregress.verdicts import Verdict, verdict_rank
 
@@ -37,7 +38,7 @@ def _environment() -> Environment:
     env = Environment(loader=PackageLoader("hwregress", "report/templates"),
                       autoescape=select_autoescape(["html", "j2"], default=True), trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=_num, gib=_gib, pct=_pct, shortid=_short_id, anchor=_anchor, ceiling_size=_ceiling_size,
-                       finding=_finding)
+                       finding=_finding, binary_size=_binary_size_text)
     env.tests.update(present=lambda value: not _missing(value))
     env.globals.update(has_detail=_has_detail)
     return env
@@ -90,15 +91,26 @@ def _binary_size(size_bytes: float) -> str:
     return f"{size_bytes:.3g} B"
 
 
+def _binary_size_text(value: Any) -> str:
+    """A byte count as :func:`_binary_size` (``64 MiB``); anything not a finite number as ``num``."""
+    if _missing(value) or not _is_number(value):
+        return _num(value)
+    return _binary_size(value)
+
+
+CEILING_SIZE_NAMES = {"copy": "copy", "h2d": "host→device", "d2h": "device→host", "p2p": "GPU→GPU", "allreduce": "all-reduce"}
+
+
 def _ceiling_size(record: TestRecord) -> str:
     """What a ceiling row's ``batch_size`` holds (``hwregress.ceilings.CeilingSpec.size``): the matrix
-    side n for GEMM (``GEMM 4096³``), the buffer bytes for copies (``copy 256 MiB``, ``host→device 1 GiB``)."""
+    side n for GEMM (``GEMM 4096³``), the buffer bytes for copies (``copy 256 MiB``, ``host→device 1 GiB``,
+    ``device→host 1 GiB``, ``GPU→GPU 1 GiB``) and the largest message of an all-reduce (``all-reduce 64 MiB``)."""
     size = record.batch_size
     if _missing(size) or not _is_number(size):
         return _num(size)
     if record.model == "gemm":
         return f"GEMM {int(size) if float(size).is_integer() else _num(size)}³"
-    name = {"copy": "copy", "h2d": "host→device"}.get(str(record.model), f"{record.model} size")
+    name = CEILING_SIZE_NAMES.get(str(record.model), f"{record.model} size")
     return f"{name} {_binary_size(size)}"
 
 
@@ -138,6 +150,7 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         details=[_detail(r) for r in records if _has_detail(r)],
         version=__version__,
         **(history or HistorySection()).context(),
+        **scaleout_context(records),
     )
 
 
@@ -193,6 +206,8 @@ def _speedup_chart(records: list[TestRecord]) -> Any:
 
 
 def _roofline_charts(records: list[TestRecord]) -> list[Any]:
+    # a scaling or co-location record's figures add up several devices or processes: not one device's roofline
+    records = [r for r in records if r.family not in (SCALING_FAMILY, COLOCATED_FAMILY)]
     out = []
     devices = sorted({r.device for r in records if r.arithmetic_intensity and r.achieved_tflops and r.device})
     for device in devices:

@@ -1,0 +1,168 @@
+"""The distributed families end to end through the plugin, on this CPU with gloo: scaling over world sizes 1 and
+2, the all-reduce ceiling, a co-located pair, two pytest processes as two nodes, and a rank killed or hung
+mid-window (the test fails naming the rank, within the timeout, and no process of the job survives)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import REPO, HwProject
+from hwregress.dist.launch import JOB_VARIABLE
+
+DIST = ["--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "4", "--profile-steps", "2"]
+
+
+@pytest.fixture
+def dist_project(hw_project: HwProject) -> HwProject:
+    for name in ("test_scaling.py", "test_colocated.py", "test_ceilings.py"):
+        shutil.copy(REPO / "bench_tests" / name, hw_project.path / "bench_tests")
+    return hw_project
+
+
+def _job_processes() -> list[psutil.Process]:
+    """Every process of this user that belongs to some hwregress job."""
+    found = []
+    for process in psutil.process_iter(["pid"]):
+        try:
+            if JOB_VARIABLE in process.environ():
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _records(project: HwProject) -> dict[str, dict]:
+    return {r["test_id"].rsplit("[", 1)[-1].rstrip("]"): r for r in project.results["records"]}
+
+
+def test_scaling_records_world_sizes_one_and_two_with_efficiency_and_communication_share(dist_project):
+    result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "1,2", "--update-baselines", *DIST)
+    result.assert_outcomes(passed=2)
+    records = _records(dist_project)
+    one, two = records["cpu-tiny-train-w1-bs4-fp32"], records["cpu-tiny-train-w2-bs4-fp32"]
+    assert one["family"] == two["family"] == "scaling"
+    assert one["efficiency"] == 1.0 and one["details"]["scaling"]["threads_per_rank"] == 2
+    scaling = two["details"]["scaling"]
+    assert scaling["world_size"] == 2 and scaling["nodes"] == 1 and scaling["backend"] == "gloo"
+    assert scaling["threads_per_rank"] == 1 and len(scaling["ranks"]) == 2
+    assert two["efficiency"] == pytest.approx(two["throughput"] / (2 * one["throughput"]), rel=1e-9)
+    assert scaling["reference_throughput"] == pytest.approx(one["throughput"])  # T(1) from the same session
+    assert 0 < scaling["comm_share"] < 1 and scaling["buckets"] >= 1
+    assert scaling["allreduce_bytes_per_step"] == 4 * (3 * 8 * 8 * 32 + 32 + 32 * 10 + 10)  # every fp32 gradient
+    entries = json.loads(dist_project.baseline_files()[0].read_text())["entries"]
+    assert entries["scaling/tiny/train-w2/bs4/fp32"]["efficiency"] == pytest.approx(two["efficiency"])
+    assert "scaling/tiny/train-w1/bs4/fp32" in entries
+    assert not _job_processes()
+
+
+def test_the_cpu_ceilings_include_allreduce_and_a_colocated_pair_is_recorded(dist_project):
+    result = dist_project.run("-m", "cpu and (ceiling or colocated)", *DIST)
+    result.assert_outcomes(passed=4)  # gemm, copy, allreduce, the co-located pair
+    records = _records(dist_project)
+    allreduce = records["cpu-allreduce-fp32"]
+    curve = allreduce["details"]["allreduce"]["curve"]
+    assert allreduce["unit"] == "GB/s" and allreduce["details"]["allreduce"]["world_size"] == 2
+    assert [point["bytes"] for point in curve] == [4**k * 1024 for k in range(8)]
+    assert allreduce["batch_size"] == 16 * 2**20 and allreduce["throughput"] == pytest.approx(
+        allreduce["throughput"]) and allreduce["throughput"] > 0
+    assert all(point["busbw_gbps"] == pytest.approx(point["algbw_gbps"]) for point in curve)  # 2(W-1)/W = 1 at W=2
+    pair = records["cpu-tiny+tiny-train-bs4-fp32"]
+    colocated = pair["details"]["colocated"]
+    assert pair["family"] == "colocated" and colocated["processes"] == 2 and colocated["mps_active"] is None
+    assert [m["model"] for m in colocated["members"]] == ["tiny", "tiny"]
+    assert all(m["interference"] > 0 and m["solo_throughput"] > 0 and m["peak_memory_bytes"] for m in colocated["members"])
+    assert pair["efficiency"] == pytest.approx(sum(m["interference"] for m in colocated["members"]) / 2)
+    assert not _job_processes()
+
+
+def test_a_killed_rank_fails_the_test_by_name_and_leaves_no_process(dist_project):
+    started = time.monotonic()
+    result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", "--dist-timeout", "60", "--rounds", "20",
+                              *DIST, env={"HWREGRESS_SELFTEST_KILL_RANK": "1"})
+    result.assert_outcomes(failed=1)
+    assert time.monotonic() - started < 60 + 60  # well within the timeout (start-up included)
+    (record,) = dist_project.results["records"]
+    assert record["verdict"] == "failed"
+    assert "RankFailed: rank 1 (node 0, local rank 1) exited with exit code -9 (SIGKILL) during 'timed round 2" in \
+        record["message"]
+    assert not _job_processes()
+
+
+def test_a_hung_rank_fails_the_test_within_the_timeout_and_leaves_no_process(dist_project):
+    started = time.monotonic()
+    result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", "--dist-timeout", "20", "--rounds", "20",
+                              *DIST, env={"HWREGRESS_SELFTEST_HANG_RANK": "1"})
+    result.assert_outcomes(failed=1)
+    (record,) = dist_project.results["records"]
+    assert "JobHung: no progress for 20 s (--dist-timeout) on rank(s)" in record["message"]
+    assert "rank 1 (pid" in record["message"] and "timed round 2" in record["message"]
+    assert time.monotonic() - started < 20 + 100  # the timeout, start-up and the solo run around it
+    assert not _job_processes()
+
+
+def test_an_out_of_memory_rank_ends_the_test_as_oom(dist_project):
+    result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", *DIST,
+                              env={"HWREGRESS_SELFTEST_OOM_RANK": "0"})
+    result.assert_outcomes(skipped=1)
+    (record,) = dist_project.results["records"]
+    assert record["verdict"] == "oom" and "out of memory on rank 0 (cpu)" in record["message"]
+    assert not _job_processes()
+
+
+def _free_port() -> int:
+    """A port whose successor is free too (the session store and the job rendezvous)."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def test_two_pytest_processes_on_localhost_are_two_nodes_of_one_job(dist_project):
+    port = _free_port()
+    for node in (0, 1):
+        (dist_project.path / f"node{node}").mkdir()
+    common = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--devices", "cpu", "--rounds", "5",
+              "--warmup", "1", "--min-round-time", "0.02", "--time-budget", "1", "-m", "cpu and scaling",
+              "--world-sizes", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--dist-timeout", "120",
+              *DIST]
+    nodes = [subprocess.Popen([*common, "--node-rank", str(node), f"--report-dir=node{node}/reports",
+                               f"--baseline-dir=node{node}/baselines", "--update-baselines"],
+                              cwd=dist_project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for node in (0, 1)]
+    outputs = [node.communicate(timeout=400)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], "\n\n".join(outputs)
+    (record,) = json.loads((dist_project.path / "node0" / "reports" / "results.json").read_text())["records"]
+    scaling = record["details"]["scaling"]
+    assert record["verdict"] == "new" and scaling["world_size"] == 2 and scaling["nodes"] == 2
+    assert scaling["ranks_per_node"] == 1 and sorted(r["node_rank"] for r in scaling["ranks"]) == [0, 1]
+    assert record["efficiency"] > 0  # against node 0's own W=1 run in the same session
+    (other,) = json.loads((dist_project.path / "node1" / "reports" / "results.json").read_text())["records"]
+    assert other["verdict"] == "skipped" and other["details"]["participant"]["node_rank"] == 1
+    assert other["details"]["participant"]["world_size"] == 2 and other["details"]["participant"]["nodes"] == 2
+    assert "node 1 took part in job" in other["message"]
+    entries = json.loads(next((dist_project.path / "node0" / "baselines").glob("*.json")).read_text())["entries"]
+    assert "scaling/tiny/train-w2-n2/bs4/fp32" in entries
+    assert not list((dist_project.path / "node1" / "baselines").glob("*.json"))  # only node 0 records
+    assert not _job_processes()
+
+
+def test_several_nodes_refuse_pytest_xdist(dist_project):
+    result = dist_project.run("-n", "2", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:29999",
+                              inprocess=False)
+    assert result.ret == 4
+    assert "drop -n (pytest-xdist)" in str(result.stderr) + str(result.stdout)
