@@ -28,6 +28,7 @@ def test_default_world_sizes_are_powers_of_two_up_to_the_ranks_of_every_node():
     assert default_world_sizes("cuda", 1) == [1]
     assert default_world_sizes("cpu", 0) == [1, 2]
     assert default_world_sizes("cuda", 4, nnodes=2) == [2, 4, 8]  # W=1 cannot span two nodes
+    assert default_world_sizes("cuda", 8, nnodes=3) == [3, 6, 12, 24]  # every size splits over the nodes
     assert default_world_sizes("cpu", 0, nnodes=2) == [2, 4]
 
 
@@ -68,7 +69,9 @@ def test_a_topology_checks_itself_and_puts_jobs_on_the_next_port():
 def test_a_job_spec_round_trips_and_checks_its_world():
     spec = JobSpec("scaling", "cpu", 4, 2, 2, "id", "/tmp/x", models=["m", "m"])
     assert spec.backend == "gloo"
-    assert JobSpec("scaling", "cuda", 1, 1, 1, "id", "/tmp/x").backend == "nccl"
+    assert JobSpec("scaling", "cuda", 1, 1, 1, "id", "/tmp/x", devices=["cuda:0"]).backend == "nccl"
+    with pytest.raises(ValueError, match="2 ranks on this node need as many GPUs"):
+        JobSpec("scaling", "cuda", 2, 1, 2, "id", "/tmp/x", devices=["cuda:0"])
     assert JobSpec("colocated", "cuda", 2, 1, 2, "id", "/tmp/x").backend == "gloo"  # they only meet at a barrier
     with pytest.raises(ValueError, match="world size 3 != 2 nodes x 2 ranks per node"):
         JobSpec("scaling", "cpu", 3, 2, 2, "id", "/tmp/x")

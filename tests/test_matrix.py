@@ -65,14 +65,26 @@ def test_a_node_wide_allreduce_and_scaling_run_once_per_device_kind():
         "cuda:0-resnet50-train-w1-bs128-fp32", "cuda:0-resnet50-train-w2-bs128-fp32"]
 
 
-def test_scaling_and_colocated_cases_on_the_cpu():
-    scaling = matrix.cases(matrix.Selection(["cpu"]), "scaling")
+def test_scaling_and_colocated_run_on_the_cpu_when_asked_for():
+    assert matrix.cases(matrix.Selection(["cpu"]), "scaling") == []  # the default CPU tier stays within 2 minutes
+    assert matrix.cases(matrix.Selection(["cpu"]), "colocated") == []
+    asked = frozenset({"scaling", "colocated"})
+    scaling = matrix.cases(matrix.Selection(["cpu"], opted_in=asked), "scaling")
     assert [matrix.case_id(c) for c in scaling] == ["cpu-mobilenet_v3_small-train-w1-bs8-fp32",
                                                     "cpu-mobilenet_v3_small-train-w2-bs8-fp32"]
-    pair = matrix.cases(matrix.Selection(["cpu"], colocate=[("resnet18", "alexnet")], batch_sizes=[4, 2]), "colocated")
+    pair = matrix.cases(matrix.Selection(["cpu"], colocate=[("resnet18", "alexnet")], batch_sizes=[4, 2], opted_in=asked),
+                        "colocated")
     assert [matrix.case_id(c) for c in pair] == ["cpu-resnet18+alexnet-train-bs2-fp32"]
-    chosen = matrix.cases(matrix.Selection(["cpu"], models=["resnet18"]), "colocated")
+    chosen = matrix.cases(matrix.Selection(["cpu"], models=["resnet18"], opted_in=asked), "colocated")
     assert [c["members"] for c in chosen] == ["resnet18+resnet18"]
+
+
+def test_distributed_families_train_in_training_numerics_on_devices_with_a_backend():
+    selection = matrix.Selection(["mps", "cuda:0"], dtypes=["fp32", "int8", "bf16"])
+    scaling = matrix.cases(selection, "scaling")
+    assert {c["device"] for c in scaling} == {"cuda:0"} and {c["dtype"] for c in scaling} == {"fp32", "bf16"}
+    assert [c["device"] for c in matrix.cases(selection, "ceiling") if c["ceiling"] == "allreduce"] == ["cuda:0"]
+    assert {c["device"] for c in matrix.cases(selection, "colocated")} == {"mps", "cuda:0"}
 
 
 @pytest.mark.parametrize("selection, message", [

@@ -25,8 +25,16 @@ CUDA_ONLY_CEILINGS = ("h2d", "d2h", "p2p")
 # GEMM roofs measured by default per device kind (plus any --dtypes): every tensor-core mode on GPUs
 DEFAULT_CEILING_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "tf32", "bf16", "fp16"), "mps": ("fp32", "fp16")}
 FAMILIES = ("throughput", "parity", "output-parity", "speedup", "ceiling", "scaling", "colocated")
-# data-parallel scaling and co-location: models small enough for 2 cores, and on GPUs one CNN and one transformer
-SCALING_MODELS = {"cpu": ("mobilenet_v3_small",), "cuda": ("resnet50", "bert_base")}
+# data-parallel scaling and co-location: models small enough for 2 cores; on GPUs the classic DDP benchmark (the
+# GPU tier must stay within 10 minutes: transformers scale with --models bert_base)
+SCALING_MODELS = {"cpu": ("mobilenet_v3_small",), "cuda": ("resnet50",)}
+# On the CPU these families run when asked for (a -m expression naming them, --world-sizes, --colocate): the
+# default CPU tier must end within 2 minutes on 2 cores, and they take ~85 s there (5 jobs of spawned ranks)
+OPT_IN_ON_CPU = ("scaling", "colocated")
+# process-group families run where torch.distributed has a backend for the device: gloo on CPUs, NCCL on CUDA
+DISTRIBUTED_KINDS = ("cpu", "cuda")
+# numerics the distributed families train in (int8 and fp8 are inference-only here)
+TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 COLOCATED_MEMBERS = {"cpu": (("mobilenet_v3_small", "mobilenet_v3_small"),), "cuda": (("resnet50", "resnet50"),)}
 
 
@@ -46,6 +54,7 @@ class Selection:
         world_sizes: ranks of the ``scaling`` family's jobs, or None: :func:`hwregress.dist.topology.default_world_sizes`.
         colocate: the ``colocated`` family's process groups (model names, one per process), or None: per device kind.
         nnodes: nodes every distributed job spans (``--nnodes``).
+        opted_in: families of :data:`OPT_IN_ON_CPU` asked for, so they run on the CPU too.
     """
 
     devices: list[str]
@@ -58,6 +67,7 @@ class Selection:
     world_sizes: list[int] | None = None
     colocate: list[tuple[str, ...]] | None = None
     nnodes: int = 1
+    opted_in: frozenset[str] = frozenset()
 
 
 def tier(device: str) -> dict[str, tuple[str, ...] | None]:
@@ -134,23 +144,32 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
             for name in CEILINGS:
                 if name in CUDA_ONLY_CEILINGS and device_kind(device) != "cuda":
                     continue
-                if name == "allreduce" and not _leads_its_kind(selection, device):
+                if name == "allreduce" and (device_kind(device) not in DISTRIBUTED_KINDS
+                                            or not _leads_its_kind(selection, device)):
                     continue  # one job over every GPU of the node, not one per GPU
                 for d in (_gemm_dtypes(selection, device) if name == "gemm" else ["fp32"]):
                     out.append({"device": device, "ceiling": name, "dtype": d})
-        elif family == "scaling" and _leads_its_kind(selection, device):
+        elif family == "scaling" and _runs_distributed(selection, device, family) and _leads_its_kind(selection, device):
             out += [{"device": device, "workload": m, "mode": "train", "world_size": w, "batch_size": b, "dtype": d}
                     for m in scaling_models(selection, device)
                     for w in world_sizes_for(selection, device)
                     for b in _largest(batch_sizes_for(selection, device, "train", m))
-                    for d in selection.dtypes]
-        elif family == "colocated":
+                    for d in selection.dtypes if d in TRAINING_DTYPES]
+        elif family == "colocated" and _runs_distributed(selection, device, family):
             out += [{"device": device, "members": "+".join(members), "mode": "train", "batch_size": b, "dtype": d}
                     for members in colocated_members(selection, device)
                     for b in _smallest(batch_sizes_for(selection, device, "train", members[0]))
-                    for d in selection.dtypes]
+                    for d in selection.dtypes if d in TRAINING_DTYPES]
     return out
 
+
+def _runs_distributed(selection: Selection, device: str, family: str) -> bool:
+    """Whether ``family`` (``scaling``, ``colocated``) runs on ``device``: a kind with a process-group backend for
+    scaling, and on the CPU only when asked for (:data:`OPT_IN_ON_CPU`)."""
+    kind = device_kind(device)
+    if family == "scaling" and kind not in DISTRIBUTED_KINDS:
+        return False
+    return kind != "cpu" or family not in OPT_IN_ON_CPU or family in selection.opted_in
 
 def _leads_its_kind(selection: Selection, device: str) -> bool:
     """Whether ``device`` is the first selected device of its kind: a job over every GPU of the node runs once."""
@@ -168,11 +187,17 @@ def world_sizes_for(selection: Selection, device: str) -> list[int]:
     """The selected world sizes, or powers of two up to the node's GPUs (CPU: 1 and 2) times the nodes."""
     if selection.world_sizes is not None:
         return selection.world_sizes
-    from hwregress.devices import visible_devices
     from hwregress.dist.topology import default_world_sizes
 
-    gpus = sum(1 for d in visible_devices() if device_kind(d) == "cuda")
-    return default_world_sizes(device_kind(device), gpus, selection.nnodes)
+    return default_world_sizes(device_kind(device), len(node_gpus(selection)), selection.nnodes)
+
+
+def node_gpus(selection: Selection) -> list[str]:
+    """The selected CUDA devices that are visible here: the GPUs a job on this node may put its ranks on."""
+    from hwregress.devices import visible_devices
+
+    visible = set(visible_devices())
+    return [d for d in selection.devices if device_kind(d) == "cuda" and d in visible]
 
 
 def colocated_members(selection: Selection, device: str) -> list[tuple[str, ...]]:

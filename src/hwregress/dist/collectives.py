@@ -2,7 +2,8 @@
 
 For each message size every rank all-reduces a float32 buffer of that many bytes, ``iterations`` times back to
 back between device synchronizations; the time of one all-reduce is the round's time over its iterations, and
-the job's time is the slowest rank's (the collective ends when its last rank ends). Then
+the job's time is the slowest rank's (the collective ends when its last rank ends; nccl-tests averages over ranks by
+default, which reads the same when the ranks are balanced and higher when one lags). Then
 
     algbw = bytes / time        busbw = algbw x 2 (W - 1) / W
 
@@ -20,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from hwregress.devices import synchronize
+from hwregress.dist.rank_timing import max_over_ranks
 
 if TYPE_CHECKING:
     from hwregress.dist.job import JobSpec
@@ -48,12 +50,6 @@ def message_sizes(device_kind: str) -> list[int]:
     return list(GPU_SIZES if device_kind == "cuda" else CPU_SIZES)
 
 
-def _slowest(seconds: float, device: str) -> float:
-    tensor = torch.tensor([seconds], dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return float(tensor.item())
-
-
 def _time_round(buffer: torch.Tensor, iterations: int, device: str) -> float:
     dist.barrier()
     synchronize(device)
@@ -61,16 +57,14 @@ def _time_round(buffer: torch.Tensor, iterations: int, device: str) -> float:
     for _ in range(iterations):
         dist.all_reduce(buffer)
     synchronize(device)
-    return _slowest((time.perf_counter() - start) / iterations, device)
+    return float(max_over_ranks((time.perf_counter() - start) / iterations, device, torch.float64))
 
 
 def _iterations_for(buffer: torch.Tensor, device: str) -> int:
     """All-reduces per round so a round lasts :data:`MIN_ROUND_S` on the slowest rank (the job agrees)."""
     single = _time_round(buffer, 1, device)
     wanted = max(1, int(MIN_ROUND_S / single)) if single > 0 else 1
-    tensor = torch.tensor([wanted], dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return int(tensor.item())
+    return int(max_over_ranks(wanted, device))
 
 
 def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:

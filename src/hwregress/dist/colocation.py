@@ -5,13 +5,14 @@ timed round of every process ran beside the others. Solo throughput comes from t
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from hwregress.bench import build_step, prepare_process
-from hwregress.devices import device_kind
-from hwregress.dist.ddp_window import HeartbeatTimer
+from hwregress.devices import device_kind, synchronize
+from hwregress.dist.rank_timing import HeartbeatTimer
 from hwregress.memory import PeakMemoryMeter
 from hwregress.timing import TimingPlan, default_timer, measure
 from hwregress.workloads import get, make_batch
@@ -49,20 +50,27 @@ def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
         context.on_warmup()
         for _ in range(max(1, int(spec.plan.get("warmup_steps", 1)))):
             step()
+        synchronize(device)  # no queued warmup work may spill into another process's timed window
         dist.barrier()  # every process has built its model and warmed up: the timed windows start together
         timer = HeartbeatTimer(default_timer(device), lambda index: context.on_round(index, spec.plan.get("rounds")))
         timing = measure(step, timer, TimingPlan(**{**spec.plan, "warmup_steps": 1}))  # warmed up above
-        _keep_training_until_all_finish(step, dist.get_world_size(), context)
+        _keep_training_until_all_finish(step, dist.get_world_size(), context, spec.timeout_s)
     return {"model": workload.name, "round_seconds": timing.round_seconds, "steps_per_round": timing.steps_per_round,
             "stable": timing.stable, "peak_memory_bytes": memory.peak_bytes,
             "work_per_step": spec.batch_size * workload.work_per_sample(None), "unit": workload.unit}
 
 
-def _keep_training_until_all_finish(step: Any, processes: int, context: RankContext) -> None:
-    """Count this process as finished in the job's store, then train untimed until every process has."""
+def _keep_training_until_all_finish(step: Any, processes: int, context: RankContext, timeout_s: float) -> None:
+    """Count this process as finished in the job's store, then train untimed until every process has, reporting
+    progress to the watchdog every quarter of its timeout."""
     store = dist.distributed_c10d._get_default_store()
     finished = store.add(FINISHED_KEY, 1)
-    context.status("finished its window; training on beside the others")
+    phase = "finished its window; training on beside the others"
+    context.status(phase)
+    last_report = time.monotonic()
     while finished < processes:
         step()
         finished = store.add(FINISHED_KEY, 0)
+        if time.monotonic() - last_report > timeout_s / 4:
+            context.status(phase)
+            last_report = time.monotonic()

@@ -44,7 +44,8 @@ def communication_share(events: Iterable[Any], device_kind: str) -> dict[str, fl
     """
     events = list(events)
     if not events:
-        raise ValueError("the profiler recorded no events: the communication share cannot be measured")
+        raise ValueError("the profiler recorded no events: the communication share cannot be measured "
+                         "(--profile-steps 0 skips it)")
     starts = [e.time_range.start for e in events]
     ends = [e.time_range.end for e in events]
     window = max(ends) - min(starts)

@@ -14,40 +14,14 @@ import torch.distributed as dist
 from hwregress.bench import build_step, prepare_process
 from hwregress.devices import device_kind, synchronize
 from hwregress.dist.comm_profile import communication_share
+from hwregress.dist.rank_timing import HeartbeatTimer, agree_on_max
 from hwregress.memory import PeakMemoryMeter
-from hwregress.timing import RoundTimer, TimingPlan, default_timer, measure
+from hwregress.timing import TimingPlan, default_timer, measure
 from hwregress.workloads import get, make_batch
 
 if TYPE_CHECKING:
     from hwregress.dist.job import JobSpec
     from hwregress.dist.worker import RankContext
-
-
-class HeartbeatTimer:
-    """A round timer that reports each timed round to ``on_round(index)`` before running it (the calibration
-    round, timed alone first, is not reported)."""
-
-    def __init__(self, inner: RoundTimer, on_round: Callable[[int], None]) -> None:
-        self.inner = inner
-        self.on_round = on_round
-        self.calls = 0
-
-    def time_round(self, run_steps: Callable[[], None], steps: int) -> float:
-        if self.calls:
-            self.on_round(self.calls - 1)
-        self.calls += 1
-        return self.inner.time_round(run_steps, steps)
-
-
-def agree_on_max(device: str) -> Callable[[int], int]:
-    """``agree(value)``: the maximum of ``value`` over the job's ranks (an all-reduce of one integer)."""
-
-    def agree(value: int) -> int:
-        tensor = torch.tensor([value], dtype=torch.int64, device=device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return int(tensor.item())
-
-    return agree
 
 
 def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:

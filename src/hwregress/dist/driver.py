@@ -29,13 +29,16 @@ def launch_config(spec: JobSpec, endpoint: str, is_host: bool) -> Any:
 
     return LaunchConfig(min_nodes=spec.nnodes, max_nodes=spec.nnodes, nproc_per_node=spec.ranks_per_node,
                         run_id=spec.run_id, rdzv_backend="c10d", rdzv_endpoint=endpoint,
-                        rdzv_configs={"is_host": is_host, "join_timeout": int(spec.timeout_s)},
+                        # join: how long nodes wait for each other; read: how long a node retries reaching the store
+                        rdzv_configs={"is_host": is_host, "join_timeout": int(spec.timeout_s),
+                                      "read_timeout": int(spec.timeout_s)},
                         max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
                         logs_specs=DefaultLogsSpecs(log_dir=str(Path(spec.out_dir) / "logs"), redirects=Std.ALL))
 
 
 def failures_of(error: Any) -> list[dict[str, Any]]:
-    """The failed ranks of a ``ChildFailedError``, first failure first."""
+    """The failed ranks of a ``ChildFailedError``, the launcher's first failure first (it orders by whole seconds:
+    :func:`hwregress.dist.failure_text.describe_failures` decides which rank died first)."""
     first = error.get_first_failure()[0] if error.failures else None
     out = []
     for rank, failure in sorted(error.failures.items(), key=lambda item: item[0] != first):

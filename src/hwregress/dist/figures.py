@@ -69,10 +69,13 @@ def colocation_members(together: Sequence[dict[str, Any]], solo: dict[str, dict[
     (co-located / solo; 1 = unaffected) and both peak memories. ``solo`` maps model name to its solo rank report.
 
     Raises:
-        KeyError: a member without a solo measurement.
+        ValueError: a member without a solo measurement (names it).
     """
     lines = []
     for rank in together:
+        if rank["model"] not in solo:
+            raise ValueError(f"co-located process {rank['rank']} ran {rank['model']!r}, which has no solo measurement "
+                             f"(solo: {', '.join(sorted(solo)) or 'none'})")
         alone = solo[rank["model"]]
         solo_median = summarize(member_throughput_samples(alone)).median
         together_median = summarize(member_throughput_samples(rank)).median

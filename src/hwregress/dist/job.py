@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 from hwregress.atomic import atomic_write_json
 
 KINDS = ("scaling", "allreduce", "colocated")
+STACK_DUMP_SIGNAL = signal.SIGUSR1  # a rank's faulthandler writes every thread's stack to its stderr log on it
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class JobSpec:
         ranks_per_node: ranks this node starts.
         run_id: the rendezvous id, the same on every node.
         out_dir: this node's folder of the job (status and result files, the ranks' logs).
-        models: the workload of each rank (scaling: one name for all; colocated: one per process).
+        models: the workloads: scaling reads the first (every rank trains it); colocated, one per process, by rank.
         batch_size: per rank (samples); for ``allreduce`` unused.
         dtype: numerics (:mod:`hwregress.numerics`).
         plan: :class:`hwregress.timing.TimingPlan` fields.
@@ -39,6 +41,8 @@ class JobSpec:
         message_sizes: bytes per all-reduce message, ascending (``allreduce``).
         profile_steps: steps of the profiled window that measures the communication share (0: none).
         device: the device of a co-located job (``cuda:0``, ``cpu``).
+        devices: this node's GPUs for a CUDA job's local ranks, in local-rank order (``--devices``).
+        cudnn_benchmark: ``torch.backends.cudnn.benchmark`` in every rank (``--cudnn-benchmark``).
         workload_modules: modules that register workloads of the user's own (``--workloads``), imported by each rank.
         sys_path: the pytest process's import path, so ranks import what it imports.
     """
@@ -59,6 +63,8 @@ class JobSpec:
     message_sizes: list[int] = field(default_factory=list)
     profile_steps: int = 3
     device: str = "cpu"
+    devices: list[str] = field(default_factory=list)
+    cudnn_benchmark: bool = True
     workload_modules: list[str] = field(default_factory=list)
     sys_path: list[str] = field(default_factory=list)
 
@@ -67,11 +73,19 @@ class JobSpec:
             raise ValueError(f"unknown job kind {self.kind!r}; one of {', '.join(KINDS)}")
         if self.world_size != self.nnodes * self.ranks_per_node:
             raise ValueError(f"world size {self.world_size} != {self.nnodes} nodes x {self.ranks_per_node} ranks per node")
+        if self.device_kind == "cuda" and self.kind != "colocated" and len(self.devices) < self.ranks_per_node:
+            raise ValueError(f"{self.ranks_per_node} ranks on this node need as many GPUs, got {self.devices}")
 
     @property
     def backend(self) -> str:
         """NCCL for data-parallel jobs on CUDA, gloo otherwise (co-located processes only meet at a barrier)."""
         return "nccl" if self.device_kind == "cuda" and self.kind != "colocated" else "gloo"
+
+    def agreement(self) -> dict[str, Any]:
+        """What every node of a job must agree on (the same collectives in the same order): every field but this
+        node's own (run id, folder, GPUs, threads, import path)."""
+        own = {"run_id", "out_dir", "devices", "device", "threads_per_rank", "sys_path"}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in own}
 
     def write(self) -> Path:
         """Write the spec to ``out_dir/job.json`` (atomically) and return the path."""

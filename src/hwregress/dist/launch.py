@@ -15,13 +15,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hwregress.dist.job import JobSpec, driver_path, read_statuses, result_path
+from hwregress.dist.failure_text import describe_failures, describe_ranks, driver_tail
+from hwregress.dist.job import STACK_DUMP_SIGNAL, JobSpec, driver_path, read_statuses, result_path
 from hwregress.dist.topology import Topology
 
 # every process this node starts for a job carries a token of its own (not the run id: on one machine, two
 # nodes' sessions share the run id and must not end each other's processes): how stragglers are found and ended
 JOB_VARIABLE = "HWREGRESS_JOB"
-TAIL_LINES = 15
 STARTUP_GRACE_S = 60.0  # interpreter start, imports and the rendezvous, before a rank's first heartbeat counts
 POLL_S = 0.2
 
@@ -75,22 +75,42 @@ def _environment(spec: JobSpec, topology: Topology, token: str) -> dict[str, str
 
 
 def _watch(process: subprocess.Popen[bytes], spec: JobSpec) -> str | None:
-    """Wait for the driver; None when it ended by itself, else why the job was declared hung."""
+    """Wait for the driver; None when it ended by itself, else why the job was declared hung: a rank without
+    progress for the timeout (its stack is dumped into its log first), no rank at all after the timeout and a
+    start-up grace, or a launcher that lingers for the timeout after every local rank finished."""
     started = time.monotonic()
-    started_wall = time.time()
+    all_done_at: float | None = None
     while process.poll() is None:
         time.sleep(POLL_S)
         statuses = read_statuses(spec.out_dir)
         stalled = stalled_ranks(statuses, time.time(), spec.timeout_s)
         if stalled:
+            dump_stacks(statuses, stalled)
             return (f"no progress for {spec.timeout_s:g} s (--dist-timeout) on rank(s) "
-                    f"{', '.join(str(r) for r in stalled)}; the job was ended. "
-                    + describe_ranks(spec, statuses, stalled))
-        if len(statuses) < spec.ranks_per_node and time.monotonic() - started > spec.timeout_s + STARTUP_GRACE_S:
+                    f"{', '.join(str(r) for r in stalled)}; the job was ended. Where each was (its phase, then its "
+                    "stack and last output lines):\n" + describe_ranks(spec, read_statuses(spec.out_dir), stalled))
+        elapsed = time.monotonic() - started
+        if len(statuses) < spec.ranks_per_node and elapsed > spec.timeout_s + STARTUP_GRACE_S:
             waiting = "the other nodes to join the rendezvous" if spec.nnodes > 1 else "the ranks to start"
-            return (f"waited {time.time() - started_wall:.0f} s for {waiting} ({len(statuses)} of {spec.ranks_per_node} "
-                    f"local ranks reported); the job was ended. " + _driver_tail(spec))
+            return (f"waited {elapsed:.0f} s for {waiting} ({len(statuses)} of {spec.ranks_per_node} local ranks "
+                    f"reported); the job was ended. " + driver_tail(spec))
+        if statuses and all(s.get("phase") == "done" for s in statuses.values()) and len(statuses) >= spec.ranks_per_node:
+            all_done_at = all_done_at or time.monotonic()
+            if time.monotonic() - all_done_at > spec.timeout_s:
+                return (f"every local rank finished but the launcher did not end within {spec.timeout_s:g} s; the job "
+                        "was ended. " + driver_tail(spec))
     return None
+
+
+def dump_stacks(statuses: dict[int, dict[str, Any]], ranks: list[int], wait_s: float = 1.0) -> None:
+    """Ask each of ``ranks`` to write every thread's stack to its stderr log (``faulthandler`` on
+    :data:`hwregress.dist.job.STACK_DUMP_SIGNAL`), and give them ``wait_s`` to do it."""
+    for rank in ranks:
+        try:
+            os.kill(int(statuses[rank]["pid"]), STACK_DUMP_SIGNAL)
+        except (KeyError, ValueError, ProcessLookupError, PermissionError):
+            continue
+    time.sleep(wait_s)
 
 
 def stalled_ranks(statuses: dict[int, dict[str, Any]], now: float, timeout_s: float) -> list[int]:
@@ -148,68 +168,15 @@ def _outcome(spec: JobSpec, returncode: int | None) -> dict[str, Any]:
         if status.get("phase") == "oom":
             raise RankOutOfMemory(f"out of memory on rank {rank} ({status.get('device')}): {status.get('error')}")
     driver = _read_json(driver_path(spec.out_dir))
-    if returncode == 0 and driver.get("ok") and result_path(spec.out_dir).exists():
-        return _read_json(result_path(spec.out_dir))
+    if returncode == 0 and driver.get("ok"):
+        if result_path(spec.out_dir).exists():
+            return _read_json(result_path(spec.out_dir))
+        raise RankFailed(f"every rank ended without error but no result was written to {result_path(spec.out_dir)} "
+                         "(local rank 0 writes it after gathering); " + driver_tail(spec))
     if driver.get("failures"):
         raise RankFailed(describe_failures(spec, driver["failures"], statuses))
-    raise RankFailed(f"the launcher failed (exit code {returncode}): {driver.get('error') or 'no report'}. "
-                     + _driver_tail(spec))
-
-
-def describe_failures(spec: JobSpec, failures: list[dict[str, Any]], statuses: dict[int, dict[str, Any]]) -> str:
-    """One paragraph per failed rank, the rank that died first (killed, or failed without a peer to blame)
-    first: ``rank 1 (node 0, local rank 1) exited with code -9 (SIGKILL) during 'timed round 2 of 10'``, its
-    error and its last output lines."""
-    def died_first(failure: dict[str, Any]) -> tuple[int, int]:
-        status = statuses.get(failure["rank"], {})
-        killed = status.get("phase") not in ("failed", "oom")  # no Python error of its own: it was killed
-        return (0 if killed else 1, failure["rank"])
-
-    paragraphs = []
-    for failure in sorted(failures, key=died_first):
-        rank = failure["rank"]
-        status = statuses.get(rank, {})
-        how = f"exit code {failure['exitcode']}" + (f" ({failure['signal']})" if failure.get("signal") else "")
-        where = status.get("phase", "before its first report")
-        text = (f"rank {rank} (node {status.get('node_rank', '?')}, local rank {failure.get('local_rank')}) exited with "
-                f"{how} during '{where}'")
-        if status.get("error"):
-            text += f": {status['error']}"
-        paragraphs.append(text + "\n" + _rank_tail(spec, failure.get("local_rank", rank)))
-    return "\n".join(paragraphs)
-
-
-def describe_ranks(spec: JobSpec, statuses: dict[int, dict[str, Any]], ranks: list[int]) -> str:
-    """Where each of ``ranks`` was (its last phase and how long ago) with its last output lines."""
-    now = time.time()
-    parts = []
-    for rank in ranks:
-        status = statuses.get(rank, {})
-        parts.append(f"rank {rank} (pid {status.get('pid')}, {status.get('device')}): last at '{status.get('phase')}' "
-                     f"{now - float(status.get('time', now)):.0f} s ago\n" + _rank_tail(spec, status.get("local_rank", rank)))
-    return "\n".join(parts)
-
-
-def _rank_tail(spec: JobSpec, local_rank: int) -> str:
-    """The last output lines of a local rank (stderr, then stdout), from the elastic agent's log files."""
-    lines: list[str] = []
-    for name in ("stderr.log", "stdout.log"):
-        for path in sorted(Path(spec.out_dir, "logs").glob(f"*/attempt_*/{local_rank}/{name}")):
-            lines += [f"  [{name[:6]}] {line}" for line in _tail(path)]
-    return "\n".join(lines) if lines else "  (no output)"
-
-
-def _driver_tail(spec: JobSpec) -> str:
-    lines = _tail(Path(spec.out_dir) / "driver.log")
-    return "launcher output:\n" + "\n".join(f"  {line}" for line in lines) if lines else "(the launcher printed nothing)"
-
-
-def _tail(path: Path, count: int = TAIL_LINES) -> list[str]:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    return [line for line in text.splitlines() if line.strip()][-count:]
+    raise RankFailed(f"the launcher failed (exit code {returncode}): {driver.get('error') or 'no report'}. Check that "
+                     "the rendezvous endpoint is reachable and its port free. " + driver_tail(spec))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

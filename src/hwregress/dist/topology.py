@@ -48,7 +48,7 @@ class Topology:
         if not self.multi_node:
             return LOCAL_RENDEZVOUS
         host, port = parse_endpoint(self.rdzv_endpoint or "", "--rdzv-endpoint")
-        return f"{host}:{port + 1}"
+        return f"[{host}]:{port + 1}" if ":" in host else f"{host}:{port + 1}"
 
 
 def parse_endpoint(text: str, source: str) -> tuple[str, int]:
@@ -66,20 +66,16 @@ def parse_endpoint(text: str, source: str) -> tuple[str, int]:
 
 
 def default_world_sizes(device_kind: str, visible_gpus: int, nnodes: int = 1) -> list[int]:
-    """Powers of two up to the ranks available: on CUDA the visible GPUs per node times the nodes; on the CPU 1 and 2
-    per node (gloo, the cores split between the ranks). World sizes below the node count cannot place a rank on every
-    node and are left out."""
-    per_node = visible_gpus if device_kind == "cuda" else 2
-    total = max(1, per_node) * nnodes
+    """Every node with 1, 2, 4, ... ranks (powers of two up to its GPUs, and all of them; on the CPU 1 and 2 ranks,
+    gloo, the cores split between the ranks), times the nodes: ``default_world_sizes("cuda", 8, 3)`` is
+    ``[3, 6, 12, 24]``, so every size splits evenly over the nodes."""
+    per_node = max(1, visible_gpus) if device_kind == "cuda" else 2
     sizes = []
     size = 1
-    while size <= total:
-        if size >= nnodes:
-            sizes.append(size)
+    while size < per_node:
+        sizes.append(size)
         size *= 2
-    if total not in sizes:
-        sizes.append(total)
-    return sizes
+    return [nnodes * ranks for ranks in [*sizes, per_node]]
 
 
 def ranks_per_node(world_size: int, nnodes: int) -> int:
@@ -94,8 +90,14 @@ def ranks_per_node(world_size: int, nnodes: int) -> int:
     return world_size // nnodes
 
 
+def _usable_cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def threads_per_rank(ranks_on_node: int, cores: int | None = None) -> int:
     """CPU ranks share the node's cores: ``cores // ranks`` intra-op threads each (at least 1), so W ranks never
-    oversubscribe the machine and W=1 gets every core."""
-    cores = cores or os.cpu_count() or 1
+    oversubscribe the machine and W=1 gets every core. ``cores`` defaults to the cores this process may run on
+    (its CPU affinity, which a container or ``taskset`` narrows), else the machine's count."""
+    cores = cores or _usable_cores()
     return max(1, cores // max(1, ranks_on_node))

@@ -8,6 +8,7 @@ where it was); an allocation failure is reported as ``oom`` with its message, an
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import os
 import signal
 import socket
@@ -19,7 +20,8 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from hwregress.atomic import atomic_write_json
-from hwregress.dist.job import JobSpec, result_path, write_status
+from hwregress.bench import cudnn_benchmark
+from hwregress.dist.job import STACK_DUMP_SIGNAL, JobSpec, result_path, write_status
 
 # Self-test faults (never set in real runs): the rank named by the variable dies by SIGKILL, or stops making
 # progress, at the start of its second timed round; or fails to allocate at its first warmup step.
@@ -39,17 +41,19 @@ class RankContext:
 
     @property
     def device(self) -> str:
-        """``cuda:<local rank>`` for a data-parallel job on CUDA; a co-located job's shared device; else ``cpu``."""
+        """The device of this rank: a co-located job's shared device; else this node's GPU for the local rank
+        (``spec.devices``), or ``cpu``."""
         if self.spec.kind == "colocated":
             return self.spec.device
-        return f"cuda:{self.local_rank}" if self.spec.device_kind == "cuda" else "cpu"
+        return self.spec.devices[self.local_rank] if self.spec.device_kind == "cuda" else "cpu"
 
     def status(self, phase: str, **extra: Any) -> None:
         write_status(self.spec.out_dir, self.rank, phase, node_rank=self.node_rank, device=self.device, **extra)
 
     def on_round(self, index: int, rounds: int | None = None) -> None:
         """Heartbeat before timed round ``index`` (0-based); the self-test faults strike at index 1."""
-        self.status(f"timed round {index + 1}" + (f" of {rounds}" if rounds else ""))
+        planned = f" of {rounds}" if rounds and index < rounds else " (an extension round: the window was noisy)"
+        self.status(f"timed round {index + 1}" + (planned if rounds else ""))
         if index == 1:
             _inject_fault(self.rank)
 
@@ -78,16 +82,19 @@ def run_rank(job_path: str) -> None:
     """
     spec = JobSpec.read(job_path)  # type: ignore[arg-type]
     context = RankContext(spec)
+    faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # the watchdog asks a stalled rank where it is
     context.status("started")
-    try:
-        _run(spec, context)
-    except BaseException as error:
-        from hwregress.bench import is_out_of_memory
-
-        phase = "oom" if is_out_of_memory(error) else "failed"
-        context.status(phase, error=f"{type(error).__name__}: {error}"[:2000], traceback=traceback.format_exc()[-4000:])
-        raise
+    _run(spec, context)
     context.status("done")
+
+
+def _report_failure(context: RankContext, error: BaseException) -> None:
+    """The rank's status says ``oom`` or ``failed`` with the error: written before anything that could block (a
+    process group's shutdown waits for peers stuck in a collective), so the watchdog sees it at once."""
+    from hwregress.bench import is_out_of_memory
+
+    phase = "oom" if is_out_of_memory(error) else "failed"
+    context.status(phase, error=f"{type(error).__name__}: {error}"[:2000], traceback=traceback.format_exc()[-4000:])
 
 
 def _run(spec: JobSpec, context: RankContext) -> None:
@@ -96,19 +103,20 @@ def _run(spec: JobSpec, context: RankContext) -> None:
 
     from hwregress import workload_plugins
 
-    if spec.threads_per_rank:
-        torch.set_num_threads(spec.threads_per_rank)
-    workload_plugins.load_entry_points()  # the workloads the pytest session knows, installed and named
-    if spec.workload_modules:
-        workload_plugins.import_modules(spec.workload_modules, "--workloads")
-    if context.device.startswith("cuda"):
-        torch.cuda.set_device(context.device)
-    context.status("joining the process group")
-    # collectives give up only after twice the watchdog's timeout: the watchdog, which knows every rank's last
-    # phase, decides and names the rank that stopped, not a peer's collective timing out first
-    dist.init_process_group(spec.backend, timeout=datetime.timedelta(seconds=2 * spec.timeout_s))
     try:
-        measured = _measure(spec, context)
+        if spec.threads_per_rank:
+            torch.set_num_threads(spec.threads_per_rank)
+        workload_plugins.load_entry_points()  # the workloads the pytest session knows, installed and named
+        if spec.workload_modules:
+            workload_plugins.import_modules(spec.workload_modules, "--workloads")
+        if context.device.startswith("cuda"):
+            torch.cuda.set_device(context.device)
+        context.status("joining the process group")
+        # collectives give up only after twice the watchdog's timeout: the watchdog, which knows every rank's last
+        # phase, decides and names the rank that stopped, not a peer's collective timing out first
+        dist.init_process_group(spec.backend, timeout=datetime.timedelta(seconds=2 * spec.timeout_s))
+        with cudnn_benchmark(spec.cudnn_benchmark):
+            measured = _measure(spec, context)
         measured.update(rank=context.rank, local_rank=context.local_rank, node_rank=context.node_rank,
                         host=socket.gethostname(), device=context.device, threads=torch.get_num_threads())
         context.status("gathering")
@@ -117,8 +125,10 @@ def _run(spec: JobSpec, context: RankContext) -> None:
         if context.local_rank == 0:  # one copy per node: every node's session reads its own folder
             atomic_write_json(result_path(spec.out_dir), {"ranks": sorted(gathered, key=lambda r: r["rank"])})
         dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    except BaseException as error:
+        _report_failure(context, error)
+        raise  # without destroying the process group: its shutdown could wait for ever on a peer
+    dist.destroy_process_group()
 
 
 def _measure(spec: JobSpec, context: RankContext) -> dict[str, Any]:

@@ -10,21 +10,21 @@ import dataclasses
 import statistics
 import sys
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from hwregress import host_reference, interconnect, workloads
-from hwregress.devices import device_kind, visible_devices
+from hwregress.devices import device_kind
 from hwregress.dist import collectives, figures
 from hwregress.dist.colocation import mps_status
 from hwregress.dist.job import JobSpec
 from hwregress.dist.launch import DistributedJobError, RankOutOfMemory, run_job
-from hwregress.dist.session_store import NodeMismatch, SessionStore
+from hwregress.dist.session_store import NodeMismatch, SessionStore, SessionStoreError
 from hwregress.dist.topology import Topology, ranks_per_node, threads_per_rank
+from hwregress.matrix import node_gpus
 from hwregress.plugin.record import skip_with
-from hwregress.plugin.xdist import is_worker
+from hwregress.plugin.xdist import holding_devices, session_temp
 from hwregress.results import TestRecord
 from hwregress.stats import summarize
 from hwregress.verdicts import Verdict
@@ -47,20 +47,18 @@ class DistributedBench:
     def scaling(self, record: TestRecord, device: str, model: str, world_size: int, batch_size: int,
                 dtype: str) -> str:
         """Measure DDP training at ``world_size`` ranks and fill ``record``; returns the baseline entry's mode."""
-        workload = workloads.get(model)
-        record.unit = workload.unit
+        record.unit = workloads.get(model).unit
         per_node = self._ranks_per_node(world_size, device)
-        spec = self._spec("scaling", device, world_size, per_node, [model] * per_node, batch_size, dtype,
-                          self._run_id(record.test_id))
-        ranks = self._run(record, spec, self.topology)["ranks"]
-        details = figures.scaling_details(ranks, self.topology.nnodes, spec.backend)
+        spec = self._spec("scaling", device, world_size, per_node, [model], batch_size, dtype)
+        spec, ranks = self._launch(record, spec, joint=True)
+        details = figures.scaling_details(ranks, spec.nnodes, spec.backend)
         record.details["scaling"] = details
         self._participants_stop_here(record, spec)
         samples = figures.global_throughput_samples(ranks)
         _fill_samples(record, samples, ranks)
         record.latency_ms = details["step_ms"]
         if world_size == 1 and not self.topology.multi_node:
-            self.remember_reference(device, model, batch_size, dtype, samples)
+            self._offer_reference(device, model, batch_size, dtype, samples)
             reference = samples
         else:
             reference = self._reference(record, device, model, batch_size, dtype)
@@ -72,106 +70,123 @@ class DistributedBench:
         nodes = f"-n{self.topology.nnodes}" if self.topology.multi_node else ""
         return f"train-w{world_size}{nodes}"
 
-    def _reference(self, record: TestRecord, device: str, model: str, batch_size: int, dtype: str) -> list[float]:
-        """T(1): the global throughput samples of one rank on this node, measured once per session (any test that
-        needs it first runs it; the W=1 test of the family leaves its own)."""
-        def measure() -> list[float]:
-            spec = self._spec("scaling", device, 1, 1, [model], batch_size, dtype, self._run_id(None), nnodes=1)
-            return figures.global_throughput_samples(self._run(record, spec, Topology())["ranks"])
-
-        return host_reference.cpu_reference(_reference_key(device, model, batch_size, dtype), measure, self._cache_dir())
-
-    def remember_reference(self, device: str, model: str, batch_size: int, dtype: str, samples: list[float]) -> None:
-        """Offer a W=1 test's own samples as the session's T(1) (kept only if none was measured before)."""
-        host_reference.cpu_reference(_reference_key(device, model, batch_size, dtype), lambda: samples, self._cache_dir())
-
     def allreduce(self, record: TestRecord, device: str) -> str:
         """Sweep all-reduce message sizes over every rank of the node(s); fill ``record`` with the bus bandwidth at
         the largest message (GB/s) and the whole curve. Returns the baseline entry's mode (``roof-w<W>``)."""
-        per_node = self._node_ranks_for_collectives(device)
+        per_node = len(node_gpus(self.settings.selection)) if device_kind(device) == "cuda" else 2
         world_size = per_node * self.topology.nnodes
         if world_size < 2:
-            skip_with(Verdict.UNSUPPORTED, f"all-reduce needs two ranks; {device_kind(device)} offers {per_node} on this "
-                                           "node (one GPU: NCCL cannot put two ranks on one device)")
+            skip_with(Verdict.UNSUPPORTED, f"all-reduce needs two ranks; this node has {per_node} selected GPU(s) and "
+                                           f"--nnodes is {self.topology.nnodes} (NCCL cannot put two ranks on one GPU)")
         sizes = collectives.message_sizes(device_kind(device))
         record.batch_size = sizes[-1]
-        spec = dataclasses.replace(
-            self._spec("allreduce", device, world_size, per_node, [], 1, "fp32", self._run_id(record.test_id)),
-            message_sizes=sizes)
-        ranks = self._run(record, spec, self.topology)["ranks"]
-        record.details["allreduce"] = {"world_size": world_size, "nodes": self.topology.nnodes, "backend": spec.backend,
+        spec = dataclasses.replace(self._spec("allreduce", device, world_size, per_node, [], 1, "fp32"),
+                                   message_sizes=sizes)
+        spec, ranks = self._launch(record, spec, joint=True)
+        record.details["allreduce"] = {"world_size": world_size, "nodes": spec.nnodes, "backend": spec.backend,
                                        "curve": ranks[0]["curve"]}
         self._participants_stop_here(record, spec)
         _fill_samples(record, ranks[0]["busbw_samples"], ranks)
-        roof = interconnect.published_roof("allreduce", device, record.device_name or "")
+        roof = None if self.topology.multi_node else interconnect.published_roof("allreduce", device,
+                                                                                  record.device_name or "")
         if roof is not None:
             record.details.update(published=roof[0], published_source=roof[1])
+        else:
+            record.details["published_missing"] = ("across nodes the network bounds the bus bandwidth: no published "
+                                                   "figure" if self.topology.multi_node else
+                                                   f"no published link figure for {record.device_name}")
         return f"roof-w{world_size}"
 
     def colocated(self, record: TestRecord, device: str, members: list[str], batch_size: int, dtype: str) -> None:
         """Run ``members`` alone one by one, then together on ``device``; fill ``record`` with the group's throughput,
         each process's interference ratio and peak memory, and whether CUDA MPS was active."""
-        threads = threads_per_rank(len(members)) if device_kind(device) == "cpu" else None
+        threads = threads_per_rank(len(members))
         solo = {}
         for model in dict.fromkeys(members):
-            spec = self._spec("colocated", device, 1, 1, [model], batch_size, dtype, self._run_id(None), nnodes=1,
-                              threads=threads)
-            solo[model] = self._run(record, spec, Topology())["ranks"][0]
-        spec = self._spec("colocated", device, len(members), len(members), members, batch_size, dtype,
-                          self._run_id(None), nnodes=1, threads=threads)
-        together = self._run(record, spec, Topology())["ranks"]
+            spec = self._spec("colocated", device, 1, 1, [model], batch_size, dtype, nnodes=1, threads=threads)
+            solo[model] = self._launch(record, spec, joint=False)[1][0]
+        spec = self._spec("colocated", device, len(members), len(members), members, batch_size, dtype, nnodes=1,
+                          threads=threads)
+        together = self._launch(record, spec, joint=False)[1]
         lines = figures.colocation_members(together, solo)
         active, detail = mps_status(device)
         record.unit = workloads.get(members[0]).unit
         _fill_samples(record, figures.aggregate_samples(together), together)
-        peaks = [line["peak_memory_bytes"] for line in lines]
+        peaks = [line["peak_memory_bytes"] for line in lines]  # the device held them all at once: their sum
         record.peak_memory_bytes = sum(peaks) if all(p is not None for p in peaks) else None
         record.efficiency = statistics.fmean(line["interference"] for line in lines)
         record.details["efficiency_reference_samples"] = figures.member_throughput_samples(solo[members[0]])
         record.details["colocated"] = {"processes": len(members), "mps_active": active, "mps_detail": detail,
                                        "threads_per_process": threads, "members": lines}
 
-    # -- plumbing ------------------------------------------------------------------------------------
+    # -- T(1) ------------------------------------------------------------------------------------------
+    def _reference(self, record: TestRecord, device: str, model: str, batch_size: int, dtype: str) -> list[float]:
+        """T(1): the global throughput samples of one rank on this node, measured once per session (any test that
+        needs it first runs it; the W=1 test of the family offers its own)."""
+        def measure() -> list[float]:
+            spec = self._spec("scaling", device, 1, 1, [model], batch_size, dtype, nnodes=1)
+            return figures.global_throughput_samples(self._launch(record, spec, joint=False)[1])
+
+        return host_reference.cpu_reference(_reference_key(device, model, batch_size, dtype), measure,
+                                            session_temp(self.bench.request) / "hwregress-scaling-reference")
+
+    def _offer_reference(self, device: str, model: str, batch_size: int, dtype: str, samples: list[float]) -> None:
+        """Offer a W=1 test's own samples as the session's T(1) (kept only if none was measured before)."""
+        host_reference.cpu_reference(_reference_key(device, model, batch_size, dtype), lambda: samples,
+                                     session_temp(self.bench.request) / "hwregress-scaling-reference")
+
+    # -- jobs ------------------------------------------------------------------------------------------
     def _ranks_per_node(self, world_size: int, device: str) -> int:
         try:
             per_node = ranks_per_node(world_size, self.topology.nnodes)
         except ValueError as error:
             skip_with(Verdict.UNSUPPORTED, str(error))
         if device_kind(device) == "cuda":
-            gpus = _visible_gpus()
-            if per_node > gpus:
+            gpus = node_gpus(self.settings.selection)
+            if per_node > len(gpus):
                 skip_with(Verdict.UNSUPPORTED, f"world size {world_size} needs {per_node} GPUs on each of "
-                                               f"{self.topology.nnodes} node(s); {gpus} visible here")
+                                               f"{self.topology.nnodes} node(s); {len(gpus)} selected and visible here "
+                                               f"({', '.join(gpus) or 'none'}; see --devices)")
         return per_node
 
-    def _node_ranks_for_collectives(self, device: str) -> int:
-        return _visible_gpus() if device_kind(device) == "cuda" else 2
-
     def _spec(self, kind: str, device: str, world_size: int, per_node: int, models: list[str], batch_size: int,
-              dtype: str, run_id: str, nnodes: int | None = None, threads: int | None = None) -> JobSpec:
-        cpu = device_kind(device) == "cpu"
+              dtype: str, nnodes: int | None = None, threads: int | None = None) -> JobSpec:
+        """The job without its run id and folder (:meth:`_launch` gives them)."""
+        gpus = node_gpus(self.settings.selection)
+        on_gpus = device_kind(device) == "cuda" and kind != "colocated"
         return JobSpec(kind=kind, device_kind=device_kind(device), world_size=world_size,
-                       nnodes=nnodes or self.topology.nnodes, ranks_per_node=per_node, run_id=run_id,
-                       out_dir=str(self._jobs_dir() / f"{_safe(self.bench.item.name)}-{run_id}"), models=models,
-                       batch_size=batch_size, dtype=dtype, plan=dataclasses.asdict(self.settings.plan),
-                       threads_per_rank=threads or (threads_per_rank(per_node) if cpu else None),
+                       nnodes=nnodes or self.topology.nnodes, ranks_per_node=per_node, run_id="", out_dir="",
+                       models=models, batch_size=batch_size, dtype=dtype, plan=dataclasses.asdict(self.settings.plan),
+                       # each rank a share of the cores, GPU ranks too (torchrun sets OMP_NUM_THREADS=1 likewise)
+                       threads_per_rank=threads or threads_per_rank(per_node),
                        timeout_s=self.settings.dist_timeout_s, profile_steps=self.settings.profile_steps, device=device,
+                       devices=[device, *(g for g in gpus if g != device)][:per_node] if on_gpus else [],
+                       cudnn_benchmark=self.settings.cudnn_benchmark,
                        workload_modules=list(self.settings.workload_modules), sys_path=list(sys.path))
 
-    def _run_id(self, test_id: str | None) -> str:
-        """A fresh rendezvous id; on several nodes, node 0's id for the session's next job (after every node
-        checked in with ``test_id``)."""
-        if test_id is None or not self.topology.multi_node:
-            return f"hwregress-{uuid.uuid4().hex[:12]}"
+    def _launch(self, record: TestRecord, spec: JobSpec, joint: bool) -> tuple[JobSpec, list[dict[str, Any]]]:
+        """Give ``spec`` its run id (on several nodes, when ``joint``, node 0's, after every node checked in with the
+        same job) and folder; run it holding its GPUs; return the spec as run and its ranks' reports."""
+        together = joint and self.topology.multi_node
+        run_id = self._check_in(spec) if together else f"hwregress-{uuid.uuid4().hex[:12]}"
+        folder = session_temp(self.bench.request) / "hwregress-jobs" / f"{_safe(self.bench.item.name)}-{run_id}"
+        spec = dataclasses.replace(spec, run_id=run_id, out_dir=str(folder))
+        with holding_devices(self.bench.request, [d for d in spec.devices if d != record.device]):
+            return spec, self._run(record, spec, self.topology if together else Topology())["ranks"]
+
+    def _check_in(self, spec: JobSpec) -> str:
         try:
-            return self._session_store().begin_job(test_id)
-        except (NodeMismatch, TimeoutError) as error:
-            pytest.fail(str(error), pytrace=False)
+            return self._session_store().begin_job(self.bench.item.nodeid, spec.agreement())
+        except (NodeMismatch, SessionStoreError) as error:
+            pytest.fail(f"{type(error).__name__}: {error}", pytrace=False)
 
     def _session_store(self) -> SessionStore:
         stash = self.bench.config.stash
         if SESSION_STORE_KEY not in stash:
-            stash[SESSION_STORE_KEY] = SessionStore(self.topology, self.settings.dist_timeout_s)
+            try:
+                stash[SESSION_STORE_KEY] = SessionStore(self.topology, self.settings.dist_timeout_s)
+            except SessionStoreError as error:
+                pytest.fail(f"SessionStoreError: {error}", pytrace=False)
         return stash[SESSION_STORE_KEY]
 
     def _run(self, record: TestRecord, spec: JobSpec, topology: Topology) -> dict[str, Any]:
@@ -182,7 +197,7 @@ class DistributedBench:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
         except DistributedJobError as error:
-            _fail(record, f"{type(error).__name__}: {error}\n(job folder: {spec.out_dir})")
+            _fail(record, f"{type(error).__name__}: {error}\n(job folder, with every rank's log: {spec.out_dir})")
 
     def _participants_stop_here(self, record: TestRecord, spec: JobSpec) -> None:
         """On a node other than 0: record the part this node took and end the test (node 0 records the figures)."""
@@ -194,19 +209,9 @@ class DistributedBench:
         skip_with(Verdict.SKIPPED, f"node {self.topology.node_rank} took part in job {spec.run_id} (world size "
                                    f"{spec.world_size} over {spec.nnodes} nodes); node 0 records the measurement")
 
-    def _jobs_dir(self) -> Path:
-        return self._shared_temp() / "hwregress-jobs"
-
-    def _cache_dir(self) -> Path:
-        return self._shared_temp() / "hwregress-scaling-reference"
-
-    def _shared_temp(self) -> Path:
-        base = self.bench.request.getfixturevalue("tmp_path_factory").getbasetemp()
-        return base.parent if is_worker(self.bench.config) else base  # xdist workers share the run's folder
-
 
 def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str, Any]]) -> None:
-    """The record's throughput figures from per-round samples; peak memory is the largest rank's."""
+    """The record's throughput figures from per-round samples, and the largest rank's peak memory."""
     summary = summarize(samples)
     record.samples = samples
     record.throughput, record.throughput_iqr = summary.median, summary.iqr
@@ -219,12 +224,8 @@ def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str
                           warmup_steps=ranks[0].get("warmup_steps"))
 
 
-def _visible_gpus() -> int:
-    return sum(1 for d in visible_devices() if device_kind(d) == "cuda")
-
-
 def _reference_key(device: str, model: str, batch_size: int, dtype: str) -> str:
-    return f"scaling-w1/{device_kind(device)}/{model}/train/bs{batch_size}/{dtype}"
+    return f"scaling-w1/{device}/{model}/train/bs{batch_size}/{dtype}"
 
 
 def _safe(text: str) -> str:

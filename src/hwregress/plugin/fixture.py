@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ from hwregress.numerics import LLM_MODES
 from hwregress.plugin.distributed import DistributedBench
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
-from hwregress.plugin.xdist import is_worker
+from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
 from hwregress.results import TestRecord
 from hwregress.session import BenchSession, fill_measurement
 from hwregress.stats import summarize
@@ -120,10 +120,8 @@ class HwBench:
             return self._run_model(record, model, "cpu", "train", batch_size, dtype, None, cpu_plan,
                                    profile_steps=0).throughput_samples
 
-        base = self.request.getfixturevalue("tmp_path_factory").getbasetemp()
-        shared = base.parent if is_worker(self.config) else base  # xdist workers share the run's folder
         return host_reference.cpu_reference(f"{model}/train/bs{batch_size}/{dtype}", measure,
-                                            shared / "hwregress-cpu-reference")
+                                            session_temp(self.request) / "hwregress-cpu-reference")
 
     def ceiling(self, device: str, name: str, dtype: str) -> TestRecord:
         """Measure one roof of ``device`` (``gemm``, ``copy``, ``h2d``, ``d2h``, ``p2p``, ``allreduce``) and assert it
@@ -290,6 +288,10 @@ def _safe_name(text: str) -> str:
 
 
 @pytest.fixture
-def hwbench(request: pytest.FixtureRequest) -> HwBench:
-    """Runs hwregress measurements inside a test; see :class:`HwBench`."""
-    return HwBench(request)
+def hwbench(request: pytest.FixtureRequest) -> Iterator[HwBench]:
+    """Runs hwregress measurements inside a test; see :class:`HwBench`. Under xdist the test holds its CUDA device's
+    lock meanwhile (:func:`hwregress.plugin.xdist.holding_devices`)."""
+    callspec = getattr(request.node, "callspec", None)
+    device = callspec.params.get("device") if callspec is not None else None
+    with holding_devices(request, [device] if device else []):
+        yield HwBench(request)

@@ -6,6 +6,7 @@ error names the flag or ini key the bad value came from, the value, and what wou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from hwregress.compare import Tolerances
 from hwregress.devices import parse_device_list, visible_devices
 from hwregress.dist.topology import Topology
 from hwregress.lifecycle import UPDATE_MODES
-from hwregress.matrix import MAX_BATCH, Selection, validate
+from hwregress.matrix import MAX_BATCH, OPT_IN_ON_CPU, Selection, validate
 from hwregress.session import Policy
 from hwregress.timing import TimingPlan
 
@@ -180,7 +181,7 @@ def _selection(config: pytest.Config) -> Selection:
     batch_sizes = _batch_sizes(config)
     selection = Selection(devices, models, batch_sizes, modes, dtypes or [], _list(config, "hwregress_compile") or ["eager"],
                           _list(config, "hwregress_memory_format") or ["contiguous"], _world_sizes(config),
-                          _colocate(config), _topology(config).nnodes)
+                          _colocate(config), _topology(config).nnodes, _opted_in(config))
     try:
         validate(selection)
     except (KeyError, ValueError) as error:
@@ -197,6 +198,18 @@ def _world_sizes(config: pytest.Config) -> list[int] | None:
     except ValueError:
         raise pytest.UsageError(f"{_source(config, 'hwregress_world_sizes')}: world sizes must be whole numbers, got "
                                 f"{','.join(entries)!r}") from None
+
+
+def _opted_in(config: pytest.Config) -> frozenset[str]:
+    """The CPU-opt-in families (:data:`hwregress.matrix.OPT_IN_ON_CPU`) this session asks for: named in the ``-m``
+    expression, or implied by ``--world-sizes`` (scaling) or ``--colocate`` (colocated)."""
+    expression = getattr(config.option, "markexpr", "") or ""
+    chosen = {family for family in OPT_IN_ON_CPU if re.search(rf"\b{family}\b", expression)}
+    if _value(config, "hwregress_world_sizes")[0] is not None:
+        chosen.add("scaling")
+    if _value(config, "hwregress_colocate")[0] is not None:
+        chosen.add("colocated")
+    return frozenset(chosen)
 
 
 def _colocate(config: pytest.Config) -> list[tuple[str, ...]] | None:

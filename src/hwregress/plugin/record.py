@@ -67,7 +67,8 @@ def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestRe
         record.message = record.message or _short_reason(report)
     elif report.failed and record.verdict not in _FAILING_VERDICTS:
         record.verdict = Verdict.FAILED
-        record.message = " | ".join(filter(None, [_short_reason(report), record.message]))
+        reason = _short_reason(report)
+        record.message = " | ".join(filter(None, [reason if reason not in record.message else "", record.message]))
     elif report.passed and first:
         record.verdict = Verdict.PASS  # a hardware test that measured nothing of its own
     setattr(report, REPORT_ATTRIBUTE, plain_json(record))

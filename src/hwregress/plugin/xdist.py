@@ -14,10 +14,14 @@ only then); the scheduler class is imported lazily for the same reason.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 DEVICE_SCHEDULING_KEY = pytest.StashKey[bool]()
 # the parameter id starts with the device: [cpu-resnet18-...], [cuda:1-...], [mps-...]
@@ -37,6 +41,33 @@ def device_scope(nodeid: str) -> str | None:
 def is_worker(config: pytest.Config) -> bool:
     """True inside an xdist worker process."""
     return hasattr(config, "workerinput")
+
+
+def session_temp(request: pytest.FixtureRequest) -> Path:
+    """A folder every process of this session shares (xdist workers: the run's base temp), fresh per session."""
+    base = request.getfixturevalue("tmp_path_factory").getbasetemp()
+    return base.parent if is_worker(request.config) else base
+
+
+@contextlib.contextmanager
+def holding_devices(request: pytest.FixtureRequest, devices: Iterable[str]) -> Iterator[None]:
+    """Hold the session-wide lock of each CUDA device in ``devices`` (taken in sorted order) while the block runs.
+
+    The scheduler gives each device to one worker, but a job over several GPUs (data-parallel scaling, the node's
+    all-reduce) runs from the worker of its first GPU while the others' workers measure on theirs: every CUDA test
+    holds its own device's lock, and such a job also takes the locks of the other GPUs it uses, waiting for their
+    running tests to end. Without xdist there is one process and nothing to lock."""
+    if not is_worker(request.config):
+        yield
+        return
+    folder = session_temp(request) / "hwregress-device-locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    locks = [FileLock(str(folder / f"{device.replace(':', '')}.lock"))
+             for device in sorted(set(devices)) if device.startswith("cuda")]
+    with contextlib.ExitStack() as held:
+        for lock in locks:
+            held.enter_context(lock)
+        yield
 
 
 def choose_scheduling(config: pytest.Config) -> None:
