@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import time
