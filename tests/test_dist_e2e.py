@@ -5,6 +5,7 @@ mid-window (the test fails naming the rank, within the timeout, and no process o
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -136,32 +137,56 @@ def _free_port() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
-def test_two_pytest_processes_on_localhost_are_two_nodes_of_one_job(dist_project):
+def _two_nodes(project: HwProject, *extra: str, env: dict[str, str] | None = None) -> list[str]:
+    """Run the scaling family at world size 2 as two nodes of one rank each (two pytest processes on localhost,
+    c10d rendezvous on 127.0.0.1); returns both outputs after asserting both sessions ended."""
     port = _free_port()
     for node in (0, 1):
-        (dist_project.path / f"node{node}").mkdir()
+        (project.path / f"node{node}").mkdir()
     common = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--devices", "cpu", "--rounds", "5",
               "--warmup", "1", "--min-round-time", "0.02", "--time-budget", "1", "-m", "cpu and scaling",
               "--world-sizes", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--dist-timeout", "120",
-              *DIST]
+              *DIST, *extra]
+    environment = {**os.environ, **(env or {})}
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        environment.pop(name, None)
     nodes = [subprocess.Popen([*common, "--node-rank", str(node), f"--report-dir=node{node}/reports",
                                f"--baseline-dir=node{node}/baselines", "--update-baselines"],
-                              cwd=dist_project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=environment)
              for node in (0, 1)]
-    outputs = [node.communicate(timeout=400)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], "\n\n".join(outputs)
-    (record,) = json.loads((dist_project.path / "node0" / "reports" / "results.json").read_text())["records"]
+    return [node.communicate(timeout=400)[0] for node in nodes]
+
+
+def _node_record(project: HwProject, node: int) -> dict:
+    (record,) = json.loads((project.path / f"node{node}" / "reports" / "results.json").read_text())["records"]
+    return record
+
+
+def test_two_pytest_processes_on_localhost_are_two_nodes_of_one_job(dist_project):
+    outputs = _two_nodes(dist_project)
+    record = _node_record(dist_project, 0)
     scaling = record["details"]["scaling"]
-    assert record["verdict"] == "new" and scaling["world_size"] == 2 and scaling["nodes"] == 2
+    assert record["verdict"] == "new", "\n\n".join(outputs)
+    assert scaling["world_size"] == 2 and scaling["nodes"] == 2
     assert scaling["ranks_per_node"] == 1 and sorted(r["node_rank"] for r in scaling["ranks"]) == [0, 1]
     assert record["efficiency"] > 0  # against node 0's own W=1 run in the same session
-    (other,) = json.loads((dist_project.path / "node1" / "reports" / "results.json").read_text())["records"]
+    other = _node_record(dist_project, 1)
     assert other["verdict"] == "skipped" and other["details"]["participant"]["node_rank"] == 1
     assert other["details"]["participant"]["world_size"] == 2 and other["details"]["participant"]["nodes"] == 2
     assert "node 1 took part in job" in other["message"]
     entries = json.loads(next((dist_project.path / "node0" / "baselines").glob("*.json")).read_text())["entries"]
     assert "scaling/tiny/train-w2-n2/bs4/fp32" in entries
     assert not list((dist_project.path / "node1" / "baselines").glob("*.json"))  # only node 0 records
+    assert not _job_processes(dist_project)
+
+
+def test_an_out_of_memory_on_either_node_ends_node_zeros_record_as_oom(dist_project):
+    outputs = _two_nodes(dist_project, env={"HWREGRESS_SELFTEST_OOM_RANK": "1"})  # rank 1: whichever node has it
+    record = _node_record(dist_project, 0)
+    assert record["verdict"] == "oom", "\n\n".join(outputs)
+    assert "out of memory on rank 1" in record["message"]
+    assert _node_record(dist_project, 1)["verdict"] in ("oom", "failed")
     assert not _job_processes(dist_project)
 
 

@@ -80,6 +80,31 @@ class SessionStore:
                                     f"{error} (did node 0 stop, or is it still busy beyond {self.timeout_s:g} s?)") from None
         return run_id
 
+    def report_outcome(self, outcome: dict[str, Any]) -> None:
+        """This node's outcome of the current job (``{"ok": bool, "kind": "oom"|"failed"|"hung"|None, "error": str}``),
+        for node 0, which writes the record, to read."""
+        key = f"hwregress/job/{self.jobs - 1}/outcome/node{self.topology.node_rank}"
+        try:
+            self.store.set(key, json.dumps(outcome))
+        except (RuntimeError, OSError):
+            pass  # node 0 is gone: its own session reports the job
+
+    def other_outcomes(self, wait_s: float) -> dict[int, dict[str, Any]]:
+        """The other nodes' outcomes of the current job, by node rank, waiting up to ``wait_s`` for them to arrive
+        (a node whose ranks failed on their own reports as soon as its launcher returns)."""
+        prefix = f"hwregress/job/{self.jobs - 1}/outcome"
+        others = [node for node in range(self.topology.nnodes) if node != self.topology.node_rank]
+        deadline = time.monotonic() + wait_s
+        found: dict[int, dict[str, Any]] = {}
+        while True:
+            for node in others:
+                key = f"{prefix}/node{node}"
+                if node not in found and self.store.check([key]):
+                    found[node] = json.loads(self.store.get(key).decode())
+            if len(found) == len(others) or time.monotonic() > deadline:
+                return found
+            time.sleep(POLL_S)
+
     def _check_same_job(self, prefix: str, index: int, test_id: str, agreement: dict[str, Any]) -> None:
         expected = json.loads(self.store.get(f"{prefix}/job").decode())
         differences = [f"test: node 0 runs {expected['test']}, this node {test_id}"] if expected["test"] != test_id else []

@@ -172,7 +172,9 @@ class DistributedBench:
         folder = session_temp(self.bench.request) / "hwregress-jobs" / f"{_safe(self.bench.item.name)}-{run_id}"
         spec = dataclasses.replace(spec, run_id=run_id, out_dir=str(folder))
         with holding_devices(self.bench.request, [d for d in spec.devices if d != record.device]):
-            return spec, self._run(record, spec, self.topology if together else Topology())["ranks"]
+            if not together:
+                return spec, self._run(record, spec, Topology())["ranks"]
+            return spec, self._run_joint(record, spec)["ranks"]
 
     def _check_in(self, spec: JobSpec) -> str:
         try:
@@ -198,6 +200,33 @@ class DistributedBench:
             skip_with(Verdict.OOM, str(error))
         except DistributedJobError as error:
             _fail(record, f"{type(error).__name__}: {error}\n(job folder, with every rank's log: {spec.out_dir})")
+
+    def _run_joint(self, record: TestRecord, spec: JobSpec) -> dict[str, Any]:
+        """Run one node's part of a job over several nodes; every node posts its outcome to the session store, and a
+        failure on node 0 (which writes the record) names what the other nodes saw: their own ranks' errors, an
+        out-of-memory there makes the test ``oom``."""
+        store = self._session_store()
+        try:
+            result = run_job(spec, self.topology)
+        except DistributedJobError as error:
+            kind = "oom" if isinstance(error, RankOutOfMemory) else type(error).__name__
+            store.report_outcome({"ok": False, "kind": kind, "error": str(error)[:4000]})
+            remote = store.other_outcomes(wait_s=min(10.0, spec.timeout_s)) if self.topology.writes_records else {}
+            self._judge_failure(record, spec, error, remote)
+        store.report_outcome({"ok": True, "kind": None, "error": ""})
+        return result
+
+    def _judge_failure(self, record: TestRecord, spec: JobSpec, error: DistributedJobError,
+                       remote: dict[int, dict[str, Any]]) -> NoReturn:
+        """Fail (or ``oom``) the test with this node's error and the other nodes' outcomes."""
+        failed = {node: outcome for node, outcome in sorted(remote.items()) if not outcome.get("ok")}
+        elsewhere = "".join(f"\nnode {node} reported {outcome.get('kind')}: {outcome.get('error')}"
+                            for node, outcome in failed.items())
+        text = f"{type(error).__name__}: {error}{elsewhere}"
+        if isinstance(error, RankOutOfMemory) or any(o.get("kind") == "oom" for o in failed.values()):
+            record.message = text
+            skip_with(Verdict.OOM, text)
+        _fail(record, f"{text}\n(job folder, with this node's rank logs: {spec.out_dir})")
 
     def _participants_stop_here(self, record: TestRecord, spec: JobSpec) -> None:
         """On a node other than 0: record the part this node took and end the test (node 0 records the figures)."""
