@@ -231,3 +231,29 @@ def test_efficiency_within_the_threshold_passes_and_a_noisy_reference_widens_it(
     noisy = [100.0, 80.0, 120.0, 90.0, 110.0, 100.0]
     assert judge(_measured(0.8, noisy), BASELINE, Tolerances()).verdict == Verdict.PASS
     assert judge(_measured(0.8), BASELINE, Tolerances()).verdict == Verdict.REGRESSION
+
+
+def test_an_entry_judges_against_the_median_efficiency_of_its_sessions_and_learns_their_drift():
+    from hwregress.lifecycle import make_entry
+    from hwregress.results import TestRecord
+
+    entry = None
+    for efficiency in (0.66, 0.61, 0.70):
+        record = TestRecord("t", family="scaling", samples=[80.0] * 6, efficiency=efficiency)
+        entry = make_entry(record, entry)
+    assert entry["efficiency_history"] == [0.66, 0.61, 0.70] and entry["efficiency"] == 0.66
+    steady = {**BASELINE, "efficiency": 0.66, "efficiency_history": [0.66, 0.66, 0.66]}
+    drifting = {**BASELINE, "efficiency": 0.66, "efficiency_history": [0.66, 0.56, 0.76, 0.60, 0.70]}
+    assert judge(_measured(0.56), steady, Tolerances()).verdict == Verdict.REGRESSION
+    assert judge(_measured(0.56), drifting, Tolerances()).verdict == Verdict.PASS  # within what sessions moved
+    assert judge(_measured(0.33), drifting, Tolerances()).verdict == Verdict.REGRESSION  # halved: never green
+
+
+def test_a_step_that_spends_more_of_its_time_in_collectives_is_named_as_the_cause():
+    from hwregress.diagnosis import Evidence, diagnose
+
+    slower = diagnose(Evidence(comm_share=0.23, baseline_comm_share=0.13))
+    assert slower == ["communication took 23% of the step, 13% at the baseline: the collectives or the interconnect "
+                      "under them slowed"]
+    assert diagnose(Evidence(comm_share=0.15, baseline_comm_share=0.13)) == []  # within the session-to-session move
+    assert diagnose(Evidence(comm_share=0.23)) == []  # no baseline figure: nothing to compare

@@ -125,8 +125,9 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     baseline peak * (1 + memory tolerance) (+ slack for sampled, inexact memory). Accuracy: fails when current <
     baseline - margin.
     Speedup: fails when current speedup < baseline speedup * (1 - threshold). Efficiency (scaling, co-location)
-    likewise: current < baseline efficiency * (1 - threshold), the threshold widened by the same-session reference's
-    own noise, since the efficiency divides by it.
+    likewise: current < baseline efficiency (the median of its recorded sessions) * (1 - threshold), the threshold
+    widened by the same-session reference's own noise, since the efficiency divides by it, and by the efficiency's
+    drift between the recorded sessions (capped at ``max_threshold``).
     """
     if baseline is None:
         return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
@@ -262,6 +263,8 @@ def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerance
         return
     judgement.figures.baseline_efficiency = base_efficiency
     threshold = _ratio_threshold(judgement, tolerances, measured.efficiency_reference)
+    drift = stats.history_bound(baseline.get("efficiency_history") or ())  # how far it moved between sessions
+    threshold = max(threshold, min(drift, tolerances.max_threshold))
     if measured.efficiency < base_efficiency * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: efficiency {measured.efficiency:.3f} < baseline {base_efficiency:.3f} "

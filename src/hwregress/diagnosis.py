@@ -22,6 +22,7 @@ from typing import Any
 from hwregress import health as health_rules
 
 CEILING_LIMIT = 0.05  # a measured roof 5% below the baseline's counts as a slower machine
+COMM_SHARE_RISE = 0.05  # absolute rise of the communication share that counts (5 points of the step)
 ENV_KEYS = ("torch", "cuda", "cudnn", "driver", "packages_hash")
 OPERATOR_GROWTH = 0.10  # an operator 10% slower per step ...
 OPERATOR_SHARE = 0.02  # ... by at least 2% of the baseline's top-operator time per step
@@ -69,6 +70,8 @@ class Evidence:
             ``packages_hash``, a hash of the installed packages).
         top_ops / baseline_top_ops: operator tables, rows ``{"name", "ms_per_step"}`` or ``{"name",
             "total_ms"}`` (self time, ms) with ``*_steps`` the profiled steps that ``total_ms`` covers.
+        comm_share / baseline_comm_share: a distributed step's share of wall time with a collective in flight
+            (fraction; :mod:`hwregress.dist.comm_profile`).
     """
 
     health: Mapping[str, Any] = field(default_factory=dict)
@@ -85,6 +88,8 @@ class Evidence:
     top_ops_steps: int = 1
     baseline_top_ops: Sequence[Mapping[str, Any]] = ()
     baseline_top_ops_steps: int = 1
+    comm_share: float | None = None
+    baseline_comm_share: float | None = None
 
 
 def diagnose(evidence: Evidence, limit: int = 6) -> list[str]:
@@ -96,6 +101,7 @@ def diagnose(evidence: Evidence, limit: int = 6) -> list[str]:
         *_throttling(evidence),
         *health_rules.state_findings(evidence.health),
         *_ceilings(evidence),
+        *_communication(evidence),
         *_telemetry(evidence),
         *_environment(evidence),
         *_operators(evidence),
@@ -125,6 +131,16 @@ def _ceilings(evidence: Evidence) -> list[str]:
         sentences.append(f"the machine itself is {1 - now / before:.0%} slower: {name} {now:.4g} now vs "
                          f"{before:.4g} at the baseline")
     return sentences
+
+
+def _communication(evidence: Evidence) -> list[str]:
+    """A data-parallel step that spends markedly more of its time in collectives than at the baseline: more than
+    :data:`COMM_SHARE_RISE` more of the step, and half as much again."""
+    now, before = evidence.comm_share, evidence.baseline_comm_share
+    if now is None or before is None or now <= before + COMM_SHARE_RISE or now <= before * 1.5:
+        return []
+    return [f"communication took {now:.0%} of the step, {before:.0%} at the baseline: the collectives or the "
+            "interconnect under them slowed"]
 
 
 def _telemetry(evidence: Evidence) -> list[str]:

@@ -93,9 +93,19 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hwregress_version": __version__,
     }
+    earlier = {} if fresh else _same_machine(record, previous or {})
     if record.samples:
-        entry.update(_pooled(record, {} if fresh else _same_machine(record, previous or {})))
+        entry.update(_pooled(record, earlier))
+    if record.efficiency is not None:
+        entry.update(_pooled_efficiency(record.efficiency, earlier))
     return entry
+
+
+def _pooled_efficiency(efficiency: float, previous: dict[str, Any]) -> dict[str, Any]:
+    """A scaling or co-location efficiency is a ratio of two throughputs, and moves between sessions as they do:
+    the entry keeps the last :data:`HISTORY_LENGTH` sessions' efficiencies and judges against their median."""
+    history = [*previous.get("efficiency_history", []), efficiency][-HISTORY_LENGTH:]
+    return {"efficiency": float(np.median(history)), "efficiency_history": history}
 
 
 def _same_machine(record: TestRecord, previous: dict[str, Any]) -> dict[str, Any]:

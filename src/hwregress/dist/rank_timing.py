@@ -1,13 +1,16 @@
-"""What every rank's timing shares: a round timer that reports each timed round (the watchdog's heartbeat), and
-the job's agreement on a number (the maximum over ranks)."""
+"""What every rank's timing shares: a round timer that reports each timed round (the watchdog's heartbeat), the
+job's agreement on a number (the maximum over ranks), and the host's health over the window."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
+import psutil
 import torch
 import torch.distributed as dist
 
+from hwregress.health import CpuHealthProbe
 from hwregress.timing import RoundTimer
 
 
@@ -25,6 +28,13 @@ class HeartbeatTimer:
             self.on_round(self.calls - 1)
         self.calls += 1
         return self.inner.time_round(run_steps, steps)
+
+
+def job_health_probe() -> CpuHealthProbe:
+    """The host's health over a rank's timed window with this node's whole job as "us": the launcher's agent (the
+    rank's parent) and every local rank under it, so the other ranks never count as contention, while anything
+    else on the machine does (:class:`hwregress.health.CpuHealthProbe`)."""
+    return CpuHealthProbe(process=psutil.Process(os.getppid()))
 
 
 def max_over_ranks(value: float, device: str, dtype: torch.dtype = torch.int64) -> float:

@@ -248,6 +248,7 @@ def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str
     record.steps_per_round = ranks[0].get("steps_per_round")
     peaks = [r["peak_memory_bytes"] for r in ranks if r.get("peak_memory_bytes") is not None]
     record.peak_memory_bytes = max(peaks) if peaks else None
+    record.health = dict(ranks[0].get("health") or {})  # the host over rank 0's window (the job itself excluded)
     record.details.update(stable=all(r.get("stable", True) for r in ranks),
                           extended_rounds=max((r.get("extended_rounds", 0) for r in ranks), default=0),
                           warmup_steps=ranks[0].get("warmup_steps"))
