@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from hwregress.bench import build_step, prepare_process
 from hwregress.devices import device_kind, synchronize
-from hwregress.dist.rank_timing import HeartbeatTimer, job_health_probe
+from hwregress.dist.rank_timing import HeartbeatTimer, job_window, window_report
 from hwregress.memory import PeakMemoryMeter
 from hwregress.timing import TimingPlan, default_timer, measure
 from hwregress.workloads import get, make_batch
@@ -53,12 +53,13 @@ def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
         synchronize(device)  # no queued warmup work may spill into another process's timed window
         dist.barrier()  # every process has built its model and warmed up: the timed windows start together
         timer = HeartbeatTimer(default_timer(device), lambda index: context.on_round(index, spec.plan.get("rounds")))
-        with job_health_probe() as health:
-            timing = measure(step, timer, TimingPlan(**{**spec.plan, "warmup_steps": 1}))  # warmed up above
+        window = job_window(device, spec.telemetry_interval_s)
+        timing = measure(step, timer, TimingPlan(**{**spec.plan, "warmup_steps": 1}), window=window)  # warmed up
         _keep_training_until_all_finish(step, dist.get_world_size(), context, spec.timeout_s)
     return {"model": workload.name, "round_seconds": timing.round_seconds, "steps_per_round": timing.steps_per_round,
-            "stable": timing.stable, "peak_memory_bytes": memory.peak_bytes, "health": health.result,
-            "work_per_step": spec.batch_size * workload.work_per_sample(None), "unit": workload.unit}
+            "stable": timing.stable, "peak_memory_bytes": memory.peak_bytes, **window_report(window),
+            "work_per_step": spec.batch_size * workload.work_per_sample(None),
+            "work_per_sample": workload.work_per_sample(None), "unit": workload.unit}
 
 
 def _keep_training_until_all_finish(step: Any, processes: int, context: RankContext, timeout_s: float) -> None:

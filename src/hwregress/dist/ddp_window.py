@@ -14,7 +14,7 @@ import torch.distributed as dist
 from hwregress.bench import build_step, prepare_process
 from hwregress.devices import device_kind, synchronize
 from hwregress.dist.comm_profile import communication_share
-from hwregress.dist.rank_timing import HeartbeatTimer, agree_on_max, job_health_probe
+from hwregress.dist.rank_timing import HeartbeatTimer, agree_on_max, job_window, window_report
 from hwregress.memory import PeakMemoryMeter
 from hwregress.timing import TimingPlan, default_timer, measure
 from hwregress.workloads import get, make_batch
@@ -38,14 +38,14 @@ def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
         step = build_step(workload, ddp, "train", inputs, labels, device, spec.dtype)
         context.on_warmup()
         timer = HeartbeatTimer(default_timer(device), lambda index: context.on_round(index, spec.plan.get("rounds")))
-        with job_health_probe() as health:
-            timing = measure(step, timer, TimingPlan(**spec.plan), agree=agree_on_max(device))
+        window = job_window(device, spec.telemetry_interval_s)
+        timing = measure(step, timer, TimingPlan(**spec.plan), window=window, agree=agree_on_max(device))
     share = _profiled_share(step, device, spec.profile_steps, context) if spec.profile_steps else None
     buckets = ddp_buckets(ddp)
     return {"round_seconds": timing.round_seconds, "steps_per_round": timing.steps_per_round,
             "warmup_steps": timing.warmup_steps, "stable": timing.stable, "extended_rounds": timing.extended_rounds,
             "peak_memory_bytes": memory.peak_bytes, "work_per_step": spec.batch_size * workload.work_per_sample(None),
-            "work_per_sample": workload.work_per_sample(None), "unit": workload.unit, "health": health.result,
+            "work_per_sample": workload.work_per_sample(None), "unit": workload.unit, **window_report(window),
             **(share or {}), **buckets}
 
 

@@ -43,6 +43,7 @@ class JobSpec:
         device: the device of a co-located job (``cuda:0``, ``cpu``).
         devices: this node's GPUs for a CUDA job's local ranks, in local-rank order (``--devices``).
         cudnn_benchmark: ``torch.backends.cudnn.benchmark`` in every rank (``--cudnn-benchmark``).
+        telemetry_interval_s: each rank samples its device's telemetry this often over its window (s).
         workload_modules: modules that register workloads of the user's own (``--workloads``), imported by each rank.
         sys_path: the pytest process's import path, so ranks import what it imports.
     """
@@ -65,6 +66,7 @@ class JobSpec:
     device: str = "cpu"
     devices: list[str] = field(default_factory=list)
     cudnn_benchmark: bool = True
+    telemetry_interval_s: float = 0.1
     workload_modules: list[str] = field(default_factory=list)
     sys_path: list[str] = field(default_factory=list)
 

@@ -1,16 +1,18 @@
 """What every rank's timing shares: a round timer that reports each timed round (the watchdog's heartbeat), the
-job's agreement on a number (the maximum over ranks), and the host's health over the window."""
+job's agreement on a number (the maximum over ranks), and the window's telemetry and host health."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import psutil
 import torch
 import torch.distributed as dist
 
 from hwregress.health import CpuHealthProbe
+from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer
 
 
@@ -28,6 +30,18 @@ class HeartbeatTimer:
             self.on_round(self.calls - 1)
         self.calls += 1
         return self.inner.time_round(run_steps, steps)
+
+
+def job_window(device: str, interval_s: float) -> TelemetrySampler:
+    """The telemetry of a rank's timed window (NVML on a CUDA device, the host's CPU otherwise) with the host's
+    health read with the job as "us" (:func:`job_health_probe`)."""
+    return TelemetrySampler(device, interval_s, health_probe=job_health_probe())
+
+
+def window_report(window: TelemetrySampler) -> dict[str, Any]:
+    """What a rank reports of its window's telemetry: the summary (energy in J included), the thinned series and
+    the host's health."""
+    return {"telemetry": window.summary(), "telemetry_series": window.compact_series(), "health": window.health}
 
 
 def job_health_probe() -> CpuHealthProbe:

@@ -162,6 +162,7 @@ class DistributedBench:
                        timeout_s=self.settings.dist_timeout_s, profile_steps=self.settings.profile_steps, device=device,
                        devices=[device, *(g for g in gpus if g != device)][:per_node] if on_gpus else [],
                        cudnn_benchmark=self.settings.cudnn_benchmark,
+                       telemetry_interval_s=self.settings.telemetry_interval_s,
                        workload_modules=list(self.settings.workload_modules), sys_path=list(sys.path))
 
     def _launch(self, record: TestRecord, spec: JobSpec, joint: bool) -> tuple[JobSpec, list[dict[str, Any]]]:
@@ -248,7 +249,26 @@ def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str
     record.steps_per_round = ranks[0].get("steps_per_round")
     peaks = [r["peak_memory_bytes"] for r in ranks if r.get("peak_memory_bytes") is not None]
     record.peak_memory_bytes = max(peaks) if peaks else None
-    record.health = dict(ranks[0].get("health") or {})  # the host over rank 0's window (the job itself excluded)
+    _fill_telemetry(record, ranks)
+
+
+def _fill_telemetry(record: TestRecord, ranks: list[dict[str, Any]]) -> None:
+    """Rank 0's window telemetry and host health (the job's own processes excluded), and the energy of the job's
+    devices over the window per sample of the job (J), where every device reported its energy (co-located processes
+    share one device: its energy counts once)."""
+    first = ranks[0]
+    record.telemetry = first.get("telemetry") or {}
+    record.health = dict(first.get("health") or {})
+    record.throttled = bool(record.telemetry.get("throttle_reasons"))
+    record.details["telemetry_series"] = first.get("telemetry_series") or {}
+    energies = list({r.get("device"): (r.get("telemetry") or {}).get("energy_j") for r in ranks}.values())
+    if not (energies and all(energies)):
+        return  # no energy counter (CPUs), or a job without a training window (the all-reduce sweep)
+    window_samples = sum(r["work_per_step"] * r["steps_per_round"] * len(r["round_seconds"]) / r.get("work_per_sample", 1)
+                         for r in ranks)
+    if window_samples:
+        record.energy_j_per_sample = sum(energies) / window_samples
+        record.samples_per_joule = window_samples / sum(energies)
     record.details.update(stable=all(r.get("stable", True) for r in ranks),
                           extended_rounds=max((r.get("extended_rounds", 0) for r in ranks), default=0),
                           warmup_steps=ranks[0].get("warmup_steps"))
