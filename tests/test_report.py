@@ -365,3 +365,13 @@ def test_tokens_and_samples_per_second_never_share_a_chart_axis():
     assert 'aria-label="throughput (tokens/s) vs batch size — cpu infer"' in html
     assert 'aria-label="throughput (samples/s) vs batch size — cpu infer"' in html
     assert "gpt2 ctx128 fp32" in html
+
+
+def test_a_metric_that_did_not_change_is_a_visible_line_at_mid_height():
+    """A constant series (RSS that never moved) once drew a zero-height line, an empty box in the browser."""
+    from hwregress.report import charts
+
+    flat = str(charts.sparkline([0.0, 0.1, 0.2], [5.0, 5.0, 5.0], "rss", "bytes"))
+    assert 'points="0.0,20.0 110.0,20.0 220.0,20.0"' in flat and '<line x1="0" y1="39"' in flat
+    moving = str(charts.sparkline([0.0, 1.0], [1.0, 3.0], "power", "W"))
+    assert 'points="0.0,36.0 220.0,4.0"' in moving  # lowest at the bottom, highest at the top

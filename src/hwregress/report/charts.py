@@ -339,17 +339,23 @@ def stacked_bar(shares: dict[str, Any], title: str) -> Markup:
 
 
 def sparkline(times: Sequence[Any], values: Sequence[Any], label: str, unit: str) -> Markup:
-    """A small line of one telemetry metric over the window, with its min and max."""
+    """A small line of one telemetry metric over the window, with its min and max, above a faint baseline rule; a
+    metric that did not change (a flat line) is drawn at mid-height."""
     points = [(t, v) for t, v in zip(times, values, strict=False) if _plottable(t, False) and _plottable(v, False)]
     if len(points) < 2:
         return Markup("")
     width, height = 220, 40
     t0, t1 = points[0][0], points[-1][0]
     low, high = min(v for _, v in points), max(v for _, v in points)
-    span_t, span_v = (t1 - t0) or 1.0, (high - low) or 1.0
-    path = " ".join(f"{(t - t0) / span_t * width:.1f},{height - 4 - (v - low) / span_v * (height - 8):.1f}" for t, v in points)
+    span_t = (t1 - t0) or 1.0
+
+    def y(value: float) -> float:
+        return height / 2 if high == low else height - 4 - (value - low) / (high - low) * (height - 8)
+
+    path = " ".join(f"{(t - t0) / span_t * width:.1f},{y(v):.1f}" for t, v in points)
     return Markup(f'<figure class="spark"><svg class="chart sparkline" role="img" aria-label="{escape(label)}" '
                   f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
+                  f'<line x1="0" y1="{height - 1}" x2="{width}" y2="{height - 1}" stroke="#ddd" stroke-width="1"/>'
                   f'<polyline points="{path}" fill="none" stroke="#1f77b4" stroke-width="1.5"/></svg>'
                   f'<figcaption>{escape(label)}: {format_value(low)}–{format_value(high)} {escape(unit)}</figcaption></figure>')
 
