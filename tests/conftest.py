@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,36 @@ def hw_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Hw
 def xdist_args(request: pytest.FixtureRequest) -> list[str]:
     """Run an end-to-end scenario without xdist and with two workers."""
     return [] if request.param == "serial" else ["-n", "2"]
+
+
+class _TableCells(HTMLParser):
+    """The text of each cell of each row of the tables whose ``attribute`` is ``value``."""
+
+    def __init__(self, attribute: str, value: str) -> None:
+        super().__init__()
+        self.attribute, self.value = attribute, value
+        self.rows: list[list[str]] = []
+        self.inside = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.inside = dict(attrs).get(self.attribute) == self.value
+        elif self.inside and tag == "tr":
+            self.rows.append([])
+        elif self.inside and tag == "td":
+            self.rows[-1].append("")
+
+    def handle_endtag(self, tag):
+        self.inside = self.inside and tag != "table"
+
+    def handle_data(self, data):
+        if self.inside and self.rows and self.rows[-1]:
+            self.rows[-1][-1] += data
+
+
+def table_cells(html: str, attribute: str, value: str) -> list[list[str]]:
+    """The cell texts, as written, of every data row of the report tables with ``attribute="value"``
+    (``id="results"``, ``class="scaling"``)."""
+    parser = _TableCells(attribute, value)
+    parser.feed(html)
+    return [row for row in parser.rows if row]

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
+from conftest import table_cells
 from hwregress.report import render, render_merge, write_outputs
 from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, nice_axis, roofline_chart, tick_label
 from hwregress.results import SessionResults, TestRecord, load
@@ -223,34 +224,8 @@ def test_roofline_chart_without_batch_sizes_has_no_labels():
 
 # --- ceiling rows: no problem size in the batch column --------------------------------------------------
 
-class _Cells(HTMLParser):
-    """The text of each cell of each row of the results table."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[list[str]] = []
-        self.inside = False
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self.inside = dict(attrs).get("id") == "results"
-        elif self.inside and tag == "tr":
-            self.rows.append([])
-        elif self.inside and tag == "td":
-            self.rows[-1].append("")
-
-    def handle_endtag(self, tag):
-        self.inside = self.inside and tag != "table"
-
-    def handle_data(self, data):
-        if self.inside and self.rows and self.rows[-1]:
-            self.rows[-1][-1] += data
-
-
 def _result_rows(html: str) -> list[list[str]]:
-    parser = _Cells()
-    parser.feed(html)
-    return [[cell.strip() for cell in row] for row in parser.rows if row]
+    return [[cell.strip() for cell in row] for row in table_cells(html, "id", "results")]
 
 
 BATCH_COLUMN = 5

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import table_cells
 from hwregress.report import render
 from hwregress.report.charts import format_value
 from hwregress.results import SessionResults, TestRecord
@@ -74,33 +75,8 @@ def _section(html: str) -> str:
     return match.group(1)
 
 
-class _Tables(HTMLParser):
-    """The cell texts of each row of the tables with a given class."""
-
-    def __init__(self, css_class: str) -> None:
-        super().__init__()
-        self.css_class, self.inside, self.rows = css_class, False, []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self.inside = dict(attrs).get("class") == self.css_class
-        elif self.inside and tag == "tr":
-            self.rows.append([])
-        elif self.inside and tag == "td":
-            self.rows[-1].append("")
-
-    def handle_endtag(self, tag):
-        self.inside = self.inside and tag != "table"
-
-    def handle_data(self, data):
-        if self.inside and self.rows and self.rows[-1]:
-            self.rows[-1][-1] += data
-
-
 def _rows(html: str, css_class: str) -> list[list[str]]:
-    parser = _Tables(css_class)
-    parser.feed(html)
-    return [[" ".join(cell.split()) for cell in row] for row in parser.rows if row]
+    return [[" ".join(cell.split()) for cell in row] for row in table_cells(html, "class", css_class)]
 
 
 def _svgs(html: str) -> list[str]:
