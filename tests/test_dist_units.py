@@ -213,7 +213,7 @@ def test_the_killed_rank_is_named_first_with_its_signal_and_last_lines(tmp_path)
 
 # -- the efficiency verdict ----------------------------------------------------------------------------
 def _measured(efficiency, reference=()):
-    return Measured("t", [100.0] * 6, "samples/s", True, {}, efficiency=efficiency, efficiency_reference=reference)
+    return Measured("t", [100.0] * 6, "samples/s", True, {}, efficiency=efficiency, reference_samples=reference)
 
 
 BASELINE = {"samples": [100.0] * 6, "history": [100.0, 100.0, 100.0], "efficiency": 0.9, "environment": {}}

@@ -221,7 +221,7 @@ def test_concurrent_callers_share_one_cpu_measurement(tmp_path):
 
     def worker() -> None:
         start.wait()
-        results.append(host_reference.cpu_reference("resnet18/train/bs8/fp32", measure, tmp_path))
+        results.append(host_reference.measured_once("resnet18/train/bs8/fp32", measure, tmp_path))
 
     threads = [threading.Thread(target=worker) for _ in range(3)]
     for thread in threads:
@@ -229,14 +229,14 @@ def test_concurrent_callers_share_one_cpu_measurement(tmp_path):
     for thread in threads:
         thread.join()
     assert len(calls) == 1 and results == [[10.0, 11.0, 12.0]] * 3
-    assert host_reference.cpu_reference("resnet18/train/bs16/fp32", lambda: [1.0], tmp_path) == [1.0]  # other key
+    assert host_reference.measured_once("resnet18/train/bs16/fp32", lambda: [1.0], tmp_path) == [1.0]  # other key
 
 
 def test_another_process_reuses_the_measurement(tmp_path):
-    host_reference.cpu_reference("alexnet/train/bs4/fp32", lambda: [5.0, 6.0], tmp_path)
-    script = ("import sys; from pathlib import Path; from hwregress.host_reference import cpu_reference\n"
+    host_reference.measured_once("alexnet/train/bs4/fp32", lambda: [5.0, 6.0], tmp_path)
+    script = ("import sys; from pathlib import Path; from hwregress.host_reference import measured_once\n"
               "def fail(): raise SystemExit('measured again')\n"
-              "print(cpu_reference('alexnet/train/bs4/fp32', fail, Path(sys.argv[1])))")
+              "print(measured_once('alexnet/train/bs4/fp32', fail, Path(sys.argv[1])))")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
                           env={"PYTHONPATH": str(REPO / "src"), "PATH": ""}, check=False)
     assert done.returncode == 0, done.stderr

@@ -19,6 +19,12 @@ from pathlib import Path
 from typing import Any
 
 
+def safe_file_name(text: str, keep_last: int) -> str:
+    """``text`` as one file name: letters, digits, ``-``, ``_`` and ``.`` kept, anything else ``_``, at most its last
+    ``keep_last`` characters (a test id's parameters are at its end)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[-keep_last:]
+
+
 class NotARegularFileError(OSError):
     """A path that names a folder, a device, a FIFO or a socket where a regular file was expected."""
 

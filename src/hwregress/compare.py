@@ -107,10 +107,11 @@ class Measured:
     speedup: float | None = None
     exact_memory: bool = False
     identity: Mapping[str, Any] = field(default_factory=dict)
-    reference_samples: Sequence[float] = ()  # a speedup's CPU-side samples (samples/s)
+    # the same-session reference a ratio divides by: a speedup's CPU side, a scaling efficiency's T(1), a co-located
+    # group's solo run (throughput samples)
+    reference_samples: Sequence[float] = ()
     on_cpu: bool = False
     efficiency: float | None = None  # scaling or co-location efficiency (fraction)
-    efficiency_reference: Sequence[float] = ()  # the same-session reference throughput samples it divides by
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
@@ -262,7 +263,7 @@ def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerance
     if measured.efficiency is None or base_efficiency is None:
         return
     judgement.figures.baseline_efficiency = base_efficiency
-    threshold = _ratio_threshold(judgement, tolerances, measured.efficiency_reference)
+    threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)
     drift = stats.history_bound(baseline.get("efficiency_history") or ())  # how far it moved between sessions
     threshold = max(threshold, min(drift, tolerances.max_threshold))
     if measured.efficiency < base_efficiency * (1 - threshold):

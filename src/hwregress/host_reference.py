@@ -1,8 +1,9 @@
-"""The CPU reference of a GPU/CPU speedup, measured once per session and shared by every process.
+"""Same-session references, measured once per session and shared by every process: the CPU side of a GPU/CPU
+speedup, and T(1) of a data-parallel scaling efficiency.
 
 Under ``pytest -n N`` each worker that runs a speedup test needs the CPU throughput of the same model,
 batch and dtype. Measured in every worker, the CPU halves ran concurrently on the same cores and each
-measured a fraction of the machine. :func:`cpu_reference` measures it once: the first process takes a
+measured a fraction of the machine. :func:`measured_once` measures it once: the first process takes a
 file lock, measures and writes the samples; the others wait on the lock and read them.
 """
 
@@ -39,8 +40,8 @@ def cache_path(key: str, cache_dir: Path) -> Path:
     return cache_dir / f"cpu-reference-{digest}.json"
 
 
-def cpu_reference(key: str, measure: Callable[[], list[float]], cache_dir: Path) -> list[float]:
-    """The CPU reference samples of ``key`` (e.g. ``"resnet50/train/bs64/fp32"``), measured by
+def measured_once(key: str, measure: Callable[[], list[float]], cache_dir: Path) -> list[float]:
+    """The reference samples of ``key`` (e.g. ``"resnet50/train/bs64/fp32"``), measured by
     ``measure()`` at most once per ``cache_dir`` across threads and processes.
 
     ``cache_dir`` must be shared by the session's processes and fresh per session (e.g. a folder under
@@ -71,6 +72,6 @@ def cpu_reference(key: str, measure: Callable[[], list[float]], cache_dir: Path)
 def _read(path: Path, key: str, identity: str) -> list[float]:
     content = json.loads(path.read_text())
     if content.get("key") != key or content.get("host") != identity or content.get("format") != CACHE_FORMAT:
-        raise ValueError(f"{path}: holds the CPU reference of {content.get('key')!r} on {content.get('host')!r}, "
+        raise ValueError(f"{path}: holds the reference of {content.get('key')!r} on {content.get('host')!r}, "
                          f"not {key!r} on {identity!r}; delete the file")
     return [float(s) for s in content["samples"]]

@@ -165,9 +165,9 @@ def _measured(record: TestRecord) -> Measured:
                     record.environment, record.peak_memory_bytes, record.accuracy, record.speedup,
                     exact_memory=device_kind(record.device or "cpu") == "cuda",
                     identity=record.details.get("identity") or {},
-                    reference_samples=record.details.get("cpu_samples") or (),
-                    on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
-                    efficiency_reference=record.details.get("efficiency_reference_samples") or ())
+                    reference_samples=(record.details.get("cpu_samples")
+                                       or record.details.get("efficiency_reference_samples") or ()),
+                    on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency)
 
 
 def apply_figures(record: TestRecord, figures: Figures) -> None:

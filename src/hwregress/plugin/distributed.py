@@ -10,11 +10,13 @@ import dataclasses
 import statistics
 import sys
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from hwregress import host_reference, interconnect, workloads
+from hwregress.atomic import safe_file_name
 from hwregress.devices import device_kind
 from hwregress.dist import collectives, figures
 from hwregress.dist.colocation import mps_status
@@ -127,13 +129,16 @@ class DistributedBench:
             spec = self._spec("scaling", device, 1, 1, [model], batch_size, dtype, nnodes=1)
             return figures.global_throughput_samples(self._launch(record, spec, joint=False)[1])
 
-        return host_reference.cpu_reference(_reference_key(device, model, batch_size, dtype), measure,
-                                            session_temp(self.bench.request) / "hwregress-scaling-reference")
+        return host_reference.measured_once(_reference_key(device, model, batch_size, dtype), measure,
+                                            self._reference_folder())
 
     def _offer_reference(self, device: str, model: str, batch_size: int, dtype: str, samples: list[float]) -> None:
         """Offer a W=1 test's own samples as the session's T(1) (kept only if none was measured before)."""
-        host_reference.cpu_reference(_reference_key(device, model, batch_size, dtype), lambda: samples,
-                                     session_temp(self.bench.request) / "hwregress-scaling-reference")
+        host_reference.measured_once(_reference_key(device, model, batch_size, dtype), lambda: samples,
+                                     self._reference_folder())
+
+    def _reference_folder(self) -> Path:
+        return session_temp(self.bench.request) / "hwregress-scaling-reference"
 
     # -- jobs ------------------------------------------------------------------------------------------
     def _ranks_per_node(self, world_size: int, device: str) -> int:
@@ -170,7 +175,7 @@ class DistributedBench:
         same job) and folder; run it holding its GPUs; return the spec as run and its ranks' reports."""
         together = joint and self.topology.multi_node
         run_id = self._check_in(spec) if together else f"hwregress-{uuid.uuid4().hex[:12]}"
-        folder = session_temp(self.bench.request) / "hwregress-jobs" / f"{_safe(self.bench.item.name)}-{run_id}"
+        folder = session_temp(self.bench.request) / "hwregress-jobs" / f"{safe_file_name(self.bench.item.name, 80)}-{run_id}"
         spec = dataclasses.replace(spec, run_id=run_id, out_dir=str(folder))
         with holding_devices(self.bench.request, [d for d in spec.devices if d != record.device]):
             if not together:
@@ -276,10 +281,6 @@ def _fill_telemetry(record: TestRecord, ranks: list[dict[str, Any]]) -> None:
 
 def _reference_key(device: str, model: str, batch_size: int, dtype: str) -> str:
     return f"scaling-w1/{device}/{model}/train/bs{batch_size}/{dtype}"
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[-80:]
 
 
 def _fail(record: TestRecord, message: str) -> NoReturn:

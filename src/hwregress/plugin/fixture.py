@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from hwregress import ceilings, host_reference, interconnect, parity, roofline, workloads
+from hwregress.atomic import safe_file_name
 from hwregress.baselines import BaselineError, entry_key
 from hwregress.batch_search import find_max_batch
 from hwregress.bench import Measurement, OutOfMemory, RunOptions, batch_probe, run_model
@@ -120,7 +121,7 @@ class HwBench:
             return self._run_model(record, model, "cpu", "train", batch_size, dtype, None, cpu_plan,
                                    profile_steps=0).throughput_samples
 
-        return host_reference.cpu_reference(f"{model}/train/bs{batch_size}/{dtype}", measure,
+        return host_reference.measured_once(f"{model}/train/bs{batch_size}/{dtype}", measure,
                                             session_temp(self.request) / "hwregress-cpu-reference")
 
     def ceiling(self, device: str, name: str, dtype: str) -> TestRecord:
@@ -231,7 +232,7 @@ class HwBench:
                    memory_format: str = "contiguous") -> Measurement:
         trace = None
         if self.settings.trace:
-            trace = self.settings.report_dir / "traces" / f"{_safe_name(record.test_id)}-{device.replace(':', '')}.json"
+            trace = self.settings.report_dir / "traces" / f"{safe_file_name(record.test_id, 150)}-{device.replace(':', '')}.json"
             record.trace_path = str(trace)
         options = RunOptions(plan or self.settings.plan, self.settings.telemetry_interval_s,
                              self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver,
@@ -281,10 +282,6 @@ class HwBench:
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         return record
-
-
-def _safe_name(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[-150:]
 
 
 @pytest.fixture

@@ -142,8 +142,9 @@ def build_settings(config: pytest.Config) -> Settings:
                                 "check the spelling, or record into it with --update-baselines")
     summary = _value(config, "hwregress_summary_md")[0]
     report_dir = _path(config, "hwregress_report_dir")
+    topology = _topology(config)
     return Settings(
-        selection=_selection(config),
+        selection=_selection(config, topology.nnodes),
         plan=_timing_plan(config),
         policy=policy,
         baseline_dir=baseline_dir,
@@ -155,7 +156,7 @@ def build_settings(config: pytest.Config) -> Settings:
         cudnn_benchmark=_switch(config, "hwregress_cudnn_benchmark"),
         trace=config.getoption("hwregress_trace"),
         write_report=not config.getoption("hwregress_no_report"),
-        topology=_topology(config),
+        topology=topology,
         dist_timeout_s=_number(config, "hwregress_dist_timeout", float, 1, 86_400),
         workload_modules=tuple(_list(config, "hwregress_workloads") or ()),
     )
@@ -173,7 +174,7 @@ def _load_workloads(config: pytest.Config) -> None:
         raise pytest.UsageError(str(error)) from None
 
 
-def _selection(config: pytest.Config) -> Selection:
+def _selection(config: pytest.Config, nnodes: int) -> Selection:
     devices = _devices(config)
     models = _list(config, "hwregress_models")
     modes = _list(config, "hwregress_modes")
@@ -181,7 +182,7 @@ def _selection(config: pytest.Config) -> Selection:
     batch_sizes = _batch_sizes(config)
     selection = Selection(devices, models, batch_sizes, modes, dtypes or [], _list(config, "hwregress_compile") or ["eager"],
                           _list(config, "hwregress_memory_format") or ["contiguous"], _world_sizes(config),
-                          _colocate(config), _topology(config).nnodes, _opted_in(config))
+                          _colocate(config), nnodes, _opted_in(config))
     try:
         validate(selection)
     except (KeyError, ValueError) as error:
