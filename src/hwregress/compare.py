@@ -112,6 +112,17 @@ class Measured:
     reference_samples: Sequence[float] = ()
     on_cpu: bool = False
     efficiency: float | None = None  # scaling or co-location efficiency (fraction)
+    latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where judges_latency says so
+
+
+# (family, mode) of the records whose median latency is judged against the baseline: a stream's latency is what
+# its users wait; its throughput follows the producer's rate while it keeps up
+LATENCY_JUDGED = (("spark", "stream"),)
+
+
+def judges_latency(family: str | None, mode: str | None) -> bool:
+    """Whether a record of ``family`` in ``mode`` has its latency judged (:data:`LATENCY_JUDGED`)."""
+    return (family, mode) in LATENCY_JUDGED
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
@@ -128,7 +139,9 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     Speedup: fails when current speedup < baseline speedup * (1 - threshold). Efficiency (scaling, co-location)
     likewise: current < baseline efficiency (the median of its recorded sessions) * (1 - threshold), the threshold
     widened by the same-session reference's own noise, since the efficiency divides by it, and by the efficiency's
-    drift between the recorded sessions (capped at ``max_threshold``).
+    drift between the recorded sessions (capped at ``max_threshold``). Latency (where :func:`judges_latency`): fails
+    when current > baseline latency (the median of its recorded sessions) * (1 + threshold), the threshold the
+    throughput comparison's, widened by the latency's drift between the recorded sessions (capped likewise).
     """
     if baseline is None:
         return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
@@ -148,6 +161,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     _judge_accuracy(measured, baseline, tolerances, judgement)
     _judge_speedup(measured, baseline, tolerances, judgement)
     _judge_efficiency(measured, baseline, tolerances, judgement)
+    _judge_latency(measured, baseline, tolerances, judgement)
     _judge_environment(measured, baseline, strict_env, judgement)
     if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
                                                      Verdict.UNSTABLE):
@@ -270,6 +284,21 @@ def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerance
         judgement.failures.append(
             f"{measured.test_id}: efficiency {measured.efficiency:.3f} < baseline {base_efficiency:.3f} "
             f"x (1 - {threshold:.1%})"
+        )
+
+
+def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                   judgement: Judgement) -> None:
+    base_latency = baseline.get("latency_ms")
+    if measured.latency_ms is None or not base_latency:
+        return
+    threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
+    drift = stats.history_bound(baseline.get("latency_history") or ())
+    threshold = max(threshold, min(drift, tolerances.max_threshold))
+    if measured.latency_ms > base_latency * (1 + threshold):
+        judgement.failures.append(
+            f"{measured.test_id}: latency p50 {measured.latency_ms:.1f} ms > baseline {base_latency:.1f} ms "
+            f"x (1 + {threshold:.1%})"
         )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hwregress import __version__
+from hwregress.compare import judges_latency
 from hwregress.devices import fingerprint_changes
 from hwregress.identity import identity_changes
 from hwregress.results import TestRecord
@@ -98,6 +99,8 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         entry.update(_pooled(record, earlier))
     if record.efficiency is not None:
         entry.update(_pooled_efficiency(record.efficiency, earlier))
+    if record.latency_ms is not None and judges_latency(record.family, record.mode):
+        entry.update(_pooled_latency(record.latency_ms, earlier))
     return entry
 
 
@@ -106,6 +109,13 @@ def _pooled_efficiency(efficiency: float, previous: dict[str, Any]) -> dict[str,
     the entry keeps the last :data:`HISTORY_LENGTH` sessions' efficiencies and judges against their median."""
     history = [*previous.get("efficiency_history", []), efficiency][-HISTORY_LENGTH:]
     return {"efficiency": float(np.median(history)), "efficiency_history": history}
+
+
+def _pooled_latency(latency_ms: float, previous: dict[str, Any]) -> dict[str, Any]:
+    """A judged latency moves between sessions as a throughput does: the entry keeps the last :data:`HISTORY_LENGTH`
+    sessions' latencies (ms) and judges against their median."""
+    history = [*previous.get("latency_history", []), latency_ms][-HISTORY_LENGTH:]
+    return {"latency_ms": float(np.median(history)), "latency_history": history}
 
 
 def _same_machine(record: TestRecord, previous: dict[str, Any]) -> dict[str, Any]:

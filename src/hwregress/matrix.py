@@ -24,7 +24,7 @@ CEILINGS = ("gemm", "copy", "h2d", "d2h", "p2p", "allreduce")
 CUDA_ONLY_CEILINGS = ("h2d", "d2h", "p2p")
 # GEMM roofs measured by default per device kind (plus any --dtypes): every tensor-core mode on GPUs
 DEFAULT_CEILING_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "tf32", "bf16", "fp16"), "mps": ("fp32", "fp16")}
-FAMILIES = ("throughput", "parity", "output-parity", "speedup", "ceiling", "scaling", "colocated")
+FAMILIES = ("throughput", "parity", "output-parity", "speedup", "ceiling", "scaling", "colocated", "spark")
 # data-parallel scaling and co-location: models small enough for 2 cores; on GPUs the classic DDP benchmark (the
 # GPU tier must stay within 10 minutes: transformers scale with --models bert_base)
 SCALING_MODELS = {"cpu": ("mobilenet_v3_small",), "cuda": ("resnet50",)}
@@ -35,6 +35,14 @@ OPT_IN_ON_CPU = ("scaling", "colocated")
 DISTRIBUTED_KINDS = ("cpu", "cuda")
 # numerics the distributed families train in (int8 and fp8 are inference-only here)
 TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")
+# Spark batch and streaming inference (hwregress.spark): opt-in on every device (the CPU tier must end within 2 minutes
+# and the GPU tier within 10; the family takes ~1.5 min per device), one image model per device kind and a batch
+# per model call; the two pipelines of the family
+OPT_IN_EVERYWHERE = ("spark",)
+SPARK_MODELS = {"cpu": ("mobilenet_v3_small",), "cuda": ("resnet50",)}
+SPARK_BATCH = {"cpu": 16, "cuda": 256, "mps": 64}
+SPARK_PIPELINES = ("batch", "stream")
+INFERENCE_DTYPES_ON_SPARK = ("fp32", "tf32", "bf16", "fp16")
 COLOCATED_MEMBERS = {"cpu": (("mobilenet_v3_small", "mobilenet_v3_small"),), "cuda": (("resnet50", "resnet50"),)}
 
 
@@ -54,7 +62,7 @@ class Selection:
         world_sizes: ranks of the ``scaling`` family's jobs, or None: :func:`hwregress.dist.topology.default_world_sizes`.
         colocate: the ``colocated`` family's process groups (model names, one per process), or None: per device kind.
         nnodes: nodes every distributed job spans (``--nnodes``).
-        opted_in: families of :data:`OPT_IN_ON_CPU` asked for, so they run on the CPU too.
+        opted_in: families of :data:`OPT_IN_ON_CPU` and :data:`OPT_IN_EVERYWHERE` asked for, so they run.
     """
 
     devices: list[str]
@@ -160,7 +168,27 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
                     for members in colocated_members(selection, device)
                     for b in _smallest(batch_sizes_for(selection, device, "train", members[0]))
                     for d in selection.dtypes if d in TRAINING_DTYPES]
+        elif family == "spark" and "spark" in selection.opted_in:
+            out += [{"device": device, "workload": m, "mode": pipeline, "batch_size": b, "dtype": d}
+                    for m in spark_models(selection, device)
+                    for pipeline in SPARK_PIPELINES
+                    for b in spark_batch_sizes(selection, device)
+                    for d in selection.dtypes if d in INFERENCE_DTYPES_ON_SPARK]
     return out
+
+
+def spark_models(selection: Selection, device: str) -> list[str]:
+    """The ``spark`` family's models: the selected image models, else :data:`SPARK_MODELS` of the device kind."""
+    if selection.models is not None:
+        return [m for m in selection.models if workloads.get(m).input_kind == "images"]
+    return list(SPARK_MODELS.get(device_kind(device), SPARK_MODELS["cpu"]))
+
+
+def spark_batch_sizes(selection: Selection, device: str) -> list[int]:
+    """The ``spark`` family's rows per model call: the selected numeric batch sizes, else :data:`SPARK_BATCH`."""
+    if selection.batch_sizes is not None:
+        return _numeric(selection.batch_sizes)
+    return [SPARK_BATCH.get(device_kind(device), SPARK_BATCH["cpu"])]
 
 
 def _runs_distributed(selection: Selection, device: str, family: str) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 from hwregress import evidence, lifecycle, roofline
 from hwregress.baselines import BaselineError, BaselineFile, BaselineStore
 from hwregress.bench import Measurement
-from hwregress.compare import Figures, Measured, Tolerances, judge
+from hwregress.compare import Figures, Measured, Tolerances, judge, judges_latency
 from hwregress.devices import device_kind
 from hwregress.diagnosis import diagnose
 from hwregress.results import TestRecord
@@ -167,7 +167,8 @@ def _measured(record: TestRecord) -> Measured:
                     identity=record.details.get("identity") or {},
                     reference_samples=(record.details.get("cpu_samples")
                                        or record.details.get("efficiency_reference_samples") or ()),
-                    on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency)
+                    on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
+                    latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None)
 
 
 def apply_figures(record: TestRecord, figures: Figures) -> None:

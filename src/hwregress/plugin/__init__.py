@@ -16,7 +16,7 @@ from collections.abc import Generator
 import pytest
 
 from hwregress.baselines import BaselineStore
-from hwregress.plugin import options, record, xdist
+from hwregress.plugin import options, record, spark, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.fixture import SESSION_KEY, hwbench
 from hwregress.plugin.parametrize import SETTINGS_KEY, pytest_generate_tests
@@ -25,7 +25,7 @@ from hwregress.timing import RoundTimer
 
 __all__ = ["hwbench", "pytest_generate_tests"]
 MARKERS = ("cpu", "gpu", "mps", "train", "infer", "prefill", "decode", "throughput", "parity", "speedup", "ceiling",
-           "scaling", "colocated")
+           "scaling", "colocated", "spark")
 
 
 class HookSpecs:
@@ -62,3 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
     outcome = yield
     record.finish(item, call, outcome.get_result())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    spark.stop_engine(session.config)

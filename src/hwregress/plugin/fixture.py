@@ -25,6 +25,7 @@ from hwregress.numerics import LLM_MODES
 from hwregress.plugin.distributed import DistributedBench
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
+from hwregress.plugin.spark import SparkBench
 from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
 from hwregress.results import TestRecord
 from hwregress.session import BenchSession, fill_measurement
@@ -179,6 +180,15 @@ class HwBench:
         record = self._start("colocated", device, members, "train", batch_size, dtype)
         DistributedBench(self).colocated(record, device, members.split("+"), batch_size, dtype)
         return self._conclude(record, entry_key("colocated", members, "train", batch_size, dtype))
+
+    def spark(self, device: str, model: str, pipeline: str, batch_size: int, dtype: str) -> TestRecord:
+        """Predict real digit images with ``model`` on Spark executors (``pipeline``: ``batch`` over a cached data set
+        in full passes, or ``stream`` from a watched folder); assert images/s, the Spark-over-torch throughput ratio
+        (batch), the latency (stream) against the baseline, exact agreement with plain torch (batch) and exactly-once
+        delivery (stream)."""
+        record = self._start("spark", device, model, pipeline, batch_size, dtype)
+        failures = SparkBench(self).measure(record, device, model, pipeline, batch_size, dtype)
+        return self._conclude(record, entry_key("spark", model, pipeline, batch_size, dtype), failures)
 
     def digits_accuracy(self, device: str, dtype: str, cpu_accuracy: Callable[[], float]) -> TestRecord:
         """Train the digits CNN on ``device``; assert accuracy against the baseline and, off the CPU,

@@ -19,8 +19,10 @@ from hwregress.compare import Tolerances
 from hwregress.devices import parse_device_list, visible_devices
 from hwregress.dist.topology import Topology
 from hwregress.lifecycle import UPDATE_MODES
-from hwregress.matrix import MAX_BATCH, OPT_IN_ON_CPU, Selection, validate
+from hwregress.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, validate
 from hwregress.session import Policy
+from hwregress.spark.engine import parse_conf
+from hwregress.spark.settings import SparkSettings
 from hwregress.timing import TimingPlan
 
 
@@ -60,6 +62,14 @@ OPTIONS: tuple[Option, ...] = (
            "HOST:PORT of node 0 for the c10d rendezvous (that port and the next must be free on node 0)"),
     Option("--dist-timeout", "hwregress_dist_timeout", "300",
            "seconds a distributed job's rank may go without progress before the test fails and the job is ended"),
+    Option("--spark-master", "hwregress_spark_master", None,
+           "master URL of the spark family's session: local[N], spark://HOST:PORT, yarn, k8s://... (default: local[cores])"),
+    Option("--spark-rows", "hwregress_spark_rows", None,
+           "rows of the spark family's batch data set (default: CPU 2048, GPU 16384)"),
+    Option("--spark-stream-rate", "hwregress_spark_stream_rate", None,
+           "images per second the spark family's stream producer writes (default: CPU 20, GPU 200)"),
+    Option("--spark-stream-images", "hwregress_spark_stream_images", None,
+           "images the spark family's stream measures (default: 15 s at the rate)"),
     Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),
     Option("--report-dir", "hwregress_report_dir", "reports", "folder for results.json and report.html"),
     Option("--history-dir", "hwregress_history_dir", None,
@@ -100,6 +110,7 @@ class Settings:
     topology: Topology = field(default_factory=Topology)
     dist_timeout_s: float = 300.0
     workload_modules: tuple[str, ...] = ()  # --workloads: the ranks of a distributed job import them too
+    spark: SparkSettings = field(default_factory=SparkSettings)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -121,6 +132,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help="judge against a baseline recorded on hardware of another identity (compare anyway)")
     group.addoption("--save-traces", action="store_true", dest="hwregress_trace",
                     help="save each test's Chrome trace under <report-dir>/traces/")
+    group.addoption("--spark-conf", action="append", dest="hwregress_spark_conf", default=None, metavar="KEY=VALUE",
+                    help="a Spark setting for the spark family's session, e.g. spark.executor.memory=4g (repeatable) "
+                         "[ini: hwregress_spark_conf, one per line]")
+    parser.addini("hwregress_spark_conf", "Spark settings KEY=VALUE, one per line", type="linelist", default=[])
     group.addoption("--no-history", action="store_true", dest="hwregress_no_history",
                     help="do not append this session to the history (--history-dir)")
     group.addoption("--no-hwregress-report", action="store_true", dest="hwregress_no_report",
@@ -159,7 +174,31 @@ def build_settings(config: pytest.Config) -> Settings:
         topology=topology,
         dist_timeout_s=_number(config, "hwregress_dist_timeout", float, 1, 86_400),
         workload_modules=tuple(_list(config, "hwregress_workloads") or ()),
+        spark=_spark(config),
     )
+
+
+def _spark(config: pytest.Config) -> SparkSettings:
+    """The ``--spark-*`` options (numbers checked, each setting ``key=value``)."""
+    cli = config.getoption("hwregress_spark_conf")
+    source = "--spark-conf" if cli is not None else "ini option hwregress_spark_conf"
+    try:
+        conf = parse_conf(cli if cli is not None else config.getini("hwregress_spark_conf"), source)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    master = _value(config, "hwregress_spark_master")[0]
+    if master is not None and not str(master).strip():
+        raise pytest.UsageError(f"{_source(config, 'hwregress_spark_master')} is empty; give a master URL or leave it out "
+                                "for local[cores]")
+    return SparkSettings(
+        master=str(master).strip() if master is not None else None, conf=conf,
+        rows=_optional_number(config, "hwregress_spark_rows", int, 1, 10_000_000),
+        stream_rate=_optional_number(config, "hwregress_spark_stream_rate", float, 0.1, 1_000_000),
+        stream_images=_optional_number(config, "hwregress_spark_stream_images", int, 1, 10_000_000))
+
+
+def _optional_number(config: pytest.Config, ini: str, kind: Callable[[str], Any], low: float, high: float) -> Any:
+    return None if _value(config, ini)[0] is None else _number(config, ini, kind, low, high)
 
 
 def _load_workloads(config: pytest.Config) -> None:
@@ -202,10 +241,13 @@ def _world_sizes(config: pytest.Config) -> list[int] | None:
 
 
 def _opted_in(config: pytest.Config) -> frozenset[str]:
-    """The CPU-opt-in families (:data:`hwregress.matrix.OPT_IN_ON_CPU`) this session asks for: named in the ``-m``
-    expression, or implied by ``--world-sizes`` (scaling) or ``--colocate`` (colocated)."""
+    """The opt-in families (:data:`hwregress.matrix.OPT_IN_ON_CPU`, :data:`~hwregress.matrix.OPT_IN_EVERYWHERE`) this
+    session asks for: named in the ``-m`` expression, or implied by ``--world-sizes`` (scaling), ``--colocate``
+    (colocated) or ``--spark-master`` (spark)."""
     expression = getattr(config.option, "markexpr", "") or ""
-    chosen = {family for family in OPT_IN_ON_CPU if re.search(rf"\b{family}\b", expression)}
+    chosen = {family for family in (*OPT_IN_ON_CPU, *OPT_IN_EVERYWHERE) if re.search(rf"\b{family}\b", expression)}
+    if _value(config, "hwregress_spark_master")[0] is not None:
+        chosen.add("spark")
     if _value(config, "hwregress_world_sizes")[0] is not None:
         chosen.add("scaling")
     if _value(config, "hwregress_colocate")[0] is not None:

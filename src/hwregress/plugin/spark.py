@@ -1,0 +1,170 @@
+"""The pytest side of the ``spark`` family: one Spark session per pytest process (started by the first spark test,
+stopped when the session ends), a batch or streaming measurement per test (:mod:`hwregress.spark`), and the
+test's record from it.
+
+A machine without PySpark or a Java 17+ runtime skips the family as ``unsupported``, with the reason and the
+install command; a session that does not start fails the test with Spark's error."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from hwregress.plugin.record import skip_with
+from hwregress.plugin.xdist import session_temp
+from hwregress.results import TestRecord
+from hwregress.spark import batch, engine, stream
+from hwregress.spark.predictor import PredictSpec, pixel_statistics
+from hwregress.stats import summarize
+from hwregress.telemetry import TelemetrySampler
+from hwregress.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from hwregress.plugin.fixture import HwBench
+
+ENGINE_KEY = pytest.StashKey["SparkEngine"]()
+LOST_SHOWN = 20  # ids of lost or repeated images a record lists
+
+
+class SparkEngine:
+    """This process's Spark session, started once, with what it runs on and how long it took to start."""
+
+    def __init__(self, config: engine.EngineConfig) -> None:
+        started = time.perf_counter()
+        self.session = engine.start_session(config)
+        self.startup_s = time.perf_counter() - started
+        self.description = {**engine.describe(self.session), "startup_s": self.startup_s}
+
+    def stop(self) -> None:
+        self.session.stop()
+
+
+def stop_engine(config: pytest.Config) -> None:
+    """Stop this process's Spark session, if a spark test started one (end of the pytest session)."""
+    running = config.stash.get(ENGINE_KEY, None)
+    if running is not None:
+        running.stop()
+        del config.stash[ENGINE_KEY]
+
+
+class SparkBench:
+    """Runs one ``spark`` test for :class:`hwregress.plugin.fixture.HwBench`."""
+
+    def __init__(self, bench: HwBench) -> None:
+        self.bench = bench
+        self.settings = bench.settings.spark
+
+    def measure(self, record: TestRecord, device: str, model: str, pipeline: str, batch_size: int,
+                dtype: str) -> list[str]:
+        """Measure ``pipeline`` (``batch`` or ``stream``) and fill ``record``; returns the failures the family adds
+        to the baseline's judgement (disagreement with plain torch, images lost or predicted twice)."""
+        running = self._engine()
+        record.unit = "samples/s"
+        record.environment.update(engine.fingerprint(running.description))
+        mean, std = pixel_statistics()
+        spec = PredictSpec(model, device, dtype, tuple(self.bench.settings.workload_modules), mean, std)
+        facts = {**running.description, "batch_size": batch_size}
+        record.details["spark"] = facts
+        if pipeline == "batch":
+            return self._batch(record, running, spec, batch_size, facts)
+        return self._stream(record, running, spec, batch_size, facts)
+
+    def _engine(self) -> SparkEngine:
+        reason = engine.unavailable_reason()
+        if reason is not None:
+            skip_with(Verdict.UNSUPPORTED, reason)
+        stash = self.bench.config.stash
+        if ENGINE_KEY not in stash:
+            try:
+                stash[ENGINE_KEY] = SparkEngine(self.settings.engine())
+            except engine.SparkUnavailable as error:
+                pytest.fail(f"SparkUnavailable: {error}", pytrace=False)
+        return stash[ENGINE_KEY]
+
+    # -- batch -----------------------------------------------------------------------------------------------------
+    def _batch(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
+               facts: dict[str, Any]) -> list[str]:
+        device = spec.device
+        plan = batch.BatchSpec(spec, batch_size, self.settings.rows_for(device),
+                               running.session.sparkContext.defaultParallelism, self.bench.settings.plan)
+        sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
+        result = batch.run_batch(running.session, plan, on_timed=lambda: sampler)
+        _fill_samples(record, result.spark_samples, sampler)
+        record.rounds, record.steps_per_round = len(result.spark_samples), result.rows // batch_size
+        torch_median = summarize(result.torch_samples).median
+        record.efficiency = (record.throughput or 0.0) / torch_median if torch_median else None
+        record.details["efficiency_reference_samples"] = result.torch_samples
+        record.accuracy = result.agreement
+        _energy(record, sampler, result.rows * len(result.spark_samples))
+        facts.update(pipeline="batch", rows=result.rows, partitions=result.partitions, first_pass_s=result.first_pass_s,
+                     passes=len(result.spark_samples), torch_throughput=torch_median, torch_samples=result.torch_samples,
+                     overhead_ratio=record.efficiency, agreement=result.agreement,
+                     max_logit_difference=result.max_logit_difference, disagreements=result.disagreements,
+                     distinct_classes=result.distinct_classes)
+        if result.agreement == 1.0:
+            return []
+        shown = "; ".join(f"id {d['id']}: Spark {d['spark']} vs torch {d['torch']}" for d in result.disagreements)
+        return [f"{record.test_id}: Spark's top-1 predictions agree with plain torch's on {result.agreement:.4%} of "
+                f"{result.rows} images (must be all; same model, weights, batches and device): {shown}"]
+
+    # -- stream ----------------------------------------------------------------------------------------------------
+    def _stream(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
+                facts: dict[str, Any]) -> list[str]:
+        device = spec.device
+        folder = session_temp(self.bench.request) / "hwregress-spark-streams" / f"{time.time_ns():x}"
+        plan = stream.StreamSpec(spec, batch_size, self.settings.images_for(device), self.settings.rate_for(device),
+                                 folder, warmup_images=max(16, 2 * batch_size))
+        sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
+        try:
+            with sampler:
+                result = stream.run_stream(running.session, plan)
+        except stream.StreamFailed as error:
+            record.message = str(error)
+            pytest.fail(f"StreamFailed: {error} (stream folder: {folder})", pytrace=False)
+        _fill_samples(record, result.output_rates, sampler)
+        percentiles = result.latency_percentiles()
+        record.latency_ms = percentiles["p50"]
+        _energy(record, sampler, result.produced)
+        facts.update(pipeline="stream", rate=plan.rate, images=plan.images, warmup_images=plan.warmup_images,
+                     produced=result.produced, predicted=result.predicted, lost=len(result.lost),
+                     duplicated=len(result.duplicated), unexpected=len(result.unexpected),
+                     exactly_once=result.exactly_once, offered_rate=result.offered_rate,
+                     sustained_rate=result.sustained_rate, latency_ms=percentiles,
+                     latency_quantiles_ms=result.latency_quantiles(), micro_batches=result.micro_batches,
+                     batch_rows=result.batch_rows, process_rates=result.process_rates,
+                     process_rate=statistics.median(result.process_rates) if result.process_rates else None,
+                     restarts=result.restarts, warmup_s=result.warmup_s, sink="parquet", checkpoint=True)
+        if result.exactly_once:
+            return []
+        return [f"{record.test_id}: not exactly once: {result.produced} images written, {result.predicted} predicted; "
+                f"lost {_ids(result.lost)}, predicted twice {_ids(result.duplicated)}, never written "
+                f"{_ids(result.unexpected)} (stream folder: {folder})"]
+
+
+def _fill_samples(record: TestRecord, samples: list[float], sampler: TelemetrySampler) -> None:
+    """Throughput figures from per-round samples (images/s) and the window's telemetry and host health."""
+    summary = summarize(samples)
+    record.samples = samples
+    record.throughput, record.throughput_iqr = summary.median, summary.iqr
+    record.rounds = len(samples)
+    record.telemetry = sampler.summary()
+    record.health = sampler.health
+    record.throttled = bool(record.telemetry.get("throttle_reasons"))
+    record.details["telemetry_series"] = sampler.compact_series()
+
+
+def _energy(record: TestRecord, sampler: TelemetrySampler, images: int) -> None:
+    """Energy per image over the window (J), where the device reports its energy (GPUs)."""
+    if sampler.energy_j and images:
+        record.energy_j_per_sample = sampler.energy_j / images
+        record.samples_per_joule = images / sampler.energy_j
+
+
+def _ids(ids: list[int]) -> str:
+    if not ids:
+        return "none"
+    more = f" and {len(ids) - LOST_SHOWN} more" if len(ids) > LOST_SHOWN else ""
+    return f"{len(ids)} ({', '.join(map(str, ids[:LOST_SHOWN]))}{more})"
