@@ -15,10 +15,13 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_TORCH      the torch version the environment fingerprint reports (an upgrade, for the
                                   history's "what changed" at a change point)
     HWREGRESS_SELFTEST_COMPILE_FAIL  every compiled model's backend raises (a compiler bug), for --compile
+    HWREGRESS_SELFTEST_SLEEP_S    every forward of the tiny model sleeps this long (a real slowdown, also inside
+                                  Spark's Python workers, which inherit the environment)
 """
 
 import errno
 import os
+import time
 
 import pytest
 import torch
@@ -43,6 +46,7 @@ class _MaybeOom(nn.Module):
         crash = os.environ.get("HWREGRESS_SELFTEST_CRASH_AT")
         if crash and x.shape[0] == int(crash):
             raise ValueError("injected crash inside the model")
+        time.sleep(float(os.environ.get("HWREGRESS_SELFTEST_SLEEP_S", "0")))
         return self.body(x)
 
 

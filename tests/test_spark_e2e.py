@@ -1,0 +1,129 @@
+"""The spark family end to end on a real Spark: embedded local[2] through the plugin (records, baselines, an injected
+slowdown judged red), a standalone master and worker on 127.0.0.1 started with pyspark's own launcher, a stream
+whose producer and query are stopped mid-stream and restarted (exactly once), and a machine without Java (skipped
+with the reason). Skipped where PySpark or a Java 17+ runtime is missing, except the missing-Java scenario, which
+needs only PySpark."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import psutil
+import pytest
+
+from conftest import REPO, HwProject
+from hwregress.spark import engine
+
+SPARK_READY = engine.unavailable_reason()
+needs_spark = pytest.mark.skipif(SPARK_READY is not None, reason=f"needs Spark: {SPARK_READY}")
+try:
+    import pyspark  # noqa: F401
+
+    PYSPARK = True
+except ImportError:
+    PYSPARK = False
+
+# small and quick: the tiny workload, a short data set and stream; figures are not the point here
+SPARK = ["-m", "spark", "--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "16",
+         "--spark-rows", "128", "--spark-stream-images", "60", "--spark-stream-rate", "20", "--rounds", "5",
+         "--devices", "cpu"]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture
+def spark_project(hw_project: HwProject) -> HwProject:
+    shutil.copy(REPO / "bench_tests" / "test_spark.py", hw_project.path / "bench_tests")
+    return hw_project
+
+
+def _records(project: HwProject) -> dict[str, dict]:
+    return {r["mode"]: r for r in project.results["records"] if r["family"] == "spark"}
+
+
+@needs_spark
+def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spark_project):
+    first = spark_project.run(*SPARK, "--update-baselines", fast=False)
+    first.assert_outcomes(passed=2)
+    records = _records(spark_project)
+    batch, stream = records["batch"], records["stream"]
+    facts = batch["details"]["spark"]
+    assert facts["master"] == "local[2]" and facts["spark_version"] and facts["layout"].startswith("1 executor x 2 cores")
+    assert batch["environment"]["spark_master"] == "local[2]" and batch["environment"]["spark"] == facts["spark_version"]
+    assert facts["partitions"] == 2 and facts["rows"] == 128 and facts["passes"] == 5 == len(batch["samples"])
+    assert batch["accuracy"] == 1.0 and facts["agreement"] == 1.0 and facts["max_logit_difference"] == 0.0
+    assert batch["efficiency"] == pytest.approx(batch["throughput"] / facts["torch_throughput"])
+    streamed = stream["details"]["spark"]
+    assert streamed["produced"] == streamed["predicted"] == 60 + streamed["warmup_images"]
+    assert streamed["exactly_once"] and streamed["lost"] == streamed["duplicated"] == 0
+    latency = streamed["latency_ms"]
+    assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] and stream["latency_ms"] == latency["p50"]
+    assert streamed["micro_batches"] >= 2 and stream["samples"]
+    entries = json.loads(spark_project.baseline_files()[0].read_text())["entries"]
+    assert entries["spark/tiny/batch/bs16/fp32"]["efficiency"] == pytest.approx(batch["efficiency"])
+    assert entries["spark/tiny/stream/bs16/fp32"]["latency_history"] == [stream["latency_ms"]]
+
+    # a model 0.3 s slower per call: every pass and every micro-batch waits for it
+    slow = spark_project.run(*SPARK, env={"HWREGRESS_SELFTEST_SLEEP_S": "0.3"}, fast=False)
+    slow.assert_outcomes(failed=2)
+    records = _records(spark_project)
+    assert records["batch"]["verdict"] == records["stream"]["verdict"] == "regression"
+    assert records["batch"]["ratio"] < 0.5
+    assert "latency p50" in records["stream"]["message"]
+
+
+@needs_spark
+def test_a_standalone_master_and_worker_run_the_family_and_the_records_name_that_master(spark_project, tmp_path):
+    from support.spark_cluster import StandaloneCluster
+
+    with StandaloneCluster(tmp_path / "cluster") as cluster:
+        result = spark_project.run(*SPARK, "--spark-master", cluster.url, fast=False)
+        result.assert_outcomes(passed=2)
+        registered = "Registering app hwregress" in cluster.log("master")
+    pids = [p.pid for p in cluster.processes]
+    assert registered
+    for record in _records(spark_project).values():
+        facts = record["details"]["spark"]
+        assert facts["master"] == cluster.url == record["environment"]["spark_master"]
+        assert [e["host"].split(":")[0] for e in facts["executors"]] == ["127.0.0.1"]
+        assert facts["executors"][0]["cores"] == 2 and facts["layout"] == "1 executor x 2 cores, 1 CPU per task"
+    assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+@needs_spark
+def test_a_producer_and_query_stopped_mid_stream_and_restarted_lose_and_repeat_nothing(tmp_path):
+    from hwregress.spark import stream
+    from hwregress.spark.predictor import PredictSpec, pixel_statistics
+
+    session = engine.start_session(engine.EngineConfig("local[2]"))
+    try:
+        mean, std = pixel_statistics()
+        spec = stream.StreamSpec(PredictSpec("mobilenet_v3_small", "cpu", "fp32", (), mean, std), batch_size=8,
+                                 images=80, rate=40.0, folder=tmp_path / "stream", warmup_images=8, restart_after=30)
+        result = stream.run_stream(session, spec)
+    finally:
+        session.stop()
+    assert result.restarts == 1
+    assert result.produced == 88 == result.predicted
+    assert result.exactly_once, (result.lost, result.duplicated, result.unexpected)
+    files = sorted(p.name for p in (tmp_path / "stream" / "in").iterdir())
+    assert len(files) == 88 and not [name for name in files if name.startswith(".")]  # no half-written image
+
+
+@pytest.mark.skipif(not PYSPARK, reason="needs PySpark (pip install 'hwregress[spark]')")
+@pytest.mark.parametrize("java_home", ["/nonexistent/jdk", None], ids=["JAVA_HOME-nowhere", "no-java-on-PATH"])
+def test_without_java_the_family_is_skipped_with_the_reason_and_the_install_command(spark_project, tmp_path, java_home):
+    bare = tmp_path / "bin"  # a PATH without java (the interpreter is started by its full path)
+    bare.mkdir()
+    env = {"PATH": str(bare)}
+    if java_home is None:
+        spark_project.monkeypatch.delenv("JAVA_HOME", raising=False)
+    else:
+        env["JAVA_HOME"] = java_home
+    result = spark_project.run(*SPARK, "-rs", env=env, fast=False)
+    result.assert_outcomes(skipped=2)
+    where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no java on PATH and JAVA_HOME unset"
+    records = spark_project.results["records"]
+    assert [r["verdict"] for r in records] == ["unsupported", "unsupported"]
+    assert all(where in r["message"] and "apt-get install openjdk-17-jre-headless" in r["message"] for r in records)
+
