@@ -5,6 +5,8 @@
 # Usage: scripts/verdict_runs.sh [OUT_DIR]   (about 15 minutes on a 2-core VM; run it on a quiet machine)
 #        MARK="cpu and (scaling or colocated)" LEVEL_SHIFT=0 scripts/verdict_runs.sh OUT_DIR   (the scale-out families:
 #        record x3, A/A x3, contention; about 12 minutes)
+#        MARK=spark EXTRA="--devices cpu --spark-rows 1024" LEVEL_SHIFT=0 scripts/verdict_runs.sh OUT_DIR   (the spark
+#        family's batch and stream, about 12 minutes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-$(mktemp -d)}"
@@ -12,7 +14,8 @@ mkdir -p "$out"
 base="$out/baselines"
 run() {  # run NAME [pytest args...]: one CPU-tier session, its verdict counts on one line
     local name="$1"; shift
-    python -m pytest -m "${MARK:-cpu}" -p no:cacheprovider -q --baseline-dir="$base" --report-dir="$out/$name" "$@" \
+    # shellcheck disable=SC2086
+    python -m pytest -m "${MARK:-cpu}" -p no:cacheprovider -q --baseline-dir="$base" --report-dir="$out/$name" ${EXTRA:-} "$@" \
         >"$out/$name.log" 2>&1
     python - "$out/$name/results.json" "$name" <<'PY'
 import collections, json, sys
@@ -24,9 +27,12 @@ diagnosed = sum(1 for r in timed if r["verdict"] == "regression" and any("conten
 thresholds = [r["threshold"] for r in timed if r.get("threshold") is not None]
 efficiency = [f"{r['efficiency']:.3f}/{r['baseline_efficiency']:.3f}" for r in timed
               if r.get("efficiency") is not None and r.get("baseline_efficiency") is not None]
+latency = [f"{r['latency_ms']:.0f}/{r['baseline_latency_ms']:.0f} ms" for r in timed
+           if r.get("baseline_latency_ms") is not None and r.get("latency_ms") is not None]
 print(f"{sys.argv[2]}: {len(timed)} timed tests: {dict(counts)}; ratios {ratios[:3]}..{ratios[-3:]}; "
       f"max threshold {max(thresholds, default=0):.3f}; regressions diagnosed as contention: {diagnosed}"
-      + (f"; efficiency now/baseline {efficiency}" if efficiency else ""))
+      + (f"; efficiency now/baseline {efficiency}" if efficiency else "")
+      + (f"; judged latency now/baseline {latency}" if latency else ""))
 PY
 }
 busy() { for _ in 1 2; do python -c "while True: pass" & done; }

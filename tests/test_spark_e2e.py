@@ -77,7 +77,7 @@ def test_a_standalone_master_and_worker_run_the_family_and_the_records_name_that
     from support.spark_cluster import StandaloneCluster
 
     with StandaloneCluster(tmp_path / "cluster") as cluster:
-        result = spark_project.run(*SPARK, "--spark-master", cluster.url, fast=False)
+        result = spark_project.run(*SPARK, "--spark-master", cluster.url, "-n", "2", fast=False)  # from an xdist worker
         result.assert_outcomes(passed=2)
         registered = "Registering app hwregress" in cluster.log("master")
     pids = [p.pid for p in cluster.processes]

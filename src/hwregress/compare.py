@@ -71,6 +71,7 @@ class Figures:
     baseline_accuracy: float | None = None
     baseline_speedup: float | None = None
     baseline_efficiency: float | None = None
+    baseline_latency_ms: float | None = None
     wanted_threshold: float | None = None
     env_changes: list[str] = field(default_factory=list)
     identity_changes: list[str] = field(default_factory=list)
@@ -292,6 +293,7 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     base_latency = baseline.get("latency_ms")
     if measured.latency_ms is None or not base_latency:
         return
+    judgement.figures.baseline_latency_ms = base_latency
     threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
     drift = stats.history_bound(baseline.get("latency_history") or ())
     threshold = max(threshold, min(drift, tolerances.max_threshold))

@@ -61,12 +61,13 @@ class TestRecord:
     accuracy: float | None = None
     reference_accuracy: float | None = None
     speedup: float | None = None
-    efficiency: float | None = None  # scaling: T(W) / (W x T(1)); colocated: mean throughput vs solo
+    efficiency: float | None = None  # scaling: T(W) / (W x T(1)); colocated: mean throughput vs solo; spark: vs torch
     baseline_throughput: float | None = None
     baseline_peak_memory_bytes: int | None = None
     baseline_accuracy: float | None = None
     baseline_speedup: float | None = None
     baseline_efficiency: float | None = None
+    baseline_latency_ms: float | None = None  # where the latency is judged (compare.judges_latency)
     ratio: float | None = None
     threshold: float | None = None
     p_value: float | None = None

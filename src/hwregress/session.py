@@ -180,6 +180,7 @@ def apply_figures(record: TestRecord, figures: Figures) -> None:
     record.baseline_accuracy = figures.baseline_accuracy
     record.baseline_speedup = figures.baseline_speedup
     record.baseline_efficiency = figures.baseline_efficiency
+    record.baseline_latency_ms = figures.baseline_latency_ms
     record.wanted_threshold = figures.wanted_threshold
     record.env_changes = list(figures.env_changes)
     record.identity_changes = list(figures.identity_changes)

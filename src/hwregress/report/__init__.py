@@ -21,6 +21,7 @@ from hwregress.atomic import atomic_write_json, atomic_write_text
 from hwregress.report import charts
 from hwregress.report.history_view import HistorySection
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY, scaleout_context
+from hwregress.report.spark_view import spark_context
 from hwregress.results import SessionResults, TestRecord, machine_label
 from hwregress.verdicts import Verdict, verdict_rank
 
@@ -151,6 +152,7 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         version=__version__,
         **(history or HistorySection()).context(),
         **scaleout_context(records),
+        **spark_context(records),
     )
 
 

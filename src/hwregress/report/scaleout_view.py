@@ -19,21 +19,20 @@ such a figure is left out of the charts and shown as "–" in the tables, never 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
 
 from hwregress.report import charts
+from hwregress.report.record_values import details, mapping, number, sort_key, text
 from hwregress.results import TestRecord
 
 SCALING_FAMILY = "scaling"
 COLOCATED_FAMILY = "colocated"
 IDEAL_SERIES = "ideal (W x T(1))"
-NUMBER_LIMIT = 10**300  # an int figure beyond this is not a measurement; it counts as not recorded
 
 
 @dataclass(frozen=True)
@@ -98,35 +97,8 @@ def scaleout_context(records: Sequence[TestRecord]) -> dict[str, Any]:
 
 # --- small readers of untrusted detail values -------------------------------------------------------------
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _number(value: Any) -> int | float | None:
-    """``value`` if it is a finite real number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, int):
-        return value if abs(value) <= NUMBER_LIMIT else None  # beyond it float() overflows
-    return value if math.isfinite(value) else None
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
 def _shown(value: Any) -> str:
     return "?" if value is None else str(value)
-
-
-def _details(record: TestRecord, key: str) -> Mapping[str, Any]:
-    return _mapping(_mapping(record.details).get(key))
-
-
-def _order(value: Any) -> tuple[int, float, str]:
-    """A sort key for mixed values: numbers first by value, then anything else by its text."""
-    number = _number(value)
-    return (0, float(number), "") if number is not None else (1, 0.0, "" if value is None else str(value))
 
 
 def _device_kind(device: Any) -> str:
@@ -138,23 +110,23 @@ def _device_kind(device: Any) -> str:
 
 def scaling_row(record: TestRecord) -> ScalingRow:
     """The table row of one ``family="scaling"`` record; details it lacks are None."""
-    scaling = _details(record, "scaling")
-    efficiency = _number(record.efficiency)
+    scaling = details(record, "scaling")
+    efficiency = number(record.efficiency)
     return ScalingRow(
-        record=record, world_size=_number(scaling.get("world_size")), nodes=_number(scaling.get("nodes")),
-        ranks_per_node=_number(scaling.get("ranks_per_node")), backend=_text(scaling.get("backend")),
-        threads_per_rank=_number(scaling.get("threads_per_rank")), throughput=_number(record.throughput),
-        per_device_throughput=_number(scaling.get("per_device_throughput")),
-        efficiency=efficiency if efficiency is not None else _number(scaling.get("efficiency")),
-        baseline_efficiency=_number(record.baseline_efficiency), comm_share=_number(scaling.get("comm_share")),
-        comm_ms_per_step=_number(scaling.get("comm_ms_per_step")), step_ms=_number(scaling.get("step_ms")),
-        buckets=_number(scaling.get("buckets")), allreduce_bytes_per_step=_number(scaling.get("allreduce_bytes_per_step")))
+        record=record, world_size=number(scaling.get("world_size")), nodes=number(scaling.get("nodes")),
+        ranks_per_node=number(scaling.get("ranks_per_node")), backend=text(scaling.get("backend")),
+        threads_per_rank=number(scaling.get("threads_per_rank")), throughput=number(record.throughput),
+        per_device_throughput=number(scaling.get("per_device_throughput")),
+        efficiency=efficiency if efficiency is not None else number(scaling.get("efficiency")),
+        baseline_efficiency=number(record.baseline_efficiency), comm_share=number(scaling.get("comm_share")),
+        comm_ms_per_step=number(scaling.get("comm_ms_per_step")), step_ms=number(scaling.get("step_ms")),
+        buckets=number(scaling.get("buckets")), allreduce_bytes_per_step=number(scaling.get("allreduce_bytes_per_step")))
 
 
 def _scaling_order(row: ScalingRow) -> tuple[Any, ...]:
     r = row.record
-    return (str(r.device or ""), str(r.model or ""), _order(r.batch_size), str(r.dtype or ""), _order(row.nodes),
-            _order(row.world_size), r.test_id)
+    return (str(r.device or ""), str(r.model or ""), sort_key(r.batch_size), str(r.dtype or ""), sort_key(row.nodes),
+            sort_key(row.world_size), r.test_id)
 
 
 def _scaling_group(row: ScalingRow) -> tuple[str, str, str, str, bool, str]:
@@ -204,7 +176,7 @@ def _throughput_series(rows: Sequence[ScalingRow]) -> dict[str, list[tuple[Any, 
 
 def _reference_throughput(rows: Sequence[ScalingRow]) -> float | None:
     """T(1): the recorded ``reference_throughput`` of the group, else the throughput measured at world size 1."""
-    recorded = (_number(_details(r.record, "scaling").get("reference_throughput")) for r in rows)
+    recorded = (number(details(r.record, "scaling").get("reference_throughput")) for r in rows)
     measured_at_one = (r.throughput for r in rows if r.world_size == 1)
     return next((t for t in (*recorded, *measured_at_one) if t is not None), None)
 
@@ -226,7 +198,7 @@ def allreduce_charts(records: Sequence[TestRecord]) -> list[Markup]:
     over the measured sizes. Records without a drawable curve give no chart."""
     groups: dict[tuple[str, str, str], list[TestRecord]] = defaultdict(list)
     for r in records:
-        allreduce = _details(r, "allreduce")
+        allreduce = details(r, "allreduce")
         groups[(_device_kind(r.device), _shown(allreduce.get("world_size")), _shown(allreduce.get("nodes")))].append(r)
     out = []
     for (kind, world_size, nodes), group in sorted(groups.items()):
@@ -240,20 +212,20 @@ def allreduce_charts(records: Sequence[TestRecord]) -> list[Markup]:
 
 def _curve_prefix(record: TestRecord) -> str:
     """What tells apart records of one chart: backend and dtype (``nccl fp32 ``)."""
-    backend = _details(record, "allreduce").get("backend")
+    backend = details(record, "allreduce").get("backend")
     return " ".join(str(p) for p in (backend, record.dtype) if p) + " "
 
 
 def _curve_series(record: TestRecord, prefix: str) -> dict[str, list[tuple[Any, Any]]]:
     """``busbw`` and ``algbw`` (GB/s) over bytes, and ``published (<source>)`` as a constant line."""
-    curve = _details(record, "allreduce").get("curve")
-    points = [_mapping(p) for p in curve] if isinstance(curve, (list, tuple)) else []
-    series = {f"{prefix}{name}": [(_number(p.get("bytes")), _number(p.get(key))) for p in points]
+    curve = details(record, "allreduce").get("curve")
+    points = [mapping(p) for p in curve] if isinstance(curve, (list, tuple)) else []
+    series = {f"{prefix}{name}": [(number(p.get("bytes")), number(p.get(key))) for p in points]
               for name, key in (("busbw", "busbw_gbps"), ("algbw", "algbw_gbps"))}
-    published = _number(_mapping(record.details).get("published"))
-    sizes = [b for b in (_number(p.get("bytes")) for p in points) if b is not None and b > 0]
+    published = number(mapping(record.details).get("published"))
+    sizes = [b for b in (number(p.get("bytes")) for p in points) if b is not None and b > 0]
     if published is not None and sizes:
-        source = _mapping(record.details).get("published_source")
+        source = mapping(record.details).get("published_source")
         label = f"{prefix}published ({source})" if source else f"{prefix}published"
         series[label] = [(min(sizes), published), (max(sizes), published)]
     return series
@@ -264,19 +236,19 @@ def _curve_series(record: TestRecord, prefix: str) -> dict[str, list[tuple[Any, 
 def colocation_rows(record: TestRecord) -> list[ColocationRow]:
     """One row per member process of a ``family="colocated"`` record, in member order; one row with only the
     test's own figures when it recorded no members."""
-    colocated = _details(record, "colocated")
+    colocated = details(record, "colocated")
     mps_active = colocated.get("mps_active")
-    shared = {"record": record, "processes": _number(colocated.get("processes")),
+    shared = {"record": record, "processes": number(colocated.get("processes")),
               "mps": "yes" if mps_active is True else "no" if mps_active is False else "unknown",
-              "mps_detail": _text(colocated.get("mps_detail"))}
+              "mps_detail": text(colocated.get("mps_detail"))}
     members = colocated.get("members")
-    members = [_mapping(m) for m in members] if isinstance(members, (list, tuple)) else []
+    members = [mapping(m) for m in members] if isinstance(members, (list, tuple)) else []
     if not members:
         return [ColocationRow(index=None, model=None, solo_throughput=None, colocated_throughput=None, interference=None,
                               peak_memory_bytes=None, solo_peak_memory_bytes=None, **shared)]
-    return [ColocationRow(index=_number(m.get("index")), model=_text(m.get("model")),
-                          solo_throughput=_number(m.get("solo_throughput")),
-                          colocated_throughput=_number(m.get("colocated_throughput")),
-                          interference=_number(m.get("interference")), peak_memory_bytes=_number(m.get("peak_memory_bytes")),
-                          solo_peak_memory_bytes=_number(m.get("solo_peak_memory_bytes")), **shared)
+    return [ColocationRow(index=number(m.get("index")), model=text(m.get("model")),
+                          solo_throughput=number(m.get("solo_throughput")),
+                          colocated_throughput=number(m.get("colocated_throughput")),
+                          interference=number(m.get("interference")), peak_memory_bytes=number(m.get("peak_memory_bytes")),
+                          solo_peak_memory_bytes=number(m.get("solo_peak_memory_bytes")), **shared)
             for m in members]

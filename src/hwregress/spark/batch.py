@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hwregress.spark.predictor import PredictSpec, Predictor, digit_pixels, digit_rows, predict_udf, row_schema
+from hwregress.spark.predictor import Predictor, PredictSpec, digit_pixels, digit_rows, predict_udf, row_schema
 from hwregress.timing import TimingPlan
 
 MIN_PASSES = 5

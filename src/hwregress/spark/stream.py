@@ -24,7 +24,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ import numpy as np
 from hwregress.spark.predictor import PredictSpec, digit_rows, predict_udf, row_schema
 
 FILE_PREFIX = "digit-"
-LATENCY_POINTS = 400  # latency quantiles kept for the report's distribution chart
+LATENCY_POINTS = 100  # latency quantiles kept for the report's distribution chart
 
 
 class StreamFailed(RuntimeError):
