@@ -294,7 +294,9 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     if measured.latency_ms is None or not base_latency:
         return
     judgement.figures.baseline_latency_ms = base_latency
-    threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
+    threshold = judgement.figures.threshold
+    if threshold is None:  # no throughput was judged: the tolerance a throughput comparison would start from
+        threshold = starting_tolerance(baseline, measured.on_cpu, tolerances)[0]
     drift = stats.history_bound(baseline.get("latency_history") or ())
     threshold = max(threshold, min(drift, tolerances.max_threshold))
     if measured.latency_ms > base_latency * (1 + threshold):

@@ -178,9 +178,11 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
 
 
 def spark_models(selection: Selection, device: str) -> list[str]:
-    """The ``spark`` family's models: the selected image models, else :data:`SPARK_MODELS` of the device kind."""
+    """The ``spark`` family's models: the selected image models (one ``(C, H, W)`` image per sample), else
+    :data:`SPARK_MODELS` of the device kind."""
     if selection.models is not None:
-        return [m for m in selection.models if workloads.get(m).input_kind == "images"]
+        return [m for m in selection.models
+                if workloads.get(m).input_kind == "images" and len(workloads.get(m).input_shape) == 3]
     return list(SPARK_MODELS.get(device_kind(device), SPARK_MODELS["cpu"]))
 
 

@@ -19,7 +19,7 @@ from hwregress.baselines import BaselineStore
 from hwregress.plugin import options, record, spark, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.fixture import SESSION_KEY, hwbench
-from hwregress.plugin.parametrize import SETTINGS_KEY, pytest_generate_tests
+from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
 from hwregress.session import BenchSession
 from hwregress.timing import RoundTimer
 
@@ -56,6 +56,10 @@ def pytest_configure(config: pytest.Config) -> None:
     xdist.register(config)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    deselect_without_cases(config, items)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -128,12 +128,16 @@ def _by_id(collected: Any, rows: int) -> tuple[np.ndarray, np.ndarray]:
     """
     classes, logits = np.full(rows, -1, dtype=np.int64), np.zeros(rows, dtype=np.float32)
     seen = np.zeros(rows, dtype=np.int64)
+    foreign = []
     for row in collected:
+        if not 0 <= row["id"] < rows:
+            foreign.append(row["id"])
+            continue
         classes[row["id"]], logits[row["id"]] = row["prediction"], row["logit"]
         seen[row["id"]] += 1
-    if not (seen == 1).all():
-        raise RuntimeError(f"Spark returned {int((seen == 0).sum())} rows never and {int((seen > 1).sum())} rows more than "
-                           f"once of {rows}")
+    if foreign or not (seen == 1).all():
+        raise RuntimeError(f"Spark returned {int((seen == 0).sum())} rows never, {int((seen > 1).sum())} rows more than "
+                           f"once and {len(foreign)} ids outside 0..{rows - 1} ({foreign[:5]}) of {rows}")
     return classes, logits
 
 

@@ -172,15 +172,24 @@ def describe(session: Any, expected_executors: int | None = None) -> dict[str, A
         "gpu_per_task": conf.get("spark.task.resource.gpu.amount", None),
         "executors": executors,
         "total_cores": cores,
-        "layout": (f"{len(executors)} executor{'s' if len(executors) != 1 else ''} x "
-                   f"{'/'.join(sorted({str(e['cores']) for e in executors})) or '?'} cores, {task_cpus} CPU per task"),
+        "layout": _layout(executors, task_cpus, context.defaultParallelism),
     }
+
+
+def _layout(executors: list[dict[str, Any]], task_cpus: int, parallelism: int) -> str:
+    """``"2 executors x 4 cores, 1 CPU per task"``; without the monitoring API, the task slots Spark reports."""
+    if not executors:
+        return f"{parallelism} task slots (executors not listed: the Spark UI is off), {task_cpus} CPU per task"
+    cores = "/".join(sorted({str(e["cores"]) for e in executors}))
+    return f"{len(executors)} executor{'s' if len(executors) != 1 else ''} x {cores} cores, {task_cpus} CPU per task"
 
 
 def _executors(session: Any, expected: int | None) -> list[dict[str, Any]]:
     """The executors from Spark's monitoring REST API (``/api/v1/applications/<id>/executors``); in local mode
     the driver is the one executor."""
     context = session.sparkContext
+    if not context.uiWebUrl:
+        return []  # spark.ui.enabled=false: no monitoring API to ask
     local = context.master.startswith("local")
     deadline = time.monotonic() + EXECUTORS_WAIT_S
     while True:

@@ -1,0 +1,666 @@
+"""The spark family without a Spark session: Java detection and the skip reason, ``--spark-conf`` parsing, the batch
+arithmetic (aligned rows, passes, agreement with plain torch), the stream's bookkeeping (atomic images, the resume
+point, the producer, micro-batch times and rates, latency percentiles), the latency verdict and its baseline pool,
+the family's matrix, its options and its settings. The real Spark runs are in test_spark_e2e.py."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import REPO
+from hwregress import workloads
+from hwregress.compare import Measured, Tolerances, judge, judges_latency
+from hwregress.lifecycle import HISTORY_LENGTH, make_entry
+from hwregress.matrix import Selection, case_id, cases
+from hwregress.results import TestRecord
+from hwregress.session import _measured
+from hwregress.spark import batch, engine, stream
+from hwregress.spark.settings import DEFAULT_STREAM_SECONDS, SparkSettings
+from hwregress.timing import TimingPlan
+from hwregress.verdicts import Verdict
+
+
+# -- engine: Java ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "major"), [
+    ('openjdk version "17.0.15" 2025-04-15\nOpenJDK Runtime Environment (build 17.0.15+6-Debian-1deb12u1)\n'
+     "OpenJDK 64-Bit Server VM (build 17.0.15+6-Debian-1deb12u1, mixed mode, sharing)\n", 17),
+    ('openjdk version "21" 2023-09-19\nOpenJDK Runtime Environment (build 21+35-2513)\n', 21),
+    ('java version "1.8.0_392"\nJava(TM) SE Runtime Environment (build 1.8.0_392-b08)\n', 8),
+    ('openjdk version "25-ea" 2025-09-16\nOpenJDK Runtime Environment (build 25-ea+20-2380)\n', 25),
+    ('Picked up JAVA_TOOL_OPTIONS: -Xmx2g\nopenjdk version "11.0.2" 2019-01-15\n', 11),
+    ('openjdk version "17.0.8.1" 2023-08-24\nIBM Semeru Runtime Open Edition 17.0.8.1\n', 17),
+])
+def test_java_major_reads_the_version_of_real_java_version_output(text, major):
+    assert engine.java_major(text) == major
+
+
+@pytest.mark.parametrize("text", ["", "bash: java: command not found", "Error: could not find libjava.so",
+                                  "openjdk version unknown", 'version "beta"'])
+def test_java_major_is_none_without_a_version(text):
+    assert engine.java_major(text) is None
+
+
+def _fake_java(folder, version_line: str):
+    """A ``java`` script in ``folder/bin`` that prints ``version_line`` to stderr, as ``java -version`` does."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True)
+    java = bin_dir / "java"
+    java.write_text(f"#!/bin/sh\necho '{version_line}' >&2\necho 'OpenJDK Runtime Environment' >&2\n")
+    java.chmod(0o755)
+    return java
+
+
+def test_java_home_that_points_nowhere_is_named_with_the_install_command(tmp_path, monkeypatch):
+    home = tmp_path / "no-jdk"
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    assert engine.java_command() == (None, f"JAVA_HOME={home}")
+    reason = engine.unavailable_reason()
+    assert f"JAVA_HOME={home} has no bin/java" in reason
+    assert f"Java {engine.MIN_JAVA}+" in reason and engine.INSTALL_JAVA in reason
+
+
+def test_java_home_wins_over_java_on_path(tmp_path, monkeypatch):
+    on_path = _fake_java(tmp_path / "path-jdk", 'openjdk version "11.0.2" 2019-01-15')
+    at_home = _fake_java(tmp_path / "home-jdk", 'openjdk version "17.0.15" 2025-04-15')
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "home-jdk"))
+    assert engine.java_command() == (str(at_home), f"JAVA_HOME={tmp_path / 'home-jdk'}")
+    assert engine.unavailable_reason() is None
+
+
+def test_no_java_on_path_and_no_java_home_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder
+    assert engine.java_command() == (None, "java on PATH")
+    reason = engine.unavailable_reason()
+    assert "no java on PATH" in reason and "JAVA_HOME unset" in reason and engine.INSTALL_JAVA in reason
+
+
+def test_a_java_older_than_17_is_named_with_its_version(tmp_path, monkeypatch):
+    java = _fake_java(tmp_path / "jdk11", 'openjdk version "11.0.2" 2019-01-15')
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(java.parent))
+    assert engine.java_command() == (str(java), "java on PATH")
+    reason = engine.unavailable_reason()
+    assert f"{java} (java on PATH) is version 11" in reason and engine.INSTALL_JAVA in reason
+
+
+def test_a_java_8_in_the_old_version_scheme_is_too_old(tmp_path, monkeypatch):
+    _fake_java(tmp_path / "jdk8", 'java version "1.8.0_392"')
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk8"))
+    assert "is version 8;" in engine.unavailable_reason()
+
+
+def test_a_java_without_a_readable_version_is_unknown(tmp_path, monkeypatch):
+    _fake_java(tmp_path / "odd", "Error occurred during initialization of VM")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "odd"))
+    assert "is version unknown" in engine.unavailable_reason()
+
+
+def test_a_java_that_cannot_start_is_named(tmp_path, monkeypatch):
+    java = tmp_path / "broken" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/no/such/interpreter\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "broken"))
+    reason = engine.unavailable_reason()
+    assert f"{java} (JAVA_HOME={tmp_path / 'broken'}) did not run" in reason and engine.INSTALL_JAVA in reason
+
+
+@pytest.mark.parametrize("version", ['openjdk version "17.0.15" 2025-04-15', 'openjdk version "21" 2023-09-19',
+                                     'openjdk version "25-ea" 2025-09-16'])
+def test_a_java_17_or_newer_on_path_can_run_spark(tmp_path, monkeypatch, version):
+    java = _fake_java(tmp_path / "jdk", version)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(java.parent))
+    assert engine.unavailable_reason() is None
+
+
+@pytest.mark.parametrize("missing", ["pyspark", "pyarrow", "pandas"])
+def test_a_missing_pyspark_or_arrow_is_named_with_the_pip_command(monkeypatch, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # import raises ImportError
+    reason = engine.unavailable_reason()
+    assert reason.startswith("PySpark is not installed") and missing in reason
+    assert reason.endswith('pip install "hwregress[spark]"')
+
+
+def test_pyspark_is_checked_before_java(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    assert "JAVA_HOME" not in engine.unavailable_reason()
+
+
+def test_start_session_raises_the_reason_without_starting_anything(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    with pytest.raises(engine.SparkUnavailable, match="has no bin/java"):
+        engine.start_session(engine.EngineConfig("local[1]"))
+
+
+# -- engine: master, conf, description -------------------------------------------------------------------------------
+def test_the_default_master_has_one_task_per_core_this_process_may_use(monkeypatch):
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert engine.host_cores() == expected
+    monkeypatch.setattr(engine, "host_cores", lambda: 3)
+    assert engine.default_master() == "local[3]"
+
+
+@pytest.mark.parametrize(("entries", "pairs"), [
+    ([], ()),
+    (["spark.executor.memory=4g"], (("spark.executor.memory", "4g"),)),
+    (["spark.driver.extraJavaOptions=-Dlog4j.level=WARN -Dfoo=bar"],
+     (("spark.driver.extraJavaOptions", "-Dlog4j.level=WARN -Dfoo=bar"),)),
+    ([" spark.task.cpus = 2 ", "spark.x="], (("spark.task.cpus", "2"), ("spark.x", ""))),
+    (["a=1", "b=2", "a=3"], (("a", "1"), ("b", "2"), ("a", "3"))),  # in order: the last one wins in Spark
+])
+def test_parse_conf_splits_at_the_first_equals_sign_and_keeps_the_order(entries, pairs):
+    assert engine.parse_conf(entries, "--spark-conf") == pairs
+
+
+@pytest.mark.parametrize("entry", ["novalue", "=4g", "  =4g", ""])
+def test_parse_conf_errors_name_the_entry_and_its_source(entry):
+    with pytest.raises(ValueError) as error:
+        engine.parse_conf(["spark.ok=1", entry], "ini option hwregress_spark_conf")
+    assert str(error.value).startswith(f"ini option hwregress_spark_conf {entry!r}: write key=value")
+
+
+_KEYS = st.text(min_size=1, max_size=30).filter(lambda s: "=" not in s and s.strip() == s and s != "")
+_VALUES = st.text(max_size=30).filter(lambda s: "=" not in s and s.strip() == s)
+
+
+@given(st.lists(st.tuples(_KEYS, _VALUES), max_size=8))
+def test_parse_conf_round_trips_key_value_pairs(pairs):
+    assert engine.parse_conf([f"{k}={v}" for k, v in pairs], "--spark-conf") == tuple(pairs)
+
+
+def _context(master: str, conf: dict[str, str] | None = None):
+    return SimpleNamespace(master=master, applicationId="app-1", defaultParallelism=4, uiWebUrl="http://127.0.0.1:4040",
+                           getConf=lambda: SimpleNamespace(get=lambda key, default=None: (conf or {}).get(key, default)))
+
+
+def test_describe_in_local_mode_counts_the_driver_as_the_one_executor(monkeypatch):
+    monkeypatch.setattr(engine, "_rest", lambda context, what: [
+        {"id": "driver", "hostPort": "host:40000", "totalCores": 2, "maxMemory": 1000, "resources": {}}])
+    session = SimpleNamespace(version="4.0.0", sparkContext=_context("local[2]"))
+    description = engine.describe(session)
+    assert description["layout"] == "1 executor x 2 cores, 1 CPU per task"
+    assert description["executors"] == [{"id": "driver", "host": "host:40000", "cores": 2, "memory_bytes": 1000,
+                                         "resources": {}}]
+    assert description["total_cores"] == 2 and description["default_parallelism"] == 4
+    assert engine.fingerprint(description) == {"spark": "4.0.0", "spark_master": "local[2]",
+                                               "spark_layout": "1 executor x 2 cores, 1 CPU per task"}
+
+
+def test_describe_on_a_cluster_leaves_the_driver_out_and_lists_gpu_addresses(monkeypatch):
+    executors = [{"id": "driver", "hostPort": "d:1", "totalCores": 0},
+                 {"id": "0", "hostPort": "a:1", "totalCores": 4, "resources": {"gpu": {"name": "gpu", "addresses": ["0"]}}},
+                 {"id": "1", "hostPort": "b:1", "totalCores": 4, "resources": {"gpu": {"name": "gpu", "addresses": ["1"]}}}]
+    monkeypatch.setattr(engine, "_rest", lambda context, what: executors)
+    conf = {"spark.task.cpus": "2", "spark.executor.resource.gpu.amount": "1"}
+    description = engine.describe(SimpleNamespace(version="4.0.0", sparkContext=_context("spark://m:7077", conf)), 2)
+    assert description["layout"] == "2 executors x 4 cores, 2 CPU per task"
+    assert [e["resources"] for e in description["executors"]] == [{"gpu": ["0"]}, {"gpu": ["1"]}]
+    assert description["total_cores"] == 8 and description["gpu_per_executor"] == "1"
+
+
+# -- settings --------------------------------------------------------------------------------------------------------
+def test_settings_default_per_device_kind():
+    settings = SparkSettings()
+    assert [settings.rows_for(d) for d in ("cpu", "cuda:0", "mps")] == [2048, 16384, 4096]
+    assert [settings.rate_for(d) for d in ("cpu", "cuda:1", "mps")] == [20.0, 200.0, 100.0]
+    assert settings.images_for("cpu") == int(20.0 * DEFAULT_STREAM_SECONDS) == 300
+    assert settings.images_for("cuda:0") == 3000
+
+
+def test_settings_overrides_win_and_the_images_follow_the_rate():
+    settings = SparkSettings(rows=100, stream_rate=2.5)
+    assert settings.rows_for("cuda:0") == 100 and settings.rate_for("cpu") == 2.5
+    assert settings.images_for("cuda:0") == int(2.5 * DEFAULT_STREAM_SECONDS)
+    assert SparkSettings(stream_rate=2.5, stream_images=7).images_for("cpu") == 7
+
+
+def test_the_engine_config_is_the_given_master_or_local_cores(monkeypatch):
+    monkeypatch.setattr(engine, "host_cores", lambda: 5)
+    conf = (("spark.task.cpus", "1"),)
+    assert SparkSettings(conf=conf).engine() == engine.EngineConfig("local[5]", conf)
+    assert SparkSettings(master="spark://m:7077").engine() == engine.EngineConfig("spark://m:7077", ())
+
+
+# -- batch -----------------------------------------------------------------------------------------------------------
+@given(st.integers(1, 1_000_000), st.integers(1, 64), st.integers(1, 1024))
+def test_aligned_rows_are_the_fewest_whole_batches_per_partition_that_hold_the_rows(rows, partitions, batch_size):
+    unit = partitions * batch_size
+    aligned = batch.aligned_rows(rows, partitions, batch_size)
+    assert aligned % unit == 0 and aligned >= rows and aligned >= unit
+    assert aligned < rows + unit
+
+
+def test_aligned_rows_examples():
+    assert batch.aligned_rows(128, 2, 16) == 128
+    assert batch.aligned_rows(129, 2, 16) == 160
+    assert batch.aligned_rows(10, 4, 16) == 64  # every partition gets one whole batch
+    assert batch.aligned_rows(0, 2, 16) == 32
+
+
+@pytest.mark.parametrize(("rounds", "budget_s", "first_pass_s", "passes"), [
+    (10, 30.0, 1.0, 10),  # the plan's rounds fit
+    (10, 30.0, 5.0, 6),  # the budget cuts them
+    (10, 30.0, 20.0, batch.MIN_PASSES),  # never fewer than five
+    (3, 30.0, 0.1, batch.MIN_PASSES),  # even when the plan asks for fewer
+    (50, 30.0, 0.0, 50),  # an instantaneous first pass
+    (40, 1.0, 0.01, 40),
+])
+def test_passes_follow_the_plan_and_budget_with_a_floor(rounds, budget_s, first_pass_s, passes):
+    assert batch._passes(TimingPlan(rounds=rounds, budget_s=budget_s), first_pass_s) == passes
+
+
+@given(st.integers(3, 200), st.floats(0.01, 100.0), st.floats(0.0, 50.0))
+def test_passes_stay_within_their_bounds(rounds, budget_s, first_pass_s):
+    passes = batch._passes(TimingPlan(rounds=rounds, budget_s=budget_s), first_pass_s)
+    assert batch.MIN_PASSES <= passes <= max(batch.MIN_PASSES, rounds)
+    if passes > batch.MIN_PASSES:
+        assert passes * max(first_pass_s, 1e-3) <= budget_s * (1 + 1e-9)
+
+
+def test_identical_predictions_agree_fully():
+    classes = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int32)
+    logits = np.linspace(1.0, 2.0, 8).astype(np.float32)
+    result = batch.agreement((classes, logits), (classes.copy(), logits.copy()))
+    assert result == {"agreement": 1.0, "max_logit_difference": 0.0, "disagreements": [], "distinct_classes": 7}
+
+
+def test_a_flipped_class_is_listed_with_both_classes_and_left_out_of_the_logit_difference():
+    reference = (np.array([0, 1, 2, 3], dtype=np.int32), np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32))
+    spark = (np.array([0, 1, 7, 3], dtype=np.int32), np.array([1.0, 2.25, 30.0, 4.0], dtype=np.float32))
+    result = batch.agreement(spark, reference)
+    assert result["agreement"] == 0.75
+    assert result["max_logit_difference"] == pytest.approx(0.25)  # row 2's logits differ by 27, but its class differs
+    assert result["disagreements"] == [{"id": 2, "spark": 7, "torch": 2, "spark_logit": 30.0, "torch_logit": 3.0}]
+    assert result["distinct_classes"] == 4
+
+
+def test_disagreements_list_the_first_five_and_no_agreement_has_no_logit_difference():
+    reference = (np.arange(8, dtype=np.int32), np.zeros(8, dtype=np.float32))
+    spark = (np.arange(8, dtype=np.int32) + 1, np.zeros(8, dtype=np.float32))
+    result = batch.agreement(spark, reference)
+    assert result["agreement"] == 0.0 and np.isnan(result["max_logit_difference"])
+    assert [d["id"] for d in result["disagreements"]] == [0, 1, 2, 3, 4]
+
+
+def test_by_id_orders_collected_rows_by_id():
+    rows = [{"id": 2, "prediction": 5, "logit": 0.5}, {"id": 0, "prediction": 3, "logit": 0.25},
+            {"id": 1, "prediction": 4, "logit": 1.5}]
+    classes, logits = batch._by_id(rows, 3)
+    assert classes.tolist() == [3, 4, 5] and logits.tolist() == [0.25, 1.5, 0.5]
+
+
+@pytest.mark.parametrize(("ids", "message"), [([0, 2], r"1 rows never, 0 rows more than once and 0 ids outside"),
+                                              ([0, 1, 1, 2], r"0 rows never, 1 rows more than once and 0 ids outside"),
+                                              ([0, 0, 1], r"1 rows never, 1 rows more than once and 0 ids outside"),
+                                              ([0, 1, 2, 7, -1], r"0 rows never, 0 rows more than once and 2 ids outside "
+                                                                 r"0\.\.2 \(\[7, -1\]\)")])
+def test_by_id_raises_on_a_missing_or_repeated_row(ids, message):
+    rows = [{"id": i, "prediction": 1, "logit": 0.0} for i in ids]
+    with pytest.raises(RuntimeError, match=message):
+        batch._by_id(rows, 3)
+
+
+# -- stream: images, resume point, producer --------------------------------------------------------------------------
+def _row(identifier: int):
+    return (identifier, identifier % 10, [0.0, 0.5, 1.0], None)
+
+
+def test_write_image_leaves_one_complete_json_file_and_no_hidden_one(tmp_path):
+    before = time.time()
+    written_at = stream.write_image(tmp_path, _row(42))
+    assert written_at >= before
+    assert [p.name for p in tmp_path.iterdir()] == ["digit-000000042.json"]
+    text = (tmp_path / "digit-000000042.json").read_text()
+    assert text.endswith("\n") and text.count("\n") == 1  # one JSON line, as Spark's JSON source reads it
+    assert json.loads(text) == {"id": 42, "label": 2, "pixels": [0.0, 0.5, 1.0]}
+
+
+def test_write_image_replaces_a_hidden_file_left_by_a_stopped_producer(tmp_path):
+    (tmp_path / ".digit-000000007.json.tmp").write_text('{"id": 7, "lab')
+    stream.write_image(tmp_path, _row(7))
+    assert [p.name for p in tmp_path.iterdir()] == ["digit-000000007.json"]
+
+
+def test_resume_point_is_one_past_the_highest_visible_image(tmp_path):
+    assert stream.resume_point(tmp_path) == 0
+    for identifier in (0, 1, 2, 10):
+        stream.write_image(tmp_path, _row(identifier))
+    (tmp_path / ".digit-000000011.json.tmp").write_text("{")  # half written: rewritten on resume
+    (tmp_path / ".digit-000000099.json.tmp").write_text("{")
+    assert stream.resume_point(tmp_path) == 11
+
+
+def test_resume_point_ignores_hidden_files_alone(tmp_path):
+    (tmp_path / ".digit-000000000.json.tmp").write_text("{")
+    assert stream.resume_point(tmp_path) == 0
+
+
+def _wait_until(condition, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.01)
+
+
+def _visible_ids(folder) -> list[int]:
+    return sorted(int(p.name[len(stream.FILE_PREFIX):-5]) for p in folder.glob("digit-*.json"))
+
+
+def test_the_producer_writes_each_image_of_its_range_once_in_order(tmp_path):
+    written: dict[int, float] = {}
+    producer = stream.Producer(tmp_path, 3, 12, rate=2000.0, written=written).start()
+    producer.join(60)
+    assert not producer.running and producer.error is None
+    assert sorted(written) == list(range(3, 12)) == _visible_ids(tmp_path)
+    times = [written[i] for i in range(3, 12)]
+    assert times == sorted(times)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    first = json.loads((tmp_path / "digit-000000003.json").read_text())
+    assert first["id"] == 3 and len(first["pixels"]) == 64  # a real digit row
+
+
+def test_a_stopped_producer_has_written_a_prefix_of_its_range(tmp_path):
+    written: dict[int, float] = {}
+    producer = stream.Producer(tmp_path, 5, 5000, rate=50.0, written=written).start()
+    _wait_until(lambda: len(written) >= 3)
+    producer.stop()
+    assert not producer.running and producer.error is None
+    count = len(written)
+    assert 3 <= count < 5000 - 5
+    assert sorted(written) == list(range(5, 5 + count)) == _visible_ids(tmp_path)
+    assert stream.resume_point(tmp_path) == 5 + count
+
+
+def test_a_producer_that_fails_keeps_its_error_for_the_caller(tmp_path):
+    producer = stream.Producer(tmp_path / "missing", 0, 3, rate=1000.0, written={}).start()
+    producer.join(60)
+    assert not producer.running and isinstance(producer.error, FileNotFoundError)
+
+
+# -- stream: micro-batch times, rates, latencies ---------------------------------------------------------------------
+_EPOCH = datetime.datetime(2025, 5, 1, 10, 0, 0, tzinfo=datetime.timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize("timestamp", ["2025-05-01T10:00:00.000Z", "2025-05-01T10:00:00.000+00:00",
+                                       "2025-05-01T12:00:00.000+02:00"])
+def test_a_micro_batch_ends_at_its_trigger_plus_its_trigger_execution(timestamp):
+    assert stream._ended_at(timestamp, {"triggerExecution": 1500, "addBatch": 1200}) == pytest.approx(_EPOCH + 1.5)
+    assert stream._ended_at(timestamp, {}) == pytest.approx(_EPOCH)
+
+
+def test_micro_batch_milliseconds_count():
+    assert stream._ended_at("2025-05-01T10:00:00.250Z", {"triggerExecution": 125}) == pytest.approx(_EPOCH + 0.375)
+
+
+def _progress(batch_id: int, rows: int, started_s: float, duration_ms: int, run_id: str = "run-1"):
+    stamp = datetime.datetime.fromtimestamp(_EPOCH + started_s, datetime.timezone.utc)
+    return SimpleNamespace(batchId=batch_id, numInputRows=rows, processedRowsPerSecond=rows * 10.0, runId=run_id,
+                           timestamp=stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                           durationMs={"triggerExecution": duration_ms})
+
+
+def test_progress_rates_are_rows_over_the_time_since_the_micro_batch_before_ended():
+    progress = stream._Progress()
+    progress.add(_progress(0, 16, 0.0, 1000))  # warm-up, ends at 1 s
+    progress.add(_progress(1, 0, 1.0, 10))  # an empty micro-batch: no rate, not a reference
+    warm = 2
+    progress.add(_progress(2, 10, 2.0, 1000))  # ends at 3 s: 10 rows in 2 s
+    progress.add(_progress(3, 20, 3.0, 1000))  # ends at 4 s: 20 rows in 1 s
+    progress.add(_progress(4, 0, 4.0, 10))
+    assert progress.rows() == 46
+    measured = progress.since(warm)
+    assert [b["batch_id"] for b in measured] == [2, 3]
+    assert [b["output_rate"] for b in measured] == [pytest.approx(5.0), pytest.approx(20.0)]
+    assert [b["process_rate"] for b in measured] == [100.0, 200.0] and measured[0]["run_id"] == "run-1"
+    assert "output_rate" not in progress.batches[2]  # since() works on copies
+
+
+def test_the_first_micro_batch_has_no_rate_and_a_restart_keeps_the_reference():
+    progress = stream._Progress()
+    progress.add(_progress(0, 4, 0.0, 500))
+    progress.add(_progress(1, 6, 10.0, 2000, run_id="run-2"))  # a restarted query: its batch ids start again
+    progress.add(_progress(0, 3, 5.0, 1000, run_id="run-2"))  # reported late, ended at 6 s
+    rates = {(b["run_id"], b["batch_id"]): b["output_rate"] for b in progress.since(0)}
+    assert rates[("run-1", 0)] is None
+    assert rates[("run-2", 0)] == pytest.approx(3 / 5.5)
+    assert rates[("run-2", 1)] == pytest.approx(6 / 6.0)  # ends at 12 s, the one before at 6 s
+
+
+def _result(latencies=(), lost=(), duplicated=(), unexpected=()) -> stream.StreamResult:
+    return stream.StreamResult(produced=10, predicted=10, lost=list(lost), duplicated=list(duplicated),
+                               unexpected=list(unexpected), offered_rate=20.0, sustained_rate=20.0, output_rates=[],
+                               process_rates=[], latencies_ms=sorted(latencies), micro_batches=1, restarts=0,
+                               warmup_s=1.0)
+
+
+def test_percentiles_of_no_latencies_are_none():
+    assert _result().latency_percentiles() == {"p50": None, "p90": None, "p99": None}
+    assert _result().latency_quantiles() == []
+
+
+def test_percentiles_of_known_latencies():
+    percentiles = _result(latencies=[float(v) for v in range(1, 101)]).latency_percentiles()
+    assert percentiles == {"p50": pytest.approx(50.5), "p90": pytest.approx(90.1), "p99": pytest.approx(99.01)}
+
+
+_LATENCIES = st.lists(st.floats(0.0, 1e6, allow_nan=False), min_size=1, max_size=400)
+
+
+@given(_LATENCIES)
+def test_percentiles_are_ordered_and_within_the_latencies(latencies):
+    p = _result(latencies=latencies).latency_percentiles()
+    assert min(latencies) <= p["p50"] <= p["p90"] <= p["p99"] <= max(latencies)
+
+
+@given(_LATENCIES, st.integers(2, 150))
+def test_quantiles_are_at_most_the_points_sorted_and_span_the_latencies(latencies, points):
+    quantiles = _result(latencies=latencies).latency_quantiles(points)
+    assert 1 <= len(quantiles) <= points and quantiles == sorted(quantiles)
+    assert quantiles[0] == min(latencies) and quantiles[-1] == max(latencies)
+    assert len(_result(latencies=latencies).latency_quantiles()) <= stream.LATENCY_POINTS
+
+
+@pytest.mark.parametrize(("counts", "once"), [({}, True), ({"lost": [3]}, False), ({"duplicated": [4]}, False),
+                                              ({"unexpected": [99]}, False)])
+def test_exactly_once_means_nothing_lost_repeated_or_unexpected(counts, once):
+    assert _result(**counts).exactly_once is once
+
+
+# -- latency verdict and baseline ------------------------------------------------------------------------------------
+ENV = {"torch": "2.13.0", "spark": "4.0.0"}
+
+
+def _stream_measured(latency_ms: float, samples=(20.0,) * 6) -> Measured:
+    return Measured("spark/tiny/stream", list(samples), "samples/s", True, ENV, on_cpu=True, latency_ms=latency_ms)
+
+
+def _stream_baseline(latency_ms: float = 100.0, history=(100.0, 100.0, 100.0, 100.0)) -> dict:
+    return {"samples": [20.0] * 6, "history": [20.0] * 4, "latency_ms": latency_ms, "latency_history": list(history),
+            "environment": ENV}
+
+
+def test_the_same_stream_latency_passes_and_is_reported():
+    judgement = judge(_stream_measured(100.0), _stream_baseline(), Tolerances())
+    assert judgement.verdict == Verdict.PASS and not judgement.failures
+    assert judgement.figures.baseline_latency_ms == 100.0
+
+
+def test_a_lower_latency_passes():
+    assert judge(_stream_measured(40.0), _stream_baseline(), Tolerances()).verdict == Verdict.PASS
+
+
+def test_a_doubled_stream_latency_is_a_regression_even_at_the_same_throughput():
+    judgement = judge(_stream_measured(200.0), _stream_baseline(), Tolerances())
+    assert judgement.verdict == Verdict.REGRESSION
+    assert judgement.failures == ["spark/tiny/stream: latency p50 200.0 ms > baseline 100.0 ms x (1 + 15.0%)"]
+
+
+def test_a_noisy_latency_history_widens_the_threshold_up_to_the_cap():
+    quiet = _stream_baseline(history=[100.0] * 8)
+    noisy = _stream_baseline(history=[60.0, 100.0, 140.0, 80.0, 120.0, 100.0, 70.0, 130.0])
+    assert judge(_stream_measured(120.0), quiet, Tolerances()).verdict == Verdict.REGRESSION  # beyond 15%
+    assert judge(_stream_measured(120.0), noisy, Tolerances()).verdict == Verdict.PASS  # within the drift
+    capped = judge(_stream_measured(130.0), noisy, Tolerances())
+    assert capped.failures == ["spark/tiny/stream: latency p50 130.0 ms > baseline 100.0 ms x (1 + 25.0%)"]
+    assert judge(_stream_measured(200.0), noisy, Tolerances(max_threshold=0.5)).verdict == Verdict.REGRESSION
+
+
+@given(st.lists(st.floats(1.0, 1e4), min_size=0, max_size=20), st.floats(0.15, 0.99))
+def test_a_doubled_latency_is_always_red_whatever_the_history(history, max_threshold):
+    baseline = _stream_baseline(history=history)
+    judgement = judge(_stream_measured(200.0), baseline, Tolerances(max_threshold=max_threshold))
+    assert judgement.verdict == Verdict.REGRESSION
+    assert any("latency p50 200.0 ms" in failure for failure in judgement.failures)
+
+
+def test_a_stream_without_throughput_samples_is_still_latency_judged():
+    judgement = judge(_stream_measured(200.0, samples=()), _stream_baseline(history=[]), Tolerances())
+    assert judgement.verdict == Verdict.REGRESSION and "latency p50 200.0 ms > baseline 100.0 ms" in judgement.failures[0]
+    assert judge(_stream_measured(100.0, samples=()), _stream_baseline(history=[]), Tolerances()).verdict == Verdict.PASS
+
+
+def test_only_a_spark_stream_judges_its_latency():
+    assert judges_latency("spark", "stream")
+    assert not judges_latency("spark", "batch") and not judges_latency("throughput", "infer")
+    assert not judges_latency("scaling", "train") and not judges_latency(None, None)
+
+
+@pytest.mark.parametrize(("family", "mode", "judged"), [("spark", "stream", True), ("spark", "batch", False),
+                                                         ("throughput", "infer", False), ("scaling", "train", False)])
+def test_a_record_hands_its_latency_to_the_judge_only_where_it_is_judged(family, mode, judged):
+    record = TestRecord("t", family=family, mode=mode, device="cpu", samples=[20.0] * 6, latency_ms=300.0,
+                        environment=ENV)
+    measured = _measured(record)
+    assert measured.latency_ms == (300.0 if judged else None)
+    verdict = judge(measured, _stream_baseline(), Tolerances()).verdict
+    assert verdict == (Verdict.REGRESSION if judged else Verdict.PASS)
+
+
+def _stream_record(latency_ms: float, family: str = "spark", mode: str = "stream", torch: str = "2.13.0") -> TestRecord:
+    return TestRecord("spark/tiny/stream", family=family, mode=mode, samples=[20.0] * 6, latency_ms=latency_ms,
+                      environment={**ENV, "torch": torch}, verdict="pass")
+
+
+def test_a_stream_entry_pools_its_latency_history_and_judges_against_the_median():
+    entry = make_entry(_stream_record(100.0))
+    assert entry["latency_ms"] == 100.0 and entry["latency_history"] == [100.0]
+    entry = make_entry(_stream_record(300.0), entry)
+    entry = make_entry(_stream_record(110.0), entry)
+    assert entry["latency_history"] == [100.0, 300.0, 110.0] and entry["latency_ms"] == 110.0
+    for value in range(HISTORY_LENGTH + 5):
+        entry = make_entry(_stream_record(float(value)), entry)
+    assert entry["latency_history"] == [float(v) for v in range(5, HISTORY_LENGTH + 5)]
+    assert entry["latency_ms"] == float(np.median(range(5, HISTORY_LENGTH + 5)))
+
+
+def test_a_stream_latency_history_restarts_on_a_new_stack_or_a_reset():
+    entry = make_entry(_stream_record(110.0), make_entry(_stream_record(100.0)))
+    assert make_entry(_stream_record(150.0, torch="2.14.0"), entry)["latency_history"] == [150.0]
+    assert make_entry(_stream_record(160.0), entry, fresh=True)["latency_history"] == [160.0]
+
+
+@pytest.mark.parametrize(("family", "mode"), [("throughput", "infer"), ("spark", "batch")])
+def test_records_whose_latency_is_not_judged_keep_no_latency_history(family, mode):
+    entry = make_entry(_stream_record(7.0, family, mode), make_entry(_stream_record(5.0, family, mode)))
+    assert "latency_history" not in entry and entry["latency_ms"] == 7.0
+
+
+# -- matrix ----------------------------------------------------------------------------------------------------------
+SPARK = frozenset({"spark"})
+
+
+def test_the_spark_family_runs_only_when_asked_for():
+    assert cases(Selection(["cpu", "cuda:0"]), "spark") == []
+    assert cases(Selection(["cpu"], opted_in=frozenset({"scaling"})), "spark") == []
+    assert cases(Selection(["cpu"], opted_in=SPARK), "spark")
+
+
+def test_the_spark_family_runs_batch_and_stream_per_device_with_its_model_and_batch():
+    ids = sorted(case_id(c) for c in cases(Selection(["cpu", "cuda:0"], opted_in=SPARK), "spark"))
+    assert ids == ["cpu-mobilenet_v3_small-batch-bs16-fp32", "cpu-mobilenet_v3_small-stream-bs16-fp32",
+                   "cuda:0-resnet50-batch-bs256-fp32", "cuda:0-resnet50-stream-bs256-fp32"]
+
+
+def test_spark_models_are_the_selected_image_models():
+    assert workloads.get("gpt2").input_kind != "images"
+    selection = Selection(["cpu"], models=["resnet18", "gpt2", "alexnet"], opted_in=SPARK)
+    assert {c["workload"] for c in cases(selection, "spark")} == {"resnet18", "alexnet"}
+    assert cases(Selection(["cpu"], models=["gpt2"], opted_in=SPARK), "spark") == []
+
+
+def test_spark_batches_follow_the_numeric_batch_sizes():
+    selection = Selection(["cuda:0"], batch_sizes=[8, "max", 64], opted_in=SPARK)
+    assert sorted({c["batch_size"] for c in cases(selection, "spark")}) == [8, 64]
+    assert cases(Selection(["cpu"], batch_sizes=["max"], opted_in=SPARK), "spark") == []
+
+
+def test_spark_runs_only_the_autocast_dtypes():
+    selection = Selection(["cpu"], dtypes=["fp32", "int8", "bf16", "fp8", "fp16", "tf32"], opted_in=SPARK)
+    assert [c["dtype"] for c in cases(selection, "spark") if c["mode"] == "batch"] == ["fp32", "bf16", "fp16", "tf32"]
+
+
+# -- options ---------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def spark_project(hw_project):
+    shutil.copy(REPO / "bench_tests" / "test_spark.py", hw_project.path / "bench_tests")
+    return hw_project
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--spark-conf", "spark.executor.memory=4g", "--spark-conf", "novalue"],
+     "--spark-conf 'novalue': write key=value"),
+    (["--spark-rows", "0"], "--spark-rows='0' is out of range"),
+    (["--spark-rows", "many"], "--spark-rows='many' is not a int"),
+    (["--spark-stream-rate", "0"], "--spark-stream-rate='0' is out of range"),
+    (["--spark-stream-images", "-5"], "--spark-stream-images='-5' is out of range"),
+    (["--spark-master", ""], "--spark-master is empty"),
+    (["--spark-master", "   "], "--spark-master is empty"),
+])
+def test_bad_spark_options_are_usage_errors_naming_the_option(spark_project, args, expected):
+    result = spark_project.run(*args, inprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert expected in result.stderr.str()
+
+
+def test_a_bad_ini_spark_conf_names_the_ini_key(spark_project):
+    pyproject = spark_project.path / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(
+        "[tool.pytest.ini_options]\n", '[tool.pytest.ini_options]\nhwregress_spark_conf = ["spark.a=1", "novalue"]\n'))
+    result = spark_project.run(inprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ini option hwregress_spark_conf 'novalue'" in result.stderr.str()
+
+
+def _collected(project, *args: str) -> str:
+    result = project.run("--collect-only", "-q", *args, fast=False, inprocess=True)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    return result.stdout.str()
+
+
+def test_the_spark_marker_collects_the_cpu_batch_and_stream(spark_project):
+    out = _collected(spark_project, "-m", "spark", "--devices", "cpu")
+    tests = [line for line in out.splitlines() if "::" in line]
+    assert tests == ["bench_tests/test_spark.py::test_spark[cpu-mobilenet_v3_small-batch-bs16-fp32]",
+                     "bench_tests/test_spark.py::test_spark[cpu-mobilenet_v3_small-stream-bs16-fp32]"]
+
+
+def test_a_spark_master_alone_opts_the_family_in(spark_project):
+    assert "test_spark[cpu-" not in _collected(spark_project, "--devices", "cpu", "--models", "tiny")
+    out = _collected(spark_project, "--devices", "cpu", "--models", "tiny", "--spark-master", "local[1]")
+    assert "test_spark[cpu-tiny-batch-bs16-fp32]" in out and "test_spark[cpu-tiny-stream-bs16-fp32]" in out
+    assert "test_throughput[cpu-tiny-" in out  # the other families still run
