@@ -25,7 +25,7 @@ except ImportError:
     PYSPARK = False
 
 # small and quick: the tiny workload, a short data set and stream; figures are not the point here
-SPARK = ["-m", "spark", "--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "16",
+SPARK = ["-m", "spark", "--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "32",
          "--spark-rows", "128", "--spark-stream-images", "60", "--spark-stream-rate", "20", "--rounds", "5",
          "--devices", "cpu"]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -60,11 +60,12 @@ def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spa
     assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] and stream["latency_ms"] == latency["p50"]
     assert streamed["micro_batches"] >= 2 and stream["samples"]
     entries = json.loads(spark_project.baseline_files()[0].read_text())["entries"]
-    assert entries["spark/tiny/batch/bs16/fp32"]["efficiency"] == pytest.approx(batch["efficiency"])
-    assert entries["spark/tiny/stream/bs16/fp32"]["latency_history"] == [stream["latency_ms"]]
+    assert entries["spark/tiny/batch/bs32/fp32"]["efficiency"] == pytest.approx(batch["efficiency"])
+    assert entries["spark/tiny/stream/bs32/fp32"]["latency_history"] == [stream["latency_ms"]]
 
-    # a model 0.3 s slower per call: every pass and every micro-batch waits for it
-    slow = spark_project.run(*SPARK, env={"HWREGRESS_SELFTEST_SLEEP_S": "0.3"}, fast=False)
+    # a model 0.6 s slower per call: every pass and every micro-batch waits for it (a stream's micro-batch, ~14 images,
+    # is one call per task: its latency grows by 0.6 s, over half the ~0.7-1.2 s it is on 2 cores, busy or not)
+    slow = spark_project.run(*SPARK, env={"HWREGRESS_SELFTEST_SLEEP_S": "0.6"}, fast=False)
     slow.assert_outcomes(failed=2)
     records = _records(spark_project)
     assert records["batch"]["verdict"] == records["stream"]["verdict"] == "regression"

@@ -276,7 +276,8 @@ def test_identical_predictions_agree_fully():
     classes = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int32)
     logits = np.linspace(1.0, 2.0, 8).astype(np.float32)
     result = batch.agreement((classes, logits), (classes.copy(), logits.copy()))
-    assert result == {"agreement": 1.0, "max_logit_difference": 0.0, "disagreements": [], "distinct_classes": 7}
+    assert result == {"agreement": 1.0, "max_logit_difference": 0.0, "disagreements": [], "distinct_classes": 7,
+                      "logit_scale": pytest.approx(float(np.abs(logits).max()))}
 
 
 def test_a_flipped_class_is_listed_with_both_classes_and_left_out_of_the_logit_difference():
@@ -664,3 +665,10 @@ def test_a_spark_master_alone_opts_the_family_in(spark_project):
     out = _collected(spark_project, "--devices", "cpu", "--models", "tiny", "--spark-master", "local[1]")
     assert "test_spark[cpu-tiny-batch-bs16-fp32]" in out and "test_spark[cpu-tiny-stream-bs16-fp32]" in out
     assert "test_throughput[cpu-tiny-" in out  # the other families still run
+
+
+@pytest.mark.parametrize(("rates", "steady"), [([1.0, 15.0, 20.0, 21.0, 6.0], [15.0, 20.0, 21.0]),
+                                               ([None, 1.0, 20.0, 19.0, 21.0, 5.0], [20.0, 19.0, 21.0]),
+                                               ([2.0, 20.0, 3.0], [2.0, 20.0, 3.0]), ([], [])])
+def test_steady_rates_drop_the_filling_and_draining_micro_batches_when_enough_remain(rates, steady):
+    assert stream.steady_rates(rates) == steady

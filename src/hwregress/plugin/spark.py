@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from hwregress import parity, workloads
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.results import TestRecord
@@ -88,10 +89,14 @@ class SparkBench:
     def _batch(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
                facts: dict[str, Any]) -> list[str]:
         device = spec.device
+        tolerance = parity.tolerance_for(workloads.get(spec.model), spec.dtype)  # relative, as the output parity tests
         plan = batch.BatchSpec(spec, batch_size, self.settings.rows_for(device),
                                running.session.sparkContext.defaultParallelism, self.bench.settings.plan)
         sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
-        result = batch.run_batch(running.session, plan, on_timed=lambda: sampler)
+        try:
+            result = batch.run_batch(running.session, plan, on_timed=lambda: sampler)
+        except Exception as error:  # Py4J, Spark's PythonException and worker errors share no base class
+            _fail(record, f"Spark batch inference failed: {_first_lines(error)}")
         _fill_samples(record, result.spark_samples, sampler)
         record.rounds, record.steps_per_round = len(result.spark_samples), result.rows // batch_size
         torch_median = summarize(result.torch_samples).median
@@ -102,13 +107,9 @@ class SparkBench:
         facts.update(pipeline="batch", rows=result.rows, partitions=result.partitions, first_pass_s=result.first_pass_s,
                      passes=len(result.spark_samples), torch_throughput=torch_median, torch_samples=result.torch_samples,
                      overhead_ratio=record.efficiency, agreement=result.agreement,
-                     max_logit_difference=result.max_logit_difference, disagreements=result.disagreements,
-                     distinct_classes=result.distinct_classes)
-        if result.agreement == 1.0:
-            return []
-        shown = "; ".join(f"id {d['id']}: Spark {d['spark']} vs torch {d['torch']}" for d in result.disagreements)
-        return [f"{record.test_id}: Spark's top-1 predictions agree with plain torch's on {result.agreement:.4%} of "
-                f"{result.rows} images (must be all; same model, weights, batches and device): {shown}"]
+                     max_logit_difference=result.max_logit_difference, logit_tolerance=tolerance,
+                     disagreements=result.disagreements, distinct_classes=result.distinct_classes)
+        return _parity_failures(record, result, tolerance)
 
     # -- stream ----------------------------------------------------------------------------------------------------
     def _stream(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
@@ -122,8 +123,9 @@ class SparkBench:
             with sampler:
                 result = stream.run_stream(running.session, plan)
         except stream.StreamFailed as error:
-            record.message = str(error)
-            pytest.fail(f"StreamFailed: {error} (stream folder: {folder})", pytrace=False)
+            _fail(record, f"StreamFailed: {error} (stream folder: {folder})")
+        except Exception as error:  # the query did not start: Spark's own error
+            _fail(record, f"Spark streaming failed: {_first_lines(error)} (stream folder: {folder})")
         _fill_samples(record, result.output_rates, sampler)
         percentiles = result.latency_percentiles()
         record.latency_ms = percentiles["p50"]
@@ -144,6 +146,22 @@ class SparkBench:
                 f"{_ids(result.unexpected)} (stream folder: {folder})"]
 
 
+def _parity_failures(record: TestRecord, result: batch.BatchResult, tolerance: float) -> list[str]:
+    """Spark against plain torch: every top-1 class equal, and the top-1 logits within the output-parity tolerance of
+    the dtype (relative to the largest logit): a random-weight model may predict one class for every image, so the
+    logits are compared too."""
+    failures = []
+    if result.agreement != 1.0:
+        shown = "; ".join(f"id {d['id']}: Spark {d['spark']} vs torch {d['torch']}" for d in result.disagreements)
+        failures.append(f"{record.test_id}: Spark's top-1 predictions agree with plain torch's on {result.agreement:.4%} "
+                        f"of {result.rows} images (must be all; same model, weights, batches and device): {shown}")
+    if result.max_logit_difference > tolerance * max(result.logit_scale, 1.0):
+        failures.append(f"{record.test_id}: Spark's top-1 logits differ from plain torch's by up to "
+                        f"{result.max_logit_difference:.3g} (largest logit {result.logit_scale:.3g}; relative tolerance "
+                        f"{tolerance:g} for {record.dtype})")
+    return failures
+
+
 def _fill_samples(record: TestRecord, samples: list[float], sampler: TelemetrySampler) -> None:
     """Throughput figures from per-round samples (images/s) and the window's telemetry and host health."""
     summary = summarize(samples)
@@ -161,6 +179,18 @@ def _energy(record: TestRecord, sampler: TelemetrySampler, images: int) -> None:
     if sampler.energy_j and images:
         record.energy_j_per_sample = sampler.energy_j / images
         record.samples_per_joule = images / sampler.energy_j
+
+
+def _fail(record: TestRecord, message: str) -> NoReturn:
+    record.message = message
+    pytest.fail(message, pytrace=False)
+
+
+def _first_lines(error: BaseException, lines: int = 12) -> str:
+    """An error's type and its first lines (a Java stack trace under a Py4J error runs to hundreds)."""
+    text = str(error).strip().splitlines()
+    more = f"\n... ({len(text) - lines} more lines)" if len(text) > lines else ""
+    return f"{type(error).__name__}: " + "\n".join(text[:lines]) + more
 
 
 def _ids(ids: list[int]) -> str:

@@ -10,7 +10,7 @@ pipeline is ``details["spark"]["pipeline"]``, else the record's ``mode``):
   images/s (``torch_throughput``), the partitions and the engine (master, version, executor layout).
 - ``stream``: ``throughput`` is the median images/s of the measured micro-batches, ``latency_ms`` the p50
   latency (ms) judged against ``baseline_latency_ms``; the details hold the rates asked, offered and sustained
-  (images/s), p50/p90/p99 latency (ms), ``latency_quantiles_ms`` (up to 400 evenly spaced quantiles of the
+  (images/s), p50/p90/p99 latency (ms), ``latency_quantiles_ms`` (up to 100 evenly spaced quantiles of the
   per-image latency, ms, sorted) and the exactly-once count (produced, predicted, lost, predicted twice).
 
 Any detail may be missing, None, not finite or of the wrong type (a failed test still has a record): such a

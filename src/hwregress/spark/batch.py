@@ -53,6 +53,7 @@ class BatchResult:
     torch_samples: list[float]  # images/s of each plain-torch pass
     agreement: float  # fraction of rows whose top-1 class equals plain torch's
     max_logit_difference: float  # largest |top-1 logit difference| over the rows, where the classes agree
+    logit_scale: float  # largest |top-1 logit| of plain torch: what the difference is relative to
     disagreements: list[dict[str, Any]] = field(default_factory=list)  # the first few rows that differ
     distinct_classes: int = 0
 
@@ -143,11 +144,13 @@ def _by_id(collected: Any, rows: int) -> tuple[np.ndarray, np.ndarray]:
 
 def agreement(spark: tuple[np.ndarray, np.ndarray], reference: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
     """Top-1 agreement of Spark's predictions with plain torch's (fraction), the largest top-1 logit difference
-    where they agree, the first five rows that differ, and how many classes were predicted."""
+    where they agree and the largest top-1 logit of plain torch (its scale), the first five rows that differ, and how
+    many classes were predicted."""
     same = spark[0] == reference[0]
     differing = np.flatnonzero(~same)[:5]
     gap = np.abs(spark[1] - reference[1])[same]
     return {"agreement": float(same.mean()), "max_logit_difference": float(gap.max()) if gap.size else float("nan"),
+            "logit_scale": float(np.abs(reference[1]).max()) if reference[1].size else 0.0,
             "disagreements": [{"id": int(i), "spark": int(spark[0][i]), "torch": int(reference[0][i]),
                                "spark_logit": float(spark[1][i]), "torch_logit": float(reference[1][i])} for i in differing],
             "distinct_classes": len(np.unique(reference[0]))}

@@ -79,7 +79,9 @@ class StreamResult:
     unexpected: list[int]
     offered_rate: float  # what the producer achieved (images / production time)
     sustained_rate: float
-    output_rates: list[float]  # images/s of each measured micro-batch: its rows / time since the one before ended
+    # images/s of each measured micro-batch but the first and the last (the stream filling up and draining): its
+    # rows / the time since the micro-batch before it ended
+    output_rates: list[float]
     process_rates: list[float]  # Spark's processedRowsPerSecond of each measured micro-batch
     latencies_ms: list[float]  # the measured images' latencies, sorted
     micro_batches: int
@@ -314,6 +316,13 @@ def _check(query: Any, producer: Producer | None) -> None:
         raise StreamFailed(f"the producer failed: {type(producer.error).__name__}: {producer.error}")
 
 
+def steady_rates(rates: list[float | None]) -> list[float]:
+    """The micro-batch rates of the steady stream: without the first and the last micro-batch (where the stream
+    fills up and drains, a partial interval), when at least three remain; rates that could not be computed dropped."""
+    known = [rate for rate in rates if rate]
+    return known[1:-1] if len(known) >= 5 else known
+
+
 def _count(session: Any, out: Path, written: dict[int, float], spec: StreamSpec, batches: list[dict[str, Any]],
            warmup_s: float, restarts: int, production_s: float) -> StreamResult:
     """Read the sink back through its commit log and count produced vs predicted ids."""
@@ -332,6 +341,6 @@ def _count(session: Any, out: Path, written: dict[int, float], spec: StreamSpec,
         unexpected=sorted(set(counts) - set(written)),
         offered_rate=(len(written) - spec.warmup_images) / production_s if production_s > 0 else 0.0,
         sustained_rate=len(measured) / span if span > 0 else 0.0,
-        output_rates=[b["output_rate"] for b in batches if b["output_rate"]],
+        output_rates=steady_rates([b["output_rate"] for b in batches]),
         process_rates=[b["process_rate"] for b in batches], latencies_ms=latencies, micro_batches=len(batches),
         restarts=restarts, warmup_s=warmup_s, batch_rows=[b["rows"] for b in batches])
