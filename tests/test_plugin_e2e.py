@@ -339,3 +339,12 @@ def test_a_cpu_batch_that_cannot_fit_ends_as_oom_before_it_runs(hw_project):
     (big,) = [r for r in hw_project.results["records"] if r["batch_size"] == 4096]
     assert big["verdict"] == "oom" and "out of memory at batch 4096 on cpu (predicted)" in big["message"]
     assert "injected host memory" in big["message"]
+
+
+def test_a_test_of_its_own_with_a_device_parameter_is_no_hardware_test_and_writes_no_record(hw_project):
+    (hw_project.path / "bench_tests" / "test_own.py").write_text(
+        "import pytest\n\n\n@pytest.mark.parametrize('device', ['cpu', 'mps'])\n"
+        "def test_own(device):\n    assert device in ('cpu', 'mps')\n")
+    result = hw_project.run("bench_tests/test_own.py")
+    result.assert_outcomes(passed=2)
+    assert not (hw_project.path / "reports" / "results.json").exists()

@@ -40,9 +40,10 @@ def skip_with(verdict: Verdict, reason: str) -> NoReturn:
 
 
 def is_hardware_test(item: pytest.Item) -> bool:
-    """True for a test parametrized over a device (the tests of ``bench_tests/``)."""
+    """True for a test parametrized over a device that uses ``hwbench`` (the tests of ``bench_tests/``); a test of its
+    own with a ``device`` parameter is not one."""
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and "device" in callspec.params
+    return callspec is not None and "device" in callspec.params and "hwbench" in getattr(item, "fixturenames", ())
 
 
 def record_from_params(item: pytest.Item) -> TestRecord:
