@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
@@ -116,3 +117,20 @@ def table_cells(html: str, attribute: str, value: str) -> list[list[str]]:
     parser = _TableCells(attribute, value)
     parser.feed(html)
     return [row for row in parser.rows if row]
+
+
+def report_section(html: str, section_id: str) -> str:
+    """The inside of the report's ``<section id="section_id">``; fails the test when the page has none."""
+    match = re.search(rf'<section id="{section_id}">(.*?)</section>', html, re.S)
+    assert match, f"no {section_id} section"
+    return match.group(1)
+
+
+def table_rows(html: str, css_class: str) -> list[list[str]]:
+    """:func:`table_cells` of the tables of class ``css_class``, each cell's whitespace collapsed."""
+    return [[" ".join(cell.split()) for cell in row] for row in table_cells(html, "class", css_class)]
+
+
+def svg_charts(html: str) -> list[str]:
+    """Every inline SVG chart of ``html``."""
+    return re.findall(r"<svg.*?</svg>", html, re.S)

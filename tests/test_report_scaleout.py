@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import table_cells
+from conftest import report_section, svg_charts, table_rows
 from hwregress.report import render
 from hwregress.report.charts import format_value
 from hwregress.results import SessionResults, TestRecord
@@ -70,17 +70,7 @@ def _page(records: list[TestRecord]) -> str:
 
 
 def _section(html: str) -> str:
-    match = re.search(r'<section id="scaleout">(.*?)</section>', html, re.S)
-    assert match, "no scale-out section"
-    return match.group(1)
-
-
-def _rows(html: str, css_class: str) -> list[list[str]]:
-    return [[" ".join(cell.split()) for cell in row] for row in table_cells(html, "class", css_class)]
-
-
-def _svgs(html: str) -> list[str]:
-    return re.findall(r"<svg.*?</svg>", html, re.S)
+    return report_section(html, "scaleout")
 
 
 def _tooltips(svg: str) -> list[str]:
@@ -91,13 +81,13 @@ def _tooltips(svg: str) -> list[str]:
 
 def test_scaling_table_and_charts_show_each_world_size():
     section = _section(_page([*SCALING, allreduce_record(), colocated_record()]))
-    rows = _rows(section, "scaling")
+    rows = table_rows(section, "scaling")
     assert [row[6] for row in rows] == ["1", "2", "4"]  # W, in order
     w2 = rows[1]
     assert w2[0] == "pass" and w2[1] == "test_scaling[cpu-resnet18-gloo-w2]"
     assert w2[9] == "gloo 1 thread/rank" and w2[10] == "180 samples/s" and w2[11] == "90"
     assert w2[12:17] == ["90.0%", "95.0%", "25.0%", "3", "44 MiB"]  # efficiency, baseline, comm share, buckets, bytes
-    throughput_chart, efficiency_chart = [s for s in _svgs(section) if "world size" in s]
+    throughput_chart, efficiency_chart = [s for s in svg_charts(section) if "world size" in s]
     assert set(_tooltips(throughput_chart)) >= {"measured: 4, 320", "ideal (W x T(1)): 4, 400", "ideal (W x T(1)): 2, 200"}
     assert set(_tooltips(efficiency_chart)) >= {"measured: 2, 0.9", "measured: 4, 0.8", "ideal (1.0): 4, 1"}
     assert re.findall(r'class="tick"[^>]*>([^<]*)<', throughput_chart)[:3] == ["1", "2", "4"]  # a tick per world size
@@ -105,7 +95,7 @@ def test_scaling_table_and_charts_show_each_world_size():
 
 def test_allreduce_chart_draws_bus_and_algorithm_bandwidth_and_the_published_level():
     record = allreduce_record(published=450.0)
-    svg = next(s for s in _svgs(_section(_page([record]))) if "all-reduce bandwidth" in s)
+    svg = next(s for s in svg_charts(_section(_page([record]))) if "all-reduce bandwidth" in s)
     tips = _tooltips(svg)
     assert sum(t.startswith("busbw: ") for t in tips) == len(CURVE_BYTES)
     assert sum(t.startswith("algbw: ") for t in tips) == len(CURVE_BYTES)
@@ -113,19 +103,19 @@ def test_allreduce_chart_draws_bus_and_algorithm_bandwidth_and_the_published_lev
     assert f"busbw: 67.1M, {float(f'{busbw_64mib:.3g}'):g}" in tips
     assert "published (NVLink 4 spec): 1.02k, 450" in tips and "published (NVLink 4 spec): 67.1M, 450" in tips
     assert "W=4, 1 node(s)" in svg and "nccl-tests/blob/master/doc/PERFORMANCE.md" in _page([record])
-    assert "published" not in "".join(_tooltips(next(s for s in _svgs(_page([allreduce_record(published=None)]))
+    assert "published" not in "".join(_tooltips(next(s for s in svg_charts(_page([allreduce_record(published=None)]))
                                                      if "all-reduce bandwidth" in s)))
 
 
 def test_colocation_table_has_a_row_per_member():
-    rows = _rows(_section(_page([colocated_record(mps_active=None)])), "colocated")
+    rows = table_rows(_section(_page([colocated_record(mps_active=None)])), "colocated")
     assert rows == [
         ["pass", "test_colocated[cuda-resnet18+resnet18]", "cuda:0", "2", "0", "resnet18", "100 samples/s", "60 samples/s",
          "60.0%", "3.000", "2.000", "unknown (no control pipe)"],
         ["pass", "test_colocated[cuda-resnet18+resnet18]", "cuda:0", "2", "1", "resnet18", "100 samples/s", "55 samples/s",
          "55.0%", "3.000", "2.000", "unknown (no control pipe)"]]
-    assert _rows(_page([colocated_record(mps_active=True)]), "colocated")[0][-1] == "yes (no control pipe)"
-    assert _rows(_page([colocated_record(mps_active=False)]), "colocated")[0][-1] == "no (no control pipe)"
+    assert table_rows(_page([colocated_record(mps_active=True)]), "colocated")[0][-1] == "yes (no control pipe)"
+    assert table_rows(_page([colocated_record(mps_active=False)]), "colocated")[0][-1] == "no (no control pipe)"
 
 
 def test_no_section_without_scale_out_records():
@@ -154,7 +144,7 @@ def test_new_ceilings_are_named_by_size():
 
 def test_ideal_line_falls_back_to_the_world_size_one_throughput():
     records = [scaling_record(w, t, None, reference=None) for w, t in ((1, 50.0), (2, 90.0))]
-    throughput_chart = _svgs(_section(_page(records)))[0]
+    throughput_chart = svg_charts(_section(_page(records)))[0]
     assert "ideal (W x T(1)): 2, 100" in _tooltips(throughput_chart)
     without_reference = [scaling_record(2, 90.0, None, reference=None)]  # no T(1) in the session: no ideal line
     assert "ideal (W x T(1))" not in _page(without_reference)
@@ -164,7 +154,7 @@ def test_backends_get_their_own_series_and_several_nodes_their_own_chart():
     records = [scaling_record(2, 180.0, 0.9, backend="gloo", device="cuda:0"),
                scaling_record(2, 190.0, 0.95, backend="nccl", device="cuda:0"),
                scaling_record(4, 300.0, 0.75, backend="nccl", device="cuda:0", nodes=2)]
-    charts = [s for s in _svgs(_section(_page(records))) if "throughput vs world size" in s]
+    charts = [s for s in svg_charts(_section(_page(records))) if "throughput vs world size" in s]
     assert len(charts) == 2
     single, multi = sorted(charts, key=lambda s: "several nodes" in s)
     assert {"measured gloo: 2, 180", "measured nccl: 2, 190"} <= set(_tooltips(single))
@@ -188,10 +178,10 @@ def test_records_without_details_render_as_dashes():
                            verdict=Verdict.SKIPPED, details={"colocated": {"members": None, "mps_active": "maybe"}})
     html = _page([scaling, allreduce, colocated])
     section = _section(html)
-    assert _svgs(section) == []  # nothing to draw
-    [scaling_row] = _rows(section, "scaling")
+    assert svg_charts(section) == []  # nothing to draw
+    [scaling_row] = table_rows(section, "scaling")
     assert scaling_row[0] == "failed" and set(scaling_row[6:]) == {"–"}
-    [colocated_row] = _rows(section, "colocated")
+    [colocated_row] = table_rows(section, "colocated")
     assert colocated_row[3:11] == ["–"] * 8 and colocated_row[11] == "unknown"
     assert "All-reduce" not in section
 
@@ -280,7 +270,7 @@ def test_any_scale_out_details_render_a_whole_page(records):
     listed = sum(r.family in ("scaling", "colocated") for r in records)
     if listed:  # no failed test goes missing from the tables
         section = _section(html)
-        assert len(_rows(section, "scaling")) + len(_rows(section, "colocated")) >= listed
+        assert len(table_rows(section, "scaling")) + len(table_rows(section, "colocated")) >= listed
 
 
 MEASURED = st.none() | st.floats(1e-3, 1e6)
@@ -292,7 +282,7 @@ def test_scaling_charts_draw_every_measured_point(points, reference):
     records = [scaling_record(w, throughput, efficiency, reference=reference) for w, throughput, efficiency in points]
     for index, record in enumerate(records):
         record.test_id += str(index)
-    svgs = _svgs(_page(records))
+    svgs = svg_charts(_page(records))
     throughput_chart = next((s for s in svgs if "throughput vs world size" in s), "")
     efficiency_chart = next((s for s in svgs if "scaling efficiency" in s), "")
     expected = {f"measured: {w}, {format_value(t)}" for w, t, _ in points if t is not None}

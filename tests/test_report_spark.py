@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import table_cells
+from conftest import report_section, svg_charts, table_rows
 from hwregress.report import render
 from hwregress.report.spark_view import latency_cdf
 from hwregress.results import SessionResults, TestRecord
@@ -65,17 +65,7 @@ def _page(records: list[TestRecord]) -> str:
 
 
 def _section(html: str) -> str:
-    match = re.search(r'<section id="spark">(.*?)</section>', html, re.S)
-    assert match, "no Spark section"
-    return match.group(1)
-
-
-def _rows(html: str, css_class: str) -> list[list[str]]:
-    return [[" ".join(cell.split()) for cell in row] for row in table_cells(html, "class", css_class)]
-
-
-def _svgs(html: str) -> list[str]:
-    return re.findall(r"<svg.*?</svg>", html, re.S)
+    return report_section(html, "spark")
 
 
 def _tooltips(svg: str) -> list[str]:
@@ -89,7 +79,7 @@ def _legend(svg: str) -> list[str]:
 # --- batch inference ------------------------------------------------------------------------------------------
 
 def test_batch_table_shows_spark_and_torch_images_per_s_the_overhead_and_the_agreement():
-    [row] = _rows(_section(_page([batch_record()])), "spark-batch")
+    [row] = table_rows(_section(_page([batch_record()])), "spark-batch")
     assert row == ["pass", "test_spark[cpu-mobilenet_v3_small-batch-bs16-fp32]", "AMD EPYC (cpu)", "mobilenet_v3_small",
                    "16", "fp32", "236", "244", "0.967", "0.95", "100%", "2", "1 executor x 2 cores, 1 CPU per task",
                    "local[2]", "4.3.0"]
@@ -98,8 +88,8 @@ def test_batch_table_shows_spark_and_torch_images_per_s_the_overhead_and_the_agr
 def test_batch_chart_per_device_draws_spark_beside_plain_torch():
     records = [batch_record(), batch_record(900.0, 1000.0, device="cuda:0", device_name="NVIDIA H100", hardware_key="h100")]
     section = _section(_page(records))
-    assert [row[2] for row in _rows(section, "spark-batch")] == ["AMD EPYC (cpu)", "NVIDIA H100 (cuda:0)"]
-    cpu, gpu = (s for s in _svgs(section) if "Spark vs plain torch" in s)
+    assert [row[2] for row in table_rows(section, "spark-batch")] == ["AMD EPYC (cpu)", "NVIDIA H100 (cuda:0)"]
+    cpu, gpu = (s for s in svg_charts(section) if "Spark vs plain torch" in s)
     assert "AMD EPYC (cpu), amd-epyc" in cpu and "NVIDIA H100 (cuda:0), h100" in gpu
     assert _tooltips(gpu) == ["Spark mobilenet_v3_small bs16 fp32: 900 images/s",
                               "torch mobilenet_v3_small bs16 fp32: 1k images/s"]
@@ -110,13 +100,13 @@ def test_an_agreement_below_one_is_flagged_and_never_reads_100_percent():
     flagged, fine = re.findall(r"<tr[^>]*>\s*<td><span class=\"badge v-pass\">.*?</tr>", section, re.S)
     assert 'class="row-failed"' in flagged and '<span class="badge v-failed">99.99%</span>' in flagged
     assert "row-failed" not in fine and "v-failed" not in fine
-    assert [row[10] for row in _rows(section, "spark-batch")] == ["99.99%", "100%"]
+    assert [row[10] for row in table_rows(section, "spark-batch")] == ["99.99%", "100%"]
 
 
 # --- streaming ------------------------------------------------------------------------------------------------
 
 def test_stream_table_shows_rates_latency_percentiles_and_the_exactly_once_count():
-    [row] = _rows(_section(_page([stream_record()])), "spark-stream")
+    [row] = table_rows(_section(_page([stream_record()])), "spark-stream")
     assert row[:6] == ["pass", "test_spark[cpu-mobilenet_v3_small-stream-bs16-fp32]", "AMD EPYC (cpu)", "mobilenet_v3_small",
                        "16", "fp32"]
     assert row[6:] == ["20.08 (20)", "19.36", "20.3", "742.4", "1040", "1183", "700", "232", "232", "0", "0", "yes", "16", "1",
@@ -124,7 +114,7 @@ def test_stream_table_shows_rates_latency_percentiles_and_the_exactly_once_count
 
 
 def test_stream_latency_chart_is_the_cdf_of_the_quantiles_with_the_percentiles_marked():
-    [chart] = [s for s in _svgs(_section(_page([stream_record()]))) if "stream latency" in s]
+    [chart] = [s for s in svg_charts(_section(_page([stream_record()]))) if "stream latency" in s]
     assert _legend(chart) == ["fraction of images", "p50 742 ms", "p90 1.04k ms", "p99 1.18k ms", "baseline p50 700 ms"]
     tips = _tooltips(chart)
     cdf = [t for t in tips if t.startswith("fraction of images")]
@@ -136,7 +126,7 @@ def test_stream_latency_chart_is_the_cdf_of_the_quantiles_with_the_percentiles_m
 
 def test_images_lost_are_flagged_red():
     section = _section(_page([stream_record(exactly_once=False, baseline_p50=None)]))
-    [row] = _rows(section, "spark-stream")
+    [row] = table_rows(section, "spark-stream")
     assert row[12:18] == ["–", "232", "229", "3", "0", "no"]  # baseline p50, produced, predicted, lost, twice, exactly once
     assert '<tr class="row-failed">' in section and '<span class="badge v-failed">no</span>' in section
 
@@ -156,7 +146,7 @@ def test_sub_sections_appear_only_with_their_records():
     assert "Batch inference" in batch_only and "Structured Streaming" not in batch_only
     stream_only = _section(_page([stream_record(), skipped_record("batch")]))
     assert "Structured Streaming" in stream_only and "Batch inference" not in stream_only
-    assert len(_rows(stream_only, "spark-stream")) == 1
+    assert len(table_rows(stream_only, "spark-stream")) == 1
 
 
 def test_a_failed_test_with_only_the_engine_facts_renders_as_dashes():
@@ -164,11 +154,11 @@ def test_a_failed_test_with_only_the_engine_facts_renders_as_dashes():
                          verdict=Verdict.FAILED, message="StreamFailed", details={"spark": dict(ENGINE)})
               for mode in ("batch", "stream")]
     section = _section(_page(failed))
-    assert _svgs(section) == []  # nothing to draw
-    [batch] = _rows(section, "spark-batch")
+    assert svg_charts(section) == []  # nothing to draw
+    [batch] = table_rows(section, "spark-batch")
     assert batch[0] == "failed" and batch[6:11] == ["–"] * 5 and batch[12:] == ["1 executor x 2 cores, 1 CPU per task",
                                                                                 "local[2]", "4.3.0"]
-    [stream] = _rows(section, "spark-stream")
+    [stream] = table_rows(section, "spark-stream")
     assert stream[0] == "failed" and set(stream[6:17]) == {"–"} and stream[17] == "–"
     assert "row-failed" not in section  # not known to disagree or lose images
 
@@ -185,7 +175,7 @@ QUANTILE_LISTS = (st.lists(QUANTILE, max_size=40) | st.lists(st.floats(0.0, 1e4)
 def test_any_latency_quantiles_render(quantiles):
     html = _page([stream_record(quantiles=quantiles)])
     assert html.lower().count("<script") == 1  # the page's own filter script: record text stayed escaped
-    [chart] = [s for s in _svgs(_section(html)) if "stream latency" in s]  # the percentiles are drawn whatever the quantiles
+    [chart] = [s for s in svg_charts(_section(html)) if "stream latency" in s]  # the percentiles are drawn whatever the quantiles
     cdf = latency_cdf(quantiles)
     assert [x for x, _ in cdf] == sorted(x for x, _ in cdf) and all(0.0 <= y <= 1.0 for _, y in cdf)
     assert not cdf or cdf[-1][1] == 1.0
