@@ -21,7 +21,7 @@ from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
 from hwregress.numerics import ELEMENT_BYTES, STEP_MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.telemetry import TelemetrySampler
-from hwregress.timing import RoundTimer, Timing, TimingPlan, measure
+from hwregress.timing import RoundTimer, Timing, TimingPlan, VerdictCheck, in_work_units, measure
 from hwregress.workloads import Inputs, Workload, forward, import_torchvision, make_batch
 
 T = TypeVar("T")
@@ -46,6 +46,9 @@ class RunOptions:
         compiler: :data:`hwregress.compilation.BACKENDS`; a compiled model's first call (the compilation) is timed
             apart, before the warmup, as ``Measurement.compile``.
         memory_format: ``contiguous`` or ``channels_last`` (weights and 4-D inputs converted).
+        settled: whether the verdict against the baseline is decided by the throughput samples so far (units of
+            work per second) and the window's seconds; the window is extended while it is not
+            (:func:`hwregress.compare.verdict_settled`). None: no baseline steers the window.
     """
 
     plan: TimingPlan = field(default_factory=TimingPlan)
@@ -56,6 +59,7 @@ class RunOptions:
     cudnn_benchmark: bool = True
     compiler: str = "eager"
     memory_format: str = "contiguous"
+    settled: VerdictCheck | None = None
 
 
 @dataclass
@@ -273,8 +277,9 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
             steps = 3 if options.compiler == "cudagraphs" else 1
             compiled_timing = compilation.warm_up_compiled(step, options.compiler, device, steps=steps)
         sampler = TelemetrySampler(device, options.telemetry_interval_s)
-        timing = measure(step, timer, options.plan, options.round_driver, window=sampler)
-    per_sample = workload.work_per_sample(context)
+        per_sample = workload.work_per_sample(context)
+        timing = measure(step, timer, options.plan, options.round_driver, window=sampler,
+                         settled=in_work_units(options.settled, batch_size * per_sample))
     measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
                               sampler.compact_series(), health=sampler.health, work_per_sample=per_sample,
                               compile=compiled_timing, quantized_layers=quantized)

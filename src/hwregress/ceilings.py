@@ -24,7 +24,7 @@ from hwregress.devices import device_kind
 from hwregress.memory import PeakMemoryMeter
 from hwregress.numerics import TENSOR_DTYPES, precision
 from hwregress.telemetry import TelemetrySampler
-from hwregress.timing import RoundTimer, TimingPlan, measure
+from hwregress.timing import RoundTimer, TimingPlan, VerdictCheck, in_work_units, measure
 
 CEILING_NAMES = ("gemm", "copy", "h2d", "d2h", "p2p")
 _HOST_BUS_CEILINGS = ("h2d", "d2h")
@@ -198,8 +198,10 @@ def _build(spec: CeilingSpec, device: str, dtype: str,
 
 def run_ceiling(spec: CeilingSpec, device: str, dtype: str, timer: RoundTimer, plan: TimingPlan,
                 telemetry_interval_s: float = 0.1,
-                round_driver: Callable[[Callable[[], None], int], None] | None = None) -> CeilingMeasurement:
-    """Measure one roof. Per-round samples are in ``spec.unit`` (TFLOP/s or GB/s); ``facts`` of the
+                round_driver: Callable[[Callable[[], None], int], None] | None = None,
+                settled: VerdictCheck | None = None) -> CeilingMeasurement:
+    """Measure one roof. Per-round samples are in ``spec.unit`` (TFLOP/s or GB/s); ``settled`` extends the window
+    while the verdict against the baseline is open (:class:`hwregress.bench.RunOptions`); ``facts`` of the
     result say how it was measured (``p2p``: the peer and whether direct peer access is possible).
 
     Peak memory and telemetry are those of ``device``: a ``p2p`` copy's destination buffer lives on the
@@ -217,6 +219,6 @@ def run_ceiling(spec: CeilingSpec, device: str, dtype: str, timer: RoundTimer, p
     with PeakMemoryMeter(device) as memory, precision(device, dtype if spec.name == "gemm" else "fp32"):
         step, work = _build(spec, device, dtype, route)
         sampler = TelemetrySampler(device, telemetry_interval_s)
-        timing = measure(step, timer, plan, round_driver, window=sampler)
+        timing = measure(step, timer, plan, round_driver, window=sampler, settled=in_work_units(settled, work))
     return CeilingMeasurement(timing, work, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
                               health=sampler.health, facts=route.facts() if route is not None else {})

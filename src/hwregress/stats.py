@@ -29,9 +29,15 @@ which one odd session does not move:
 
 The cap ``max_threshold`` (default 25%) bounds what noise may hide: on a 2-core cloud VM, unchanged
 sessions moved 1.3-5.3% (sd/mean), so honest thresholds there are 10-15%, while two busy loops made a
-test 11x slower and an uncapped bound of 102% let it pass. A drop beyond the cap that the test finds
-significant is a regression however noisy the baseline; ``Comparison.wanted_threshold`` keeps what the
+test 11x slower and an uncapped bound of 102% let it pass. ``Comparison.wanted_threshold`` keeps what the
 bounds asked for, so a report can say the baseline is too noisy to resolve smaller changes.
+
+A drop beyond the cap is a regression whatever the significance test says (``Comparison.gross``): a baseline
+pooled from a contended and a quiet session is bimodal, and a contended run then overlaps its slow half, so
+Mann-Whitney found no significance for a run at 0.398 of the baseline's median and it passed.
+
+:func:`ratio_interval` gives a bootstrap confidence interval of the ratio of medians; a window whose interval
+still straddles the verdict's boundary is not decided yet (:func:`hwregress.compare.verdict_settled`).
 """
 
 from __future__ import annotations
@@ -138,6 +144,8 @@ class Comparison:
         direction: ``"regression"``, ``"improvement"`` or ``"none"``.
         wanted_threshold: what the noise and history bounds asked for when the cap cut it (fraction),
             else None: the baseline is noisier than the verdict admits; re-record it on a quiet machine.
+        gross: the ratio is below ``1 - max(threshold, max_threshold)``: a regression without the significance
+            test (no noise or history may hide a drop that large).
     """
 
     ratio: float
@@ -146,6 +154,7 @@ class Comparison:
     p_faster: float
     direction: str
     wanted_threshold: float | None = None
+    gross: bool = False
 
 
 def compare(current: Sequence[float], baseline: Sequence[float], tolerance: float,
@@ -153,8 +162,9 @@ def compare(current: Sequence[float], baseline: Sequence[float], tolerance: floa
             max_threshold: float = DEFAULT_MAX_THRESHOLD) -> Comparison:
     """Compare samples of a higher-is-better metric (throughput, TFLOP/s, GB/s).
 
-    A regression needs ``ratio < 1 - threshold`` and ``p_slower < alpha``; an improvement needs
-    ``ratio > 1 + threshold`` and ``p_faster < alpha`` (asv's rule), with
+    A regression needs ``ratio < 1 - threshold`` and ``p_slower < alpha``, or ``ratio < 1 - max(threshold,
+    max_threshold)`` alone (a gross drop: see the module doc); an improvement needs ``ratio > 1 + threshold`` and
+    ``p_faster < alpha`` (asv's rule), with
 
         threshold = max(tolerance, min(max_threshold, max(noise_bound, history_bound)))
 
@@ -162,7 +172,7 @@ def compare(current: Sequence[float], baseline: Sequence[float], tolerance: floa
     direction does not depend on whether the current window was stable: a caller that marks noisy
     windows ``unstable`` must do so only when the direction is ``"none"``, so that a significant drop
     beyond the cap is a regression however noisy the window. With fewer than 5 samples on either side
-    the exact test cannot reach alpha = 0.01: record more rounds.
+    the exact test cannot reach alpha = 0.01: record more rounds (a gross drop is a regression all the same).
 
     Raises:
         ValueError: empty or non-finite samples, a non-positive baseline median or history median, a
@@ -180,13 +190,47 @@ def compare(current: Sequence[float], baseline: Sequence[float], tolerance: floa
     threshold = max(tolerance, min(max_threshold, bound))
     wanted = bound if bound > threshold else None
     p_slower, p_faster = _one_sided_p_values(current, baseline)
-    if ratio < 1 - threshold and p_slower < alpha:
+    gross = ratio < 1 - max(threshold, max_threshold)
+    if gross or (ratio < 1 - threshold and p_slower < alpha):
         direction = "regression"
     elif ratio > 1 + threshold and p_faster < alpha:
         direction = "improvement"
     else:
         direction = "none"
-    return Comparison(ratio, threshold, p_slower, p_faster, direction, wanted)
+    return Comparison(ratio, threshold, p_slower, p_faster, direction, wanted, gross)
+
+
+def ratio_interval(current: Sequence[float], baseline: Sequence[float], confidence: float = 0.95,
+                   resamples: int = 499) -> tuple[float, float]:
+    """Bootstrap percentile interval of ``median(current) / median(baseline)`` (Efron & Tibshirani 1993, ch. 13;
+    ``scipy.stats.bootstrap`` with the two samples resampled independently and a fixed seed, so the same samples
+    always give the same interval).
+
+    Returns:
+        ``(low, high)``: the interval's bounds (dimensionless ratios, ``low <= high``).
+
+    Raises:
+        ValueError: fewer than 2 samples on either side, a non-finite sample, a non-positive baseline median, or
+            ``confidence`` outside (0, 1).
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if len(current) < 2 or len(baseline) < 2:
+        raise ValueError(f"a ratio interval needs >= 2 samples on each side, got {len(current)} and {len(baseline)}")
+    if summarize(baseline).median <= 0 or summarize(current).median < 0:
+        raise ValueError(f"medians must be > 0 for a ratio, got {summarize(current).median} / {summarize(baseline).median}")
+    if np.ptp(np.asarray(current, float)) == 0 and np.ptp(np.asarray(baseline, float)) == 0:
+        ratio = float(current[0]) / float(baseline[0])
+        return ratio, ratio  # no spread on either side: the bootstrap distribution is one point
+
+    def median_ratio(cur: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.median(cur, axis=axis) / np.median(base, axis=axis)
+
+    result = scipy_stats.bootstrap((np.asarray(current, float), np.asarray(baseline, float)), median_ratio,
+                                   n_resamples=resamples, confidence_level=confidence, method="percentile",
+                                   vectorized=True, random_state=np.random.default_rng(0))
+    low, high = result.confidence_interval
+    return float(low), float(high)
 
 
 def _one_sided_p_values(current: Sequence[float], baseline: Sequence[float]) -> tuple[float, float]:

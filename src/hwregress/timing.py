@@ -74,6 +74,9 @@ class TimingPlan:
         min_round_s: a round lasts at least this long (steps per round calibrated after warmup).
         max_rel_iqr: a window whose IQR/median exceeds this is extended round by round ...
         budget_s: ... until stable or the timed rounds have taken this many seconds in total.
+        confirm_s: a window whose verdict leans to a regression is extended until its timed rounds have lasted
+            this long (within ``budget_s``), so one slow phase of the host cannot condemn a 1-second window
+            (see :func:`hwregress.compare.verdict_settled`).
     """
 
     warmup_steps: int = 3
@@ -81,6 +84,7 @@ class TimingPlan:
     min_round_s: float = 0.1
     max_rel_iqr: float = 0.10
     budget_s: float = 30.0
+    confirm_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 1:
@@ -89,6 +93,8 @@ class TimingPlan:
             raise ValueError(f"rounds must be >= 3 for a median and IQR, got {self.rounds}")
         if self.min_round_s <= 0 or self.budget_s <= 0:
             raise ValueError(f"min round time and time budget must be > 0 s, got {self.min_round_s}, {self.budget_s}")
+        if self.confirm_s < 0:
+            raise ValueError(f"confirmation time must be >= 0 s, got {self.confirm_s}")
 
 
 @dataclass
@@ -100,7 +106,8 @@ class Timing:
         steps_per_round: steps in every round.
         warmup_steps: untimed steps run first.
         stable: IQR/median of the per-step times is within the plan's bound.
-        extended_rounds: rounds added beyond the plan because the window was noisy.
+        extended_rounds: rounds added beyond the plan because the window was noisy or its verdict open.
+        verdict_rounds: how many of those were added while the verdict was open (``settled`` said False).
     """
 
     round_seconds: list[float]
@@ -108,6 +115,7 @@ class Timing:
     warmup_steps: int
     stable: bool
     extended_rounds: int = 0
+    verdict_rounds: int = 0
     step_seconds: list[float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -117,7 +125,8 @@ class Timing:
 def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
             round_driver: Callable[[Callable[[], None], int], None] | None = None,
             window: AbstractContextManager[Any] | None = None,
-            agree: Callable[[int], int] | None = None) -> Timing:
+            agree: Callable[[int], int] | None = None,
+            settled: VerdictCheck | None = None) -> Timing:
     """Time ``step`` on one device following ``plan``.
 
     Warmup steps run untimed; the last warmup step is timed alone to choose ``steps_per_round`` so a
@@ -129,6 +138,10 @@ def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
     Ranks of one data-parallel job must run the same steps, or a collective waits for ever: ``agree(value)``
     turns each rank's own choice into the job's (the maximum over ranks, say) for the steps per round and for
     each "extend by one round?" decision (1 or 0).
+
+    ``settled(step_seconds, window_s)`` says whether the verdict against the baseline is decided by the per-step
+    seconds so far and the timed rounds' total seconds (:func:`hwregress.compare.verdict_settled`); while it says
+    False the window is extended as a noisy one is, within ``plan.budget_s``. The rounds are never filtered.
 
     Raises:
         whatever ``step`` raises (``torch.OutOfMemoryError`` included) after the timer is left clean.
@@ -149,19 +162,41 @@ def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
     def run_round() -> None:
         round_seconds.append(timer.time_round(run_steps, steps_per_round))
 
-    extended = 0
+    def verdict_open() -> bool:
+        if settled is None:
+            return False
+        return not settled([seconds / steps_per_round for seconds in round_seconds], sum(round_seconds))
+
+    extended = verdict_rounds = 0
     with window if window is not None else nullcontext():
         (round_driver or _loop)(run_round, plan.rounds)
-        while agree(int(relative_iqr(round_seconds) > plan.max_rel_iqr and sum(round_seconds) < plan.budget_s)):
+        while True:  # every rank of a job takes each decision through agree(), the budget check included
+            open_verdict = verdict_open()
+            wanted = (relative_iqr(round_seconds) > plan.max_rel_iqr or open_verdict) and sum(round_seconds) < plan.budget_s
+            if not agree(int(wanted)):
+                break
             run_round()
             extended += 1
+            verdict_rounds += int(open_verdict)
     return Timing(
         round_seconds=round_seconds,
         steps_per_round=steps_per_round,
         warmup_steps=plan.warmup_steps,
         stable=relative_iqr(round_seconds) <= plan.max_rel_iqr,
         extended_rounds=extended,
+        verdict_rounds=verdict_rounds,
     )
+
+
+VerdictCheck = Callable[[list[float], float], bool]
+
+
+def in_work_units(settled: VerdictCheck | None, work_per_step: float) -> VerdictCheck | None:
+    """Adapt a verdict check on throughput samples (units of work per second, as the baseline stores them) to the
+    per-step seconds :func:`measure` passes: ``work_per_step / seconds`` per step. None stays None."""
+    if settled is None:
+        return None
+    return lambda step_seconds, window_s: settled([work_per_step / s for s in step_seconds if s > 0], window_s)
 
 
 def _loop(run_round: Callable[[], None], rounds: int) -> None:

@@ -16,6 +16,7 @@ from hwregress.atomic import safe_file_name
 from hwregress.baselines import BaselineError, entry_key
 from hwregress.batch_search import find_max_batch
 from hwregress.bench import Measurement, OutOfMemory, RunOptions, batch_probe, run_model
+from hwregress.compare import window_check
 from hwregress.compilation import CompileFailed
 from hwregress.devices import describe, device_kind, environment_fingerprint
 from hwregress.identity import device_identity
@@ -30,7 +31,7 @@ from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
 from hwregress.results import TestRecord
 from hwregress.session import BenchSession, fill_measurement
 from hwregress.stats import summarize
-from hwregress.timing import RoundTimer, TimingPlan, default_timer
+from hwregress.timing import RoundTimer, TimingPlan, VerdictCheck, default_timer
 from hwregress.verdicts import Verdict
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -58,18 +59,19 @@ class HwBench:
         workload = workloads.get(model)
         record.unit = workload.unit
         record.details.update(compiler=compiler, memory_format=memory_format, **({"context": context} if context else {}))
-        key_batch = batch_size
+        mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
+            {"compiler": compiler, "memory_format": memory_format})
+        key = entry_key("throughput", model, mode_key, batch_size, dtype)
         if batch_size == MAX_BATCH:
             batch_size = record.batch_size = self._max_batch(record, model, device, mode, dtype, context, memory_format)
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
             self._llm(record, model, device, mode, batch_size, dtype, context or workload.seq_len or 1)
         else:
             fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver(),
-                                                     context=context, compiler=compiler, memory_format=memory_format))
+                                                     context=context, compiler=compiler, memory_format=memory_format,
+                                                     settled=self._window_check(record, key)))
             self._benchmark_extra_info(record)
-        mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
-            {"compiler": compiler, "memory_format": memory_format})
-        return self._conclude(record, entry_key("throughput", model, mode_key, key_batch, dtype))
+        return self._conclude(record, key)
 
     def _max_batch(self, record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
                    memory_format: str) -> int:
@@ -104,13 +106,15 @@ class HwBench:
         """Measure ``model`` training on ``device`` and on the CPU in this session; assert the speedup."""
         record = self._start("speedup", device, model, "train", batch_size, dtype)
         record.details["identity"].update(device_identity("cpu"))  # the speedup depends on the host CPU too
-        gpu = self._run_model(record, model, device, "train", batch_size, dtype, self._round_driver(), profile_steps=0)
+        key = entry_key("speedup", model, "train", batch_size, dtype)
+        gpu = self._run_model(record, model, device, "train", batch_size, dtype, self._round_driver(), profile_steps=0,
+                              settled=self._window_check(record, key))
         fill_measurement(record, gpu)
         cpu_samples = self._cpu_reference(record, model, batch_size, dtype)
         cpu_median = summarize(cpu_samples).median
         record.speedup = record.throughput / cpu_median if record.throughput else None
         record.details.update(cpu_throughput=cpu_median, cpu_samples=cpu_samples)
-        return self._conclude(record, entry_key("speedup", model, "train", batch_size, dtype))
+        return self._conclude(record, key)
 
     def _cpu_reference(self, record: TestRecord, model: str, batch_size: int, dtype: str) -> list[float]:
         """The CPU side of a speedup, measured once per session and shared by every worker under a lock, so
@@ -139,8 +143,10 @@ class HwBench:
         reason = ceilings.unsupported_reason(name, device)
         if reason is not None:
             skip_with(Verdict.UNSUPPORTED, reason)
+        key = entry_key("ceiling", name, "roof", spec.size, dtype)
         measurement = ceilings.run_ceiling(spec, device, dtype, self._timer(device), self.settings.plan,
-                                           self.settings.telemetry_interval_s, self._round_driver())
+                                           self.settings.telemetry_interval_s, self._round_driver(),
+                                           settled=self._window_check(record, key))
         fill_measurement(record, measurement)
         record.details.update(measurement.facts)
         if name in interconnect.INTERCONNECT_CEILINGS:
@@ -153,7 +159,7 @@ class HwBench:
             else:
                 record.details["published_missing"] = lookup.reason
         self._benchmark_extra_info(record)
-        return self._conclude(record, entry_key("ceiling", name, "roof", spec.size, dtype))
+        return self._conclude(record, key)
 
     @staticmethod
     def _published_link(record: TestRecord, name: str, device: str) -> None:
@@ -236,10 +242,23 @@ class HwBench:
     def _timer(self, device: str) -> RoundTimer:
         return self.config.hook.pytest_hwregress_round_timer(config=self.config, device=device) or default_timer(device)
 
+    def _window_check(self, record: TestRecord, key: str) -> VerdictCheck | None:
+        """What keeps the timed window open while its verdict against the baseline entry ``key`` is undecided
+        (:func:`hwregress.compare.window_check`); None without a trustworthy entry (judged after the window)."""
+        assert record.hardware_key is not None
+        try:
+            entry = self.session.baseline_entry(record.hardware_key, key)
+        except BaselineError:
+            return None  # the judgement after the window fails the test with the file's error
+        policy = self.session.policy
+        return window_check(entry, record.details.get("identity") or {}, policy.tolerances,
+                            device_kind(record.device or "cpu") == "cpu", self.settings.plan.confirm_s,
+                            policy.accept_identity)
+
     def _run_model(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
                    round_driver: RoundDriver | None, plan: TimingPlan | None = None,
                    profile_steps: int | None = None, context: int | None = None, compiler: str = "eager",
-                   memory_format: str = "contiguous") -> Measurement:
+                   memory_format: str = "contiguous", settled: VerdictCheck | None = None) -> Measurement:
         trace = None
         if self.settings.trace:
             trace = self.settings.report_dir / "traces" / f"{safe_file_name(record.test_id, 150)}-{device.replace(':', '')}.json"
@@ -247,7 +266,7 @@ class HwBench:
         options = RunOptions(plan or self.settings.plan, self.settings.telemetry_interval_s,
                              self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver,
                              cudnn_benchmark=self.settings.cudnn_benchmark, compiler=compiler,
-                             memory_format=memory_format)
+                             memory_format=memory_format, settled=settled)
         try:
             return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options, context)
         except OutOfMemory as error:

@@ -82,7 +82,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--rounds", "hwregress_rounds", "10", "timed rounds per test (>= 5 for significance at alpha 0.01)"),
     Option("--warmup", "hwregress_warmup", "3", "untimed warmup steps"),
     Option("--min-round-time", "hwregress_min_round_time", "0.1", "seconds a timed round lasts at least"),
-    Option("--time-budget", "hwregress_time_budget", "30", "seconds of timed rounds a noisy test may extend to"),
+    Option("--time-budget", "hwregress_time_budget", "30",
+           "seconds of timed rounds a noisy test, or one whose verdict is still open, may extend to"),
+    Option("--confirm-time", "hwregress_confirm_time", "10",
+           "seconds of timed rounds a window leaning to a regression runs before it is judged (within --time-budget)"),
     Option("--telemetry-interval", "hwregress_telemetry_interval", "0.1", "telemetry sampling interval, seconds"),
     Option("--profile-steps", "hwregress_profile_steps", "3", "steps in the separate profiled window (0: no profile, no FLOPs)"),
     Option("--cudnn-benchmark", "hwregress_cudnn_benchmark", "on",
@@ -286,6 +289,7 @@ def _timing_plan(config: pytest.Config) -> TimingPlan:
         rounds=_number(config, "hwregress_rounds", int, 3, 100_000),
         min_round_s=_number(config, "hwregress_min_round_time", float, 1e-6, 3600),
         budget_s=_number(config, "hwregress_time_budget", float, 1e-3, 86_400),
+        confirm_s=_number(config, "hwregress_confirm_time", float, 0.0, 86_400),
     )
 
 

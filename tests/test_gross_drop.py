@@ -1,0 +1,215 @@
+"""A gross drop is never green, whatever the baseline's history holds (issue 21, item 1), and a window whose verdict
+leans to a regression is confirmed over a longer window before it is judged (item 2).
+
+The histories are built through the real baseline lifecycle (:class:`hwregress.session.BenchSession` with
+``--update-baselines`` modes ``all``, ``force`` and ``reset``, changed software stacks that start an entry afresh),
+so pooled samples, session quantiles and the drift history are those a user's file would hold."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hwregress import stats
+from hwregress.baselines import BaselineStore
+from hwregress.compare import Tolerances, verdict_settled, window_check
+from hwregress.results import TestRecord
+from hwregress.session import BenchSession, Policy
+from hwregress.timing import Timing, TimingPlan, in_work_units, measure
+from hwregress.verdicts import Verdict
+
+KEY = "throughput/tiny/infer/bs8/fp32"
+IDENTITY = {"cpu_vendor": "AuthenticAMD", "cpu_brand": "AMD EPYC", "cpu_family": 25, "cpu_model": 17,
+            "torch_threads": 2}
+
+
+def _record(samples: list[float], torch_version: str = "2.13.0", latency_ms: float | None = None,
+            family: str = "throughput", mode: str = "infer") -> TestRecord:
+    record = TestRecord("bench_tests/test_throughput.py::test_infer[cpu-tiny-8]", family=family,
+                        hardware_key="amd-epyc-f25m17-2t", device="cpu", device_name="AMD EPYC", model="tiny",
+                        mode=mode, batch_size=8, dtype="fp32", samples=list(samples), unit="samples/s",
+                        throughput=float(np.median(samples)), environment={"torch": torch_version},
+                        latency_ms=latency_ms)
+    record.details.update(identity=dict(IDENTITY), device_facts={})
+    return record
+
+
+def _session_samples(level: float, noise: float, seed: int, rounds: int) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return [float(level * (1 + noise * u)) for u in rng.uniform(-1, 1, rounds)]
+
+
+# one recorded session: its level relative to 100 samples/s (0.05: two busy loops; 1.0: quiet; 2.0: a faster
+# stack), its round-to-round noise, its update mode, and whether the software stack changed before it
+recorded_session = st.tuples(
+    st.floats(0.05, 2.0), st.floats(0.0, 0.6), st.sampled_from(["all", "force", "reset"]), st.booleans(),
+    st.integers(3, 40),
+)
+
+
+def _record_history(folder: Path, sessions: list[tuple[float, float, str, bool, int]]) -> dict:
+    torch_version = 0
+    for index, (level, noise, mode, stack_changed, rounds) in enumerate(sessions):
+        torch_version += int(stack_changed)
+        record = _record(_session_samples(100.0 * level, noise, index, rounds), f"2.{torch_version}.0")
+        BenchSession(BaselineStore(folder), Policy(update_mode=mode)).conclude(record, KEY)
+    loaded = BaselineStore(folder).load("amd-epyc-f25m17-2t")
+    assert loaded is not None
+    entry = loaded.entry(KEY)
+    assert entry is not None
+    return entry
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=st.lists(recorded_session, min_size=1, max_size=8), drop=st.floats(0.01, 0.74),
+       noise=st.floats(0.0, 0.6), rounds=st.integers(3, 60))
+def test_a_drop_beyond_the_cap_is_red_for_any_recorded_history(sessions, drop, noise, rounds):
+    with tempfile.TemporaryDirectory() as folder:
+        entry = _record_history(Path(folder), sessions)
+        baseline_median = stats.summarize(entry["samples"]).median
+        samples = _session_samples(baseline_median * drop, noise, 99, rounds)
+        if stats.summarize(samples).median >= baseline_median * (1 - Tolerances().max_threshold):
+            return  # the noise lifted this draw's median back above the cap: not a gross drop
+        record = _record(samples, f"2.{sum(changed for *_, changed, _ in sessions)}.0")
+        failures = BenchSession(BaselineStore(Path(folder)), Policy()).conclude(record, KEY)
+    assert record.verdict == Verdict.REGRESSION, (record.ratio, record.threshold, record.p_value, record.message)
+    assert failures and record.threshold is not None and record.threshold <= Tolerances().max_threshold
+
+
+def test_a_contended_run_against_a_contended_then_quiet_recording_is_red(tmp_path):
+    """The case found on the 2-core VM: the baseline recorded one session under CPU contention and one unloaded;
+    a contended run then measured 0.398 of the pooled median, Mann-Whitney found the overlap with the slow half not
+    significant, and the verdict was pass."""
+    contended = [32.0, 45.0, 38.0, 50.0, 29.0, 41.0, 47.0, 35.0, 44.0, 39.0]
+    quiet = [100.0, 101.5, 98.7, 100.9, 99.2, 100.4, 101.1, 99.8, 100.2, 99.5]
+    for samples in (contended, quiet):
+        BenchSession(BaselineStore(tmp_path), Policy(update_mode="all")).conclude(_record(samples), KEY)
+    run = _record([s * 1.02 for s in contended[:8]])
+    failures = BenchSession(BaselineStore(tmp_path), Policy()).conclude(run, KEY)
+    assert run.ratio is not None and run.ratio < 1 - Tolerances().max_threshold
+    assert run.p_value is not None and run.p_value > Tolerances().alpha  # the significance test alone missed it
+    assert run.verdict == Verdict.REGRESSION and failures
+    assert "whatever its significance" in failures[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=st.lists(st.floats(50.0, 5000.0), min_size=1, max_size=20), rise=st.floats(1.26, 20.0))
+def test_a_latency_beyond_the_cap_is_red_for_any_latency_history(history, rise):
+    entry = {"samples": [10.0] * 10, "latency_ms": float(np.median(history)), "latency_history": history,
+             "identity": IDENTITY}
+    tolerances = Tolerances()
+    from hwregress.compare import Measured, judge
+
+    measured = Measured("t", [10.0] * 10, "images/s", True, {}, identity=IDENTITY, on_cpu=True,
+                        latency_ms=entry["latency_ms"] * rise)
+    assert judge(measured, entry, tolerances).verdict == Verdict.REGRESSION
+
+
+def test_a_gross_drop_in_an_unstable_window_still_fails():
+    entry = {"samples": [100.0] * 5 + [101.0] * 5, "identity": IDENTITY}
+    from hwregress.compare import Measured, judge
+
+    measured = Measured("t", [30.0, 70.0, 20.0, 74.0, 60.0], "samples/s", False, {}, identity=IDENTITY, on_cpu=True)
+    judgement = judge(measured, entry, Tolerances())
+    assert judgement.verdict == Verdict.REGRESSION and judgement.failures
+
+
+# -- item 2: a window leaning to a regression is confirmed before it is judged --------------------------------------
+
+BASELINE = {"samples": [float(s) for s in np.linspace(195.0, 215.0, 30)],
+            "history": [203.0, 207.0, 201.0], "identity": IDENTITY}
+
+
+def test_a_window_clearly_above_the_boundary_is_settled_at_once():
+    assert verdict_settled([205.0, 203.0, 208.0, 201.0, 206.0], BASELINE, Tolerances(), True, 0.5, 10.0)
+
+
+def test_a_window_leaning_to_a_regression_is_open_until_the_confirmation_time():
+    slow = [150.0, 148.0, 152.0, 149.0, 151.0, 150.5, 149.5, 150.2, 149.8, 150.1]  # ratio ~0.73, tight
+    assert not verdict_settled(slow, BASELINE, Tolerances(), True, 1.0, 10.0)
+    assert verdict_settled(slow, BASELINE, Tolerances(), True, 10.0, 10.0)
+
+
+def test_a_window_whose_interval_straddles_the_boundary_stays_open():
+    straddling = [150.0, 200.0, 160.0, 195.0, 170.0, 190.0, 172.0, 180.0]  # ratio 0.86, interval 0.80-0.95
+    low, high = stats.ratio_interval(straddling, BASELINE["samples"])
+    threshold = stats.compare(straddling, BASELINE["samples"], 0.15, history=BASELINE["history"]).threshold
+    assert low < 1 - threshold < high
+    assert not verdict_settled(straddling, BASELINE, Tolerances(), True, 30.0, 10.0)
+
+
+def test_no_check_without_an_entry_or_against_other_hardware():
+    assert window_check(None, IDENTITY, Tolerances(), True, 10.0) is None
+    other = {**BASELINE, "identity": {**IDENTITY, "cpu_family": 26}}
+    assert window_check(other, IDENTITY, Tolerances(), True, 10.0) is None
+    assert window_check(other, IDENTITY, Tolerances(), True, 10.0, accept_identity=True) is not None
+
+
+class ScriptedTimer:
+    """A round timer that returns the scripted seconds per step of each round in turn (then the last forever)."""
+
+    def __init__(self, per_step_seconds: list[float]) -> None:
+        self.per_step = per_step_seconds
+        self.calls = 0
+
+    def time_round(self, run_steps, steps: int) -> float:
+        run_steps()
+        seconds = self.per_step[min(self.calls, len(self.per_step) - 1)] * steps
+        self.calls += 1
+        return seconds
+
+
+def _window(per_step_seconds: list[float], check) -> Timing:
+    plan = TimingPlan(warmup_steps=1, rounds=10, min_round_s=0.1, max_rel_iqr=0.5, budget_s=30.0, confirm_s=10.0)
+    work = 8.0  # images per step
+    return measure(lambda: None, ScriptedTimer(per_step_seconds), plan, settled=in_work_units(check, work))
+
+
+def test_a_slow_phase_of_the_host_is_outlasted_and_the_session_passes():
+    """Ten rounds at 0.72 of the baseline's speed (the host's slow phase) then the usual speed: the window runs on
+    past its 10 planned rounds, and the verdict on all rounds is a pass."""
+    check = window_check(BASELINE, IDENTITY, Tolerances(), True, 10.0)
+    slow, usual = 8.0 / 145.0, 8.0 / 205.0
+    timing = _window([0.04] + [slow] * 10 + [usual] * 1000, check)  # the first call calibrates the round
+    assert timing.verdict_rounds > 0 and len(timing.round_seconds) > 10
+    samples = [8.0 / s for s in timing.step_seconds]
+    record = _record(samples)
+    from hwregress.compare import Measured, judge
+
+    judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())
+    assert judged.verdict == Verdict.PASS, (judged.figures.ratio, record)
+
+
+def test_a_real_slowdown_stays_red_after_the_confirmation_and_costs_only_the_confirmation_time():
+    check = window_check(BASELINE, IDENTITY, Tolerances(), True, 10.0)
+    timing = _window([0.04] + [8.0 / 100.0] * 1000, check)  # half the speed, for good
+    assert 10.0 <= sum(timing.round_seconds) < 10.0 + 0.2  # stopped once confirmed, long before the 30 s budget
+    from hwregress.compare import Measured, judge
+
+    samples = [8.0 / s for s in timing.step_seconds]
+    judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())
+    assert judged.verdict == Verdict.REGRESSION
+
+
+def test_a_settled_window_is_not_extended():
+    check = window_check(BASELINE, IDENTITY, Tolerances(), True, 10.0)
+    timing = _window([0.04] + [8.0 / 205.0] * 100, check)
+    assert timing.verdict_rounds == 0 and len(timing.round_seconds) == 10
+
+
+def test_the_budget_bounds_an_open_verdict():
+    plan = TimingPlan(warmup_steps=1, rounds=10, min_round_s=0.1, max_rel_iqr=0.5, budget_s=3.0, confirm_s=10.0)
+    timing = measure(lambda: None, ScriptedTimer([0.04] + [8.0 / 100.0] * 1000), plan,
+                     settled=in_work_units(window_check(BASELINE, IDENTITY, Tolerances(), True, 10.0), 8.0))
+    assert 3.0 <= sum(timing.round_seconds) < 3.2
+
+
+@pytest.mark.parametrize("bad", [-1.0])
+def test_a_negative_confirmation_time_is_refused(bad):
+    with pytest.raises(ValueError, match="confirmation time"):
+        TimingPlan(confirm_s=bad)
