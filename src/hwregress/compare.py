@@ -4,7 +4,7 @@ environment), with failure messages that state the numbers and typed figures for
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hwregress import stats
@@ -215,15 +215,33 @@ def verdict_settled(samples: Sequence[float], baseline: Mapping[str, Any] | None
     return high < boundary and window_s >= confirm_s
 
 
+def window_terms(baseline: Mapping[str, Any] | None, identity: Mapping[str, Any], tolerances: Tolerances,
+                 on_cpu: bool, confirm_s: float, accept_identity: bool = False) -> dict[str, Any] | None:
+    """What :func:`verdict_settled` needs to keep a window open, as a JSON-able dict (``baseline``, ``tolerances``,
+    ``on_cpu``, ``confirm_s``) that a scale-out job's ranks receive in their job file; None where nothing will be
+    judged: no entry, or one recorded on hardware of another identity (unless ``accept_identity``)."""
+    if baseline is None or (identity_changes(baseline.get("identity") or {}, identity) and not accept_identity):
+        return None
+    return {"baseline": dict(baseline), "tolerances": asdict(tolerances), "on_cpu": on_cpu, "confirm_s": confirm_s}
+
+
+def check_from_terms(terms: Mapping[str, Any] | None) -> Callable[[list[float], float], bool] | None:
+    """The window check of :func:`window_terms`' dict (None stays None): :func:`verdict_settled` over the samples so
+    far and the window's seconds."""
+    if terms is None:
+        return None
+    baseline, tolerances = terms["baseline"], Tolerances(**terms["tolerances"])
+    on_cpu, confirm_s = bool(terms["on_cpu"]), float(terms["confirm_s"])
+    return lambda samples, window_s: verdict_settled(samples, baseline, tolerances, on_cpu, window_s, confirm_s)
+
+
 def window_check(baseline: Mapping[str, Any] | None, identity: Mapping[str, Any], tolerances: Tolerances,
                  on_cpu: bool, confirm_s: float,
                  accept_identity: bool = False) -> Callable[[list[float], float], bool] | None:
     """The check that keeps a timed window open while its throughput verdict against ``baseline`` is undecided
-    (:func:`verdict_settled` over the samples so far and the window's seconds), or None where nothing will be judged:
-    no entry, or one recorded on hardware of another identity (unless ``accept_identity``)."""
-    if baseline is None or (identity_changes(baseline.get("identity") or {}, identity) and not accept_identity):
-        return None
-    return lambda samples, window_s: verdict_settled(samples, baseline, tolerances, on_cpu, window_s, confirm_s)
+    (:func:`verdict_settled` over the samples so far and the window's seconds), or None where nothing will be judged
+    (:func:`window_terms`)."""
+    return check_from_terms(window_terms(baseline, identity, tolerances, on_cpu, confirm_s, accept_identity))
 
 
 def is_cpu_entry(entry: Mapping[str, Any]) -> bool:

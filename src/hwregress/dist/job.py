@@ -46,6 +46,8 @@ class JobSpec:
         telemetry_interval_s: each rank samples its device's telemetry this often over its window (s).
         workload_modules: modules that register workloads of the user's own (``--workloads``), imported by each rank.
         sys_path: the pytest process's import path, so ranks import what it imports.
+        verdict: the terms that keep a judged window open while its verdict against the baseline is undecided
+            (:func:`hwregress.compare.window_terms`), or None (nothing to judge against).
     """
 
     kind: str
@@ -69,6 +71,7 @@ class JobSpec:
     telemetry_interval_s: float = 0.1
     workload_modules: list[str] = field(default_factory=list)
     sys_path: list[str] = field(default_factory=list)
+    verdict: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -85,8 +88,9 @@ class JobSpec:
 
     def agreement(self) -> dict[str, Any]:
         """What every node of a job must agree on (the same collectives in the same order): every field but this
-        node's own (run id, folder, GPUs, threads, import path)."""
-        own = {"run_id", "out_dir", "devices", "device", "threads_per_rank", "sys_path"}
+        node's own (run id, folder, GPUs, threads, import path, and the verdict terms: each node reads its own
+        baselines file, and the ranks agree on every extension of the window through a collective anyway)."""
+        own = {"run_id", "out_dir", "devices", "device", "threads_per_rank", "sys_path", "verdict"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in own}
 
     def write(self) -> Path:

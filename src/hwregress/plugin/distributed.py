@@ -17,6 +17,7 @@ import pytest
 
 from hwregress import host_reference, interconnect, workloads
 from hwregress.atomic import safe_file_name
+from hwregress.baselines import entry_key
 from hwregress.devices import device_kind
 from hwregress.dist import collectives, figures
 from hwregress.dist.colocation import mps_status
@@ -82,13 +83,15 @@ class DistributedBench:
                                            f"--nnodes is {self.topology.nnodes} (NCCL cannot put two ranks on one GPU)")
         sizes = collectives.message_sizes(device_kind(device))
         record.batch_size = sizes[-1]
+        key = entry_key("ceiling", "allreduce", f"roof-w{world_size}", sizes[-1], record.dtype or "fp32")  # as judged
         spec = dataclasses.replace(self._spec("allreduce", device, world_size, per_node, [], 1, "fp32"),
-                                   message_sizes=sizes)
+                                   message_sizes=sizes, verdict=self.bench.window_terms(record, key))
         spec, ranks = self._launch(record, spec, joint=True)
         record.details["allreduce"] = {"world_size": world_size, "nodes": spec.nnodes, "backend": spec.backend,
                                        "curve": ranks[0]["curve"]}
         self._participants_stop_here(record, spec)
         _fill_samples(record, ranks[0]["busbw_samples"], ranks)
+        record.details.update({name: ranks[0].get(name) for name in ("stable", "extended_rounds", "verdict_rounds")})
         roof = None if self.topology.multi_node else interconnect.published_roof("allreduce", device,
                                                                                   record.device_name or "")
         if roof is not None:

@@ -16,7 +16,7 @@ from hwregress.atomic import safe_file_name
 from hwregress.baselines import BaselineError, entry_key
 from hwregress.batch_search import find_max_batch
 from hwregress.bench import Measurement, OutOfMemory, RunOptions, batch_probe, run_model
-from hwregress.compare import window_check
+from hwregress.compare import check_from_terms, window_terms
 from hwregress.compilation import CompileFailed
 from hwregress.devices import describe, device_kind, environment_fingerprint
 from hwregress.identity import device_identity
@@ -245,13 +245,18 @@ class HwBench:
     def _window_check(self, record: TestRecord, key: str) -> VerdictCheck | None:
         """What keeps the timed window open while its verdict against the baseline entry ``key`` is undecided
         (:func:`hwregress.compare.window_check`); None without a trustworthy entry (judged after the window)."""
+        return check_from_terms(self.window_terms(record, key))
+
+    def window_terms(self, record: TestRecord, key: str) -> dict[str, Any] | None:
+        """The JSON-able terms of :meth:`_window_check` (:func:`hwregress.compare.window_terms`), for a window that
+        runs in a scale-out job's ranks."""
         assert record.hardware_key is not None
         try:
             entry = self.session.baseline_entry(record.hardware_key, key)
         except BaselineError:
             return None  # the judgement after the window fails the test with the file's error
         policy = self.session.policy
-        return window_check(entry, record.details.get("identity") or {}, policy.tolerances,
+        return window_terms(entry, record.details.get("identity") or {}, policy.tolerances,
                             device_kind(record.device or "cpu") == "cpu", self.settings.plan.confirm_s,
                             policy.accept_identity)
 
