@@ -8,6 +8,8 @@ from torch import nn
 
 from hwregress import workloads
 from hwregress.bench import OutOfMemory, RunOptions, build_step, is_out_of_memory, run_model
+from hwregress.results import TestRecord
+from hwregress.session import fill_measurement
 from hwregress.timing import TimingPlan
 
 TINY = workloads.Workload("tiny-bench", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10)), (3, 4, 4), 10)
@@ -28,6 +30,20 @@ def test_run_model_measures_everything():
     assert measurement.flops_per_sample == pytest.approx(2 * (2 * 48 * 10))
     assert measurement.peak_memory_bytes is not None
     assert measurement.profile is not None and measurement.profile.top_cpu_ops
+
+
+def test_int8_bytes_count_one_byte_weights_and_fp32_activations():
+    """CPU int8: 1-byte weights, fp32 bias and activations (the base dtype the record names)."""
+    options = RunOptions(TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001), telemetry_interval_s=0.005, profile_steps=1)
+    measurement = run_model(TINY, "cpu", "infer", 8, "int8", FixedTimer(), options)
+    weights, activations = 48 * 10 * 1 + 10 * 4, 2 * (48 + 10) * 4  # per sample: Flatten and Linear outputs
+    assert measurement.bytes_per_sample == pytest.approx(weights / 8 + activations)
+    assert measurement.flops_per_sample == pytest.approx(2 * 48 * 10)  # quantized::linear_dynamic counted
+    assert measurement.quantized_layers == 1 and measurement.quantized_base_dtype == "fp32"
+    record = TestRecord(test_id="t", dtype="int8")
+    fill_measurement(record, measurement)
+    assert record.details["quantized_base_dtype"] == "fp32"
+    assert record.arithmetic_intensity == pytest.approx(2 * 48 * 10 / (weights / 8 + activations))
 
 
 def test_train_step_updates_weights_and_infer_does_not():

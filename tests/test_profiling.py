@@ -1,11 +1,16 @@
-"""FLOP counts against published figures, the CPU operator table, roofline helpers."""
+"""FLOP counts against published figures, the CPU operator table, bytes moved at each tensor's own width,
+roofline helpers."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+from fakes import torchao as fake_torchao
+from torch import nn
 
-from hwregress import profiling, roofline, workloads
+from hwregress import profiling, quantization, roofline, workloads
 
 # torchvision's model cards (weights docs) publish "GFLOPS" at 224x224 that are multiply-adds.
 PUBLISHED_GMACS = {"resnet18": 1.81, "alexnet": 0.71, "vgg16": 15.47}
@@ -54,9 +59,49 @@ def test_categorize(name, category):
 def test_bytes_moved_estimate_grows_for_training():
     model = torch.nn.Sequential(torch.nn.Linear(100, 100))
     inputs = torch.randn(4, 100)
-    infer = profiling.estimate_bytes_moved(model, inputs, False, 4)
+    infer = profiling.estimate_bytes_moved(model, inputs, False)
     assert infer == 10100 * 4 + 2 * 4 * 100 * 4
-    assert profiling.estimate_bytes_moved(model, inputs, True, 4) > infer
+    assert profiling.estimate_bytes_moved(model, inputs, True) > infer
+
+
+def two_linears() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 16))
+
+
+WEIGHTS = 32 * 64 + 64 * 16  # elements of the two weight matrices
+BIASES = 64 + 16
+OUTPUTS = 4 * 64 + 4 * 16  # activation elements of a batch of 4, each written once and read once
+
+
+def test_cpu_int8_weights_count_one_byte_a_quarter_of_fp32():
+    fp32 = two_linears()
+    int8 = quantization.quantize(copy.deepcopy(fp32), "int8", "cpu", "infer")
+    assert profiling.parameter_bytes(fp32) == WEIGHTS * 4 + BIASES * 4
+    assert profiling.parameter_bytes(int8) == WEIGHTS * 1 + BIASES * 4  # per-tensor int8 weights, fp32 biases
+    inputs = torch.randn(4, 32)
+    assert profiling.estimate_bytes_moved(int8, inputs, False) == WEIGHTS + BIASES * 4 + 2 * OUTPUTS * 4  # fp32 outputs
+    assert profiling.estimate_bytes_moved(fp32, inputs, False) == WEIGHTS * 4 + BIASES * 4 + 2 * OUTPUTS * 4
+
+
+@pytest.mark.parametrize(("config", "scale_elements"), [
+    (fake_torchao.Int8WeightOnlyConfig, 64 + 16),  # int8: one fp32 scale per output row
+    (fake_torchao.Float8DynamicActivationFloat8WeightConfig, 2),  # fp8: one fp32 scale per tensor
+])
+def test_torchao_weights_count_their_one_byte_data_and_scales_on_a_bf16_model(config, scale_elements):
+    model = two_linears().to(torch.bfloat16)
+    fake_torchao.FakeTorchao(quantize_takes_inductor_flag=False).quantization.quantize_(model, config(set_inductor_config=False))
+    assert model[0].weight.dtype == torch.bfloat16 and model[0].weight.element_size() == 2  # what the subclass reports
+    assert profiling.parameter_bytes(model) == WEIGHTS * 1 + scale_elements * 4 + BIASES * 2
+    moved = profiling.estimate_bytes_moved(model, torch.randn(4, 32, dtype=torch.bfloat16), False)
+    assert moved == WEIGHTS + scale_elements * 4 + BIASES * 2 + 2 * OUTPUTS * 2  # bf16 activations
+
+
+def test_autocast_counts_fp32_weights_and_bf16_activations():
+    model = two_linears()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        moved = profiling.estimate_bytes_moved(model, torch.randn(4, 32), False)
+    assert moved == (WEIGHTS + BIASES) * 4 + 2 * OUTPUTS * 2
 
 
 def test_published_peaks_and_mfu():

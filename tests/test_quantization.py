@@ -1,5 +1,7 @@
 """Quantized modes on the CPU: int8 dynamic quantization of a tiny BERT against fp32, and the reasons int8/fp8
-cannot run elsewhere (CUDA answered by fakes, torchao's presence or absence forced through sys.modules)."""
+cannot run elsewhere (CUDA answered by fakes, torchao's presence or absence forced through sys.modules). The CUDA
+paths run against a fake torchao (tests/fakes/torchao.py): the model they quantize is bf16, and torchao's
+inductor settings do not outlive the call."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import types
 import pytest
 import torch
 from fakes import cuda as fake_cuda
+from fakes import torchao as fake_torchao
 from torch import nn
 
+from hwregress import quantization
 from hwregress.quantization import PARITY_TOLERANCE, QUANTIZED_DTYPES, quantize, quantized_linear_count, unsupported_reason
 from hwregress.workloads import import_torchvision
 
@@ -121,3 +125,90 @@ def test_unknown_dtype_or_mode_raises_value_error() -> None:
         quantize(nn.Linear(4, 4), "int4", "cpu", "infer")
     with pytest.raises(ValueError, match="sample"):
         unsupported_reason("int8", "cpu", "sample")
+
+
+def fp32_model() -> nn.Module:
+    """Two fp32 Linear layers whose dimensions are multiples of 16 (fp8-compatible), seed 0."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+
+
+def inductor_state() -> tuple[dict, str]:
+    import torch._inductor.config as inductor_config
+
+    return inductor_config.get_config_copy(), torch.get_float32_matmul_precision()
+
+
+@pytest.fixture
+def inductor_state_restored():
+    """Undo whatever a test leaves in torch._inductor.config and the fp32 matmul precision (so a failing test
+    does not change the tests after it); yields the state found on entry."""
+    import torch._inductor.config as inductor_config
+
+    saved, precision = inductor_state()
+    yield saved, precision
+    current = inductor_config.get_config_copy()
+    for key, value in saved.items():
+        if current[key] != value:
+            setattr(inductor_config, key, value)
+    torch.set_float32_matmul_precision(precision)
+
+
+@pytest.fixture
+def h100_with_torchao(monkeypatch: pytest.MonkeyPatch) -> fake_torchao.FakeTorchao:
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties("NVIDIA H100 80GB HBM3", (9, 0))})
+    return fake_torchao.install(monkeypatch)
+
+
+@pytest.mark.usefixtures("inductor_state_restored")
+@pytest.mark.parametrize(("dtype", "mode"), [("int8", "infer"), ("int8", "decode"), ("fp8", "infer"), ("fp8", "prefill")])
+def test_cuda_inference_quantizes_a_bf16_model(dtype, mode, h100_with_torchao):
+    model, quantized = quantization.prepare(fp32_model(), dtype, "cuda:0", mode)
+    (call,) = h100_with_torchao.calls
+    assert call.entry == "quantize_" and call.model_dtypes == {torch.bfloat16}
+    assert quantized == 2
+    assert {p.dtype for p in model.parameters() if p.is_floating_point()} == {torch.bfloat16}  # no fp32 GEMM left for TF32
+    assert quantization.base_dtype_name(dtype, "cuda:0") == "bf16"
+    inputs = quantization.cast_inputs(torch.randn(4, 32), dtype, "cuda:0")
+    assert inputs.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert model(inputs).dtype == torch.bfloat16  # bf16 activations end to end
+
+
+@pytest.mark.usefixtures("inductor_state_restored")
+def test_cuda_fp8_training_converts_a_bf16_model(h100_with_torchao):
+    model, quantized = quantization.prepare(fp32_model(), "fp8", "cuda:0", "train")
+    (call,) = h100_with_torchao.calls
+    assert call.entry == "convert_to_float8_training" and call.model_dtypes == {torch.bfloat16}
+    assert quantized == 2 and all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
+def test_cpu_int8_keeps_the_fp32_model_and_inputs():
+    model, quantized = quantization.prepare(fp32_model(), "int8", "cpu", "infer")
+    assert quantized == 2 and quantization.base_dtype_name("int8", "cpu") == "fp32"
+    inputs = quantization.cast_inputs({"x": torch.randn(4, 32), "ids": torch.ones(4, dtype=torch.long)}, "int8", "cpu")
+    assert inputs["x"].dtype == torch.float32 and inputs["ids"].dtype == torch.long
+    assert model(inputs["x"]).dtype == torch.float32
+    assert quantization.base_dtype_name("bf16", "cuda:0") is None  # unquantized dtypes keep numerics' rules
+    assert quantization.cast_inputs(torch.randn(2), "bf16", "cuda:0").dtype == torch.float32
+
+
+@pytest.mark.parametrize("quantize_takes_inductor_flag", [True, False], ids=["v0.9-quantize_", "v0.10+-quantize_"])
+@pytest.mark.parametrize(("dtype", "mode"), [("int8", "infer"), ("fp8", "infer"), ("fp8", "train")])
+def test_torchao_leaves_inductor_config_and_matmul_precision_as_found(dtype, mode, quantize_takes_inductor_flag,
+                                                                     inductor_state_restored, monkeypatch):
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties("NVIDIA H100 80GB HBM3", (9, 0))})
+    fake = fake_torchao.install(monkeypatch, quantize_takes_inductor_flag=quantize_takes_inductor_flag)
+    quantization.prepare(fp32_model(), dtype, "cuda:0", mode)
+    assert inductor_state() == inductor_state_restored
+    for call in fake.calls:  # asked not to touch it where the signatures allow
+        assert call.config is None or call.config.set_inductor_config is False
+        assert call.kwargs.get("set_inductor_config", False) is False
+
+
+def test_inductor_state_kept_restores_what_torchao_sets(inductor_state_restored):
+    """The guard itself, against the fake's copy of recommended_inductor_config_setter (v0.8-v0.17)."""
+    with quantization.inductor_state_kept():
+        fake_torchao.FakeTorchao().recommended_inductor_config_setter()
+        assert inductor_state() != inductor_state_restored
+    assert inductor_state() == inductor_state_restored

@@ -86,6 +86,13 @@ def test_page_has_regressions_first_summary_and_charts():
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
 
 
+def test_quantized_record_names_its_layers_and_base_dtype():
+    record = throughput_record("bert_base", 1, 10.0)
+    record.dtype = "int8"
+    record.details.update(quantized_layers=74, quantized_base_dtype="bf16")
+    assert "74 Linear layers quantized to int8, the rest of the model in bf16." in render(SessionResults(dict(META), [record]))
+
+
 def test_charts_are_valid_svg_and_empty_without_data():
     assert line_chart({}, "t", "x", "y") == ""
     svg = line_chart({"a": [(1, 2.0), (8, 4.0)]}, "title <x>", "batch", "samples/s", log_x=True)

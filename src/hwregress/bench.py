@@ -19,7 +19,7 @@ import torch
 from hwregress import compilation, memory_guard, profiling, quantization
 from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
-from hwregress.numerics import ELEMENT_BYTES, STEP_MODES, autocast, grad_scaler, precision, tf32_flags
+from hwregress.numerics import STEP_MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, VerdictCheck, in_work_units, measure
 from hwregress.workloads import Inputs, Workload, forward, import_torchvision, make_batch
@@ -76,7 +76,8 @@ class Measurement:
         telemetry: summary of the window; ``telemetry_series`` its thinned time series.
         profile: the operator breakdown, None when profiling is off.
         flops_per_sample: forward (infer) or forward+backward (train) FLOPs per sample, None if not counted.
-        bytes_per_sample: estimated DRAM traffic per sample (see profiling.estimate_bytes_moved).
+        bytes_per_sample: estimated DRAM traffic per sample, each tensor at its own width (see
+            profiling.estimate_bytes_moved).
         health: the machine's health over the timed window (see :class:`hwregress.telemetry.TelemetrySampler`).
     """
 
@@ -92,6 +93,7 @@ class Measurement:
     work_per_sample: float = 1.0
     compile: compilation.CompileTiming | None = None
     quantized_layers: int | None = None  # Linear layers int8/fp8 replaced (None: not quantized)
+    quantized_base_dtype: str | None = None  # dtype of the rest of a quantized model: "bf16" on CUDA, "fp32" on the CPU
 
     @property
     def throughput_samples(self) -> list[float]:
@@ -266,6 +268,7 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
         model = workload.build().to(device)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
         model, quantized = quantization.prepare(model, dtype, device, mode)
+        inputs = quantization.cast_inputs(inputs, dtype, device)
         if options.memory_format == "channels_last":
             model, inputs = _channels_last(model, inputs)
         compiled = compilation.compile_model(model, options.compiler)
@@ -282,13 +285,14 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
                          settled=in_work_units(options.settled, batch_size * per_sample))
     measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
                               sampler.compact_series(), health=sampler.health, work_per_sample=per_sample,
-                              compile=compiled_timing, quantized_layers=quantized)
+                              compile=compiled_timing, quantized_layers=quantized,
+                              quantized_base_dtype=quantization.base_dtype_name(dtype, device))
     if options.profile_steps > 0:
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)
         flops = profiling.count_flops(_flop_probe(workload, model, mode, inputs, labels, device, dtype))
         with precision(device, dtype):
-            moved = profiling.estimate_bytes_moved(model, inputs, mode == "train", ELEMENT_BYTES[dtype])
+            moved = profiling.estimate_bytes_moved(model, inputs, mode == "train")
         measurement.flops_per_sample = flops / batch_size
         measurement.bytes_per_sample = moved / batch_size
     synchronize(device)
@@ -310,6 +314,7 @@ def batch_probe(workload: Workload, device: str, mode: str, dtype: str, context:
         except OutOfMemory as error:
             raise MemoryError(str(error)) from None
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
+        inputs = quantization.cast_inputs(inputs, dtype, device)
         probed, inputs = _channels_last(model, inputs) if memory_format == "channels_last" else (model, inputs)
         step = build_step(workload, probed, step_mode, inputs, labels, device, dtype)
         for _ in range(2):

@@ -92,7 +92,8 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=plan.warmup_steps,
                     stable=relative_iqr(seconds) <= plan.max_rel_iqr)
     measurement = Measurement(window, work_per_round, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
-                              health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized)
+                              health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized,
+                              quantized_base_dtype=quantization.base_dtype_name(dtype, device))
     if profile:
         measurement.flops_per_sample = _flops(model, ids, mask, mode, new_tokens, device, dtype) / batch_size
     synchronize(device)

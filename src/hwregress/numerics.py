@@ -31,7 +31,7 @@ MODES = (*STEP_MODES, *LLM_MODES)
 MEMORY_FORMATS = ("contiguous", "channels_last")
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
 TENSOR_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                 "int8": torch.float32, "fp8": torch.float32}  # quantized layers hold their own weights; the rest stays fp32
+                 "int8": torch.float32, "fp8": torch.float32}  # quantized models: hwregress.quantization.base_dtype
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Lowest CUDA compute capability that runs each mode natively. TF32 and bf16 tensor cores arrived with

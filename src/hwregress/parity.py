@@ -154,7 +154,7 @@ def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0) ->
     with torch.no_grad():
         reference = forward(reference_model, inputs).float()
         with precision(device, dtype):
-            output = forward(device_model, _to(inputs, device)).float().cpu()
+            output = forward(device_model, quantization.cast_inputs(_to(inputs, device), dtype, device)).float().cpu()
     reference, output = reference.reshape(-1, reference.shape[-1]), output.reshape(-1, output.shape[-1])
     difference = (output - reference).abs()
     per_sample_error = difference.amax(dim=1)

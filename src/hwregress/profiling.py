@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, sdpa_backward_flop_count, sdpa_flop_count
 
 from hwregress.devices import device_kind, synchronize
@@ -179,9 +181,22 @@ def sdpa_backward_flops(grad_out_shape: list[int], query_shape: list[int], key_s
     return int(sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape))
 
 
+def dynamic_int8_linear_flops(x_shape: list[int], packed_params: Any, *_: Any, **__: Any) -> int:
+    """FLOPs of ``quantized::linear_dynamic`` (torch's int8 dynamic quantized Linear on the CPU, which
+    torch.utils.flop_counter does not register: an int8 model counted 0 FLOPs): 2 x rows x out x in, the weight
+    shape ``[out, in]`` read from the packed parameters (``quantized::linear_unpack``)."""
+    weight, _bias = torch.ops.quantized.linear_unpack(packed_params)
+    rows = 1
+    for size in x_shape[:-1]:
+        rows *= int(size)
+    return 2 * rows * int(weight.shape[0]) * int(weight.shape[1])
+
+
 def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
     aten = torch.ops.aten
     mapping: dict[Any, Callable[..., int]] = {aten.convolution_backward: conv_backward_flops}
+    if hasattr(torch.ops.quantized, "linear_dynamic"):  # absent from builds without a quantized engine
+        mapping[torch.ops.quantized.linear_dynamic] = dynamic_int8_linear_flops
     fused = {"_scaled_dot_product_flash_attention_for_cpu": sdpa_forward_flops,
              "_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_backward_flops,
              "_scaled_dot_product_fused_attention_overrideable": sdpa_forward_flops,
@@ -214,35 +229,78 @@ def count_flops(run: Callable[[], Any]) -> int:
     """FLOPs (2 x multiply-adds) executed by ``run()``, counted by ``FlopCounterMode``.
 
     Counts matmul, convolution and attention operators (forward and, when ``run`` calls backward,
-    backward, with :func:`conv_backward_flops` for convolutions and :func:`sdpa_forward_flops` for fused
-    attention kernels torch does not register); elementwise and optimizer operators are not counted, as
-    in the published figures. The attention fast path is off while counting (:func:`_attention_fast_path_off`).
+    backward, with :func:`conv_backward_flops` for convolutions, :func:`sdpa_forward_flops` for fused
+    attention kernels torch does not register and :func:`dynamic_int8_linear_flops` for CPU int8 Linear
+    layers); elementwise and optimizer operators are not counted, as in the published figures. The attention
+    fast path is off while counting (:func:`_attention_fast_path_off`).
     """
     with _attention_fast_path_off(), FlopCounterMode(display=False, custom_mapping=_extra_flop_formulas()) as counter:
         run()
     return int(counter.get_total_flops())
 
 
-def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool,
-                         element_bytes: int) -> int:
+PER_CHANNEL_SCHEMES = (torch.per_channel_affine, torch.per_channel_symmetric, torch.per_channel_affine_float_qparams)
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes ``tensor`` stores, at its own element width.
+
+    A plain tensor: ``numel x element_size`` (fp32 4, bf16/fp16 2, int8/fp8 1). A wrapper tensor subclass
+    (torchao's quantized weights: ``Int8Tensor``, ``Float8Tensor``, ``AffineQuantizedTensor``, whose ``dtype``
+    reports the high-precision dtype they replaced): the sum over the inner tensors its ``__tensor_flatten__``
+    names (the int8/fp8 data and the scales, recursively). A torch quantized tensor (``torch.qint8``): its
+    1-byte data plus per-channel scales and zero points; a per-tensor scale is one scalar and not counted.
+    """
+    if is_traceable_wrapper_subclass(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    stored = tensor.numel() * tensor.element_size()
+    if tensor.is_quantized and tensor.qscheme() in PER_CHANNEL_SCHEMES:
+        stored += tensor_bytes(tensor.q_per_channel_scales()) + tensor_bytes(tensor.q_per_channel_zero_points())
+    return stored
+
+
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``model``'s weights at their stored widths (:func:`tensor_bytes` of every parameter), plus the
+    packed weights and biases of torch's quantized Linear modules (``torch.ao.nn.quantized`` and its dynamic
+    variant), which are not parameters: an int8 Linear counts 1 byte per weight and its fp32 bias at 4."""
+    total = sum(tensor_bytes(parameter) for parameter in model.parameters())
+    for module in model.modules():
+        if isinstance(module, LinearPackedParams):
+            weight, bias = module._weight_bias()
+            total += tensor_bytes(weight) + (tensor_bytes(bias) if bias is not None else 0)
+    return total
+
+
+def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The leaf modules of ``model``, counting a quantized Linear as a leaf (its packed weights are held by a
+    ``LinearPackedParams`` child that is never called)."""
+    return [m for m in model.modules()
+            if not isinstance(m, LinearPackedParams) and all(isinstance(c, LinearPackedParams) for c in m.children())]
+
+
+def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool) -> int:
     """Estimated DRAM traffic of one step, in bytes (the roofline's denominator).
 
-    Method: every parameter is read once per forward pass; every leaf module's output activation is
-    written once and read once (2x); a training step doubles the activation traffic for the backward
-    pass and adds the gradient write plus the optimizer's read-modify-write of parameters and one
+    Method: every weight is read once per forward pass (:func:`parameter_bytes`); every leaf module's output
+    activation is written once and read once (2x); a training step doubles the activation traffic for the
+    backward pass and adds the gradient write plus the optimizer's read-modify-write of parameters and one
     momentum buffer (parameters counted 5x in total). Caches are ignored, so this is an upper bound on
     compulsory traffic for layers whose working set fits on chip and a lower bound otherwise.
+
+    Each tensor counts at its own width (:func:`tensor_bytes`): int8 and fp8 weights 1 byte plus their scales,
+    bf16 weights 2, fp32 weights 4 (also under autocast, which reads the fp32 weights); activations at the
+    dtype the layer produced, so call this under the step's precision (autocast) to count bf16 outputs as 2.
     """
-    parameter_bytes = sum(p.numel() for p in model.parameters()) * element_bytes
+    weight_bytes = parameter_bytes(model)
     activation_bytes = 0
 
     def count_output(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
         nonlocal activation_bytes
         if isinstance(output, torch.Tensor):
-            activation_bytes += output.numel() * element_bytes
+            activation_bytes += tensor_bytes(output)
 
-    leaves = [m for m in model.modules() if not list(m.children())]
-    handles = [m.register_forward_hook(count_output) for m in leaves]
+    handles = [m.register_forward_hook(count_output) for m in _layers(model)]
     try:
         with torch.no_grad():
             forward(model, inputs)
@@ -250,5 +308,5 @@ def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool,
         for handle in handles:
             handle.remove()
     if training:
-        return 5 * parameter_bytes + 4 * activation_bytes
-    return parameter_bytes + 2 * activation_bytes
+        return 5 * weight_bytes + 4 * activation_bytes
+    return weight_bytes + 2 * activation_bytes

@@ -17,14 +17,28 @@ records how many layers were converted.
   would not exercise); training through ``torchao.float8.convert_to_float8_training`` (``Float8Linear``,
   dynamic tensorwise scaling). fp8 GEMMs need both weight dimensions divisible by 16; other Linear layers
   stay in the model's dtype (torchao's own rule, ``torchao.float8.float8_linear_utils``).
+
+The model's dtype (:func:`base_dtype`): on CUDA every path first casts the model to bfloat16, and floating inputs
+go in as bfloat16 (:func:`cast_inputs`), so the figure is quantized inference on bf16 activations, as torchao
+documents and benchmarks it, not int8 weights dequantized into fp32 GEMMs whose speed the TF32 flags decide. On
+the CPU, int8 stays fp32 (torch.ao's dynamic quantized Linear takes fp32 activations only).
+
+torchao's configs (v0.10+) and ``quantize_`` (v0.5-v0.9) default to ``set_inductor_config=True``, which sets
+``torch._inductor.config`` fields process-wide (and in v0.8-v0.17 ``torch.set_float32_matmul_precision("high")``,
+i.e. TF32 matmuls): hwregress passes False where the signature takes it and restores both around every torchao
+call (:func:`inductor_state_kept`), so no later test of the session runs under settings a quantized test left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import inspect
 import sys
 import warnings
+from collections.abc import Callable, Iterator
 from types import ModuleType
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,6 +52,18 @@ TORCHAO_INSTALL = "pip install torchao"
 FP8_MIN_CAPABILITY = (8, 9)  # first fp8 tensor cores: Ada Lovelace (sm_89); Hopper is 9.0
 ROCM_FP8_ARCHS = ("gfx942", "gfx950")  # MI300 and MI350, the AMD GPUs torchao's float8 accepts
 FP8_DIM_MULTIPLE = 16  # torch._scaled_mm needs both GEMM dimensions of the weight divisible by 16
+
+# The dtype of everything but the quantized weights, by device kind (see :func:`base_dtype`).
+# CUDA: bf16. torchao's int8 weight-only layers dequantize into the activation dtype and its fp8 GEMMs return it;
+# torchao quantizes bf16 models in its quick start (torchao/quantization/README.md:84-85 at v0.12.0:
+# ``.cuda().to(torch.bfloat16)``, bf16 input), supports per-row float8 "only for bfloat16 weight and activation"
+# (:196) and benchmarks every config against a bf16 base; its float8 training README (torchao/float8/README.md
+# at v0.12.0, "Single GPU User API") builds the model with ``.bfloat16().cuda()`` and bf16 input. An fp32 base
+# would time fp32 GEMMs: int8 weights dequantized to fp32 and fp32 activations whose speed TF32 decides.
+# CPU: fp32. torch.ao's dynamic quantized Linear takes fp32 activations only (a bf16 input raises "expected
+# scalar type Float but found BFloat16", torch 2.13), and the rest of the model stays in fp32 with it.
+BASE_DTYPES = {"cpu": torch.float32, "cuda": torch.bfloat16}
+BASE_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 # Relative L2 error ||out - ref||_2 / ||ref||_2 of the logits against the CPU fp32 reference (as in
 # hwregress.parity). Bounds for bugs (a wrong scale or layout gives errors of order 1), not for noise.
@@ -139,8 +165,10 @@ def quantize(model: nn.Module, dtype: str, device: str, mode: str) -> nn.Module:
     """Convert ``model``'s ``nn.Linear`` layers for ``dtype`` on ``device`` in place and return the model
     (see the module docstring for what each path quantizes; other layers keep their dtype).
 
-    ``model`` must already be on ``device``. int8 on the CPU also switches it to eval mode, which dynamic
-    quantization needs; do not reuse the module as an fp32 reference afterwards (deep-copy it first).
+    ``model`` must already be on ``device``; it is cast to :func:`base_dtype` first (bf16 on CUDA), so feed it
+    :func:`cast_inputs`. int8 on the CPU also switches it to eval mode, which dynamic quantization needs; do not
+    reuse the module as an fp32 reference afterwards (deep-copy it first). ``torch._inductor.config`` and the
+    fp32 matmul precision are as they were before the call (:func:`inductor_state_kept`).
 
     Raises:
         ValueError: unknown ``dtype`` or ``mode``.
@@ -151,12 +179,17 @@ def quantize(model: nn.Module, dtype: str, device: str, mode: str) -> nn.Module:
     reason = unsupported_reason(dtype, device, mode)
     if reason is not None:
         raise RuntimeError(reason)
-    if dtype == "int8":
-        converted = _int8_cpu(model) if device_kind(device) == "cpu" else _int8_cuda(model)
-    elif mode in INFERENCE_MODES:
-        converted = _fp8_inference(model)
+    model = model.to(base_dtype(dtype, device))
+    if dtype == "int8" and device_kind(device) == "cpu":
+        converted = _int8_cpu(model)
     else:
-        converted = _fp8_training(model)
+        with inductor_state_kept():
+            if dtype == "int8":
+                converted = _int8_cuda(model)
+            elif mode in INFERENCE_MODES:
+                converted = _fp8_inference(model)
+            else:
+                converted = _fp8_training(model)
     if quantized_linear_count(converted) == 0:
         raise RuntimeError(f"{type(model).__name__} has no nn.Linear layer that {dtype} quantization could convert")
     return converted
@@ -170,10 +203,84 @@ def _int8_cpu(model: nn.Module) -> nn.Module:
         return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
 
 
+def base_dtype(dtype: str, device: str) -> torch.dtype | None:
+    """The dtype of the parameters and activations that ``dtype`` (``"int8"``/``"fp8"``) leaves unquantized on
+    ``device``: bfloat16 on CUDA, float32 on the CPU (see :data:`BASE_DTYPES`); None for other dtypes (their
+    model stays fp32, :mod:`hwregress.numerics` sets autocast and TF32)."""
+    if dtype not in QUANTIZED_DTYPES:
+        return None
+    return BASE_DTYPES.get(device_kind(device), torch.float32)
+
+
+def base_dtype_name(dtype: str, device: str) -> str | None:
+    """:func:`base_dtype` as hwregress names dtypes (``"bf16"``, ``"fp32"``), None for unquantized dtypes;
+    the record's ``quantized_base_dtype``."""
+    base = base_dtype(dtype, device)
+    return None if base is None else BASE_DTYPE_NAMES[base]
+
+
+def cast_inputs(inputs: Any, dtype: str, device: str) -> Any:
+    """``inputs`` (a tensor, or a dict of tensors as for text models) with floating tensors cast to
+    :func:`base_dtype` (images become bf16 on CUDA); integer tensors (token ids, masks) and unquantized
+    dtypes pass through unchanged."""
+    base = base_dtype(dtype, device)
+
+    def cast(value: Any) -> Any:
+        return value.to(base) if base is not None and isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+    return {key: cast(value) for key, value in inputs.items()} if isinstance(inputs, dict) else cast(inputs)
+
+
+@contextlib.contextmanager
+def inductor_state_kept() -> Iterator[None]:
+    """Restore ``torch._inductor.config`` and ``torch.get_float32_matmul_precision()`` on exit to what they were
+    on entry, whatever the block changed.
+
+    torchao's ``recommended_inductor_config_setter`` (torchao/quantization/utils.py:569; called by ``quantize_``
+    in v0.5-v0.9 and by each config's handler when its ``set_inductor_config`` is True, quant_api.py:757, :1312)
+    sets coordinate-descent tuning, ``force_fuse_int_mm_with_mul``, ``fx_graph_cache`` and
+    ``triton.unique_kernel_names`` for the whole process, and in v0.8-v0.17 also
+    ``torch.set_float32_matmul_precision("high")`` (TF32 matmuls). Only changed fields are set back, so fields
+    nobody touched keep their default status.
+    """
+    import torch._inductor.config as inductor_config
+
+    saved = inductor_config.get_config_copy()
+    matmul_precision = torch.get_float32_matmul_precision()
+    try:
+        yield
+    finally:
+        current = inductor_config.get_config_copy()
+        for key, value in saved.items():
+            if current.get(key) is not value and current.get(key) != value:
+                setattr(inductor_config, key, value)
+        if torch.get_float32_matmul_precision() != matmul_precision:
+            torch.set_float32_matmul_precision(matmul_precision)
+
+
+def _takes(function: Callable[..., Any], parameter: str) -> bool:
+    try:
+        return parameter in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): do not guess
+        return False
+
+
 def _torchao_config(quantization: ModuleType, config_name: str, legacy_name: str) -> object:
-    """An instance of torchao's ``config_name`` (0.9+ spelling), else of its function ``legacy_name``."""
+    """An instance of torchao's ``config_name`` (0.9+ spelling), else of its function ``legacy_name``, with
+    ``set_inductor_config=False`` where it takes that argument (the configs' field since v0.10)."""
     factory = getattr(quantization, config_name, None) or getattr(quantization, legacy_name)
-    return factory()
+    return factory(set_inductor_config=False) if _takes(factory, "set_inductor_config") else factory()
+
+
+def _quantize_(quantization: ModuleType, model: nn.Module, config: object, **options: Any) -> None:
+    """torchao's ``quantize_`` with ``set_inductor_config=False`` where its signature has it (v0.5-v0.9;
+    v0.9 warns that the argument will go, a warning silenced here)."""
+    quantize = quantization.quantize_
+    if _takes(quantize, "set_inductor_config"):
+        options["set_inductor_config"] = False
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"The `set_inductor_config` argument")
+        quantize(model, config, **options)
 
 
 def _fp8_compatible(module: nn.Module, _fqn: str = "") -> bool:
@@ -182,7 +289,7 @@ def _fp8_compatible(module: nn.Module, _fqn: str = "") -> bool:
 
 def _int8_cuda(model: nn.Module) -> nn.Module:
     quantization = _import_torchao()[0]
-    quantization.quantize_(model, _torchao_config(quantization, "Int8WeightOnlyConfig", "int8_weight_only"))
+    _quantize_(quantization, model, _torchao_config(quantization, "Int8WeightOnlyConfig", "int8_weight_only"))
     return model
 
 
@@ -190,13 +297,13 @@ def _fp8_inference(model: nn.Module) -> nn.Module:
     quantization = _import_torchao()[0]
     config = _torchao_config(quantization, "Float8DynamicActivationFloat8WeightConfig",
                              "float8_dynamic_activation_float8_weight")
-    quantization.quantize_(model, config, filter_fn=_fp8_compatible)
+    _quantize_(quantization, model, config, filter_fn=_fp8_compatible)
     return model
 
 
 def _fp8_training(model: nn.Module) -> nn.Module:
-    """``Float8Linear`` layers; torchao recommends ``torch.compile`` on top to fuse the casts (eager mode runs
-    them as separate kernels)."""
+    """``Float8Linear`` layers on a bf16 model (torchao's float8 training README); torchao recommends
+    ``torch.compile`` on top to fuse the casts (eager mode runs them as separate kernels)."""
     from torchao.float8 import convert_to_float8_training
 
     return convert_to_float8_training(model, module_filter_fn=_fp8_compatible)
@@ -217,8 +324,9 @@ def _is_quantized_linear(module: nn.Module) -> bool:
 
 
 def prepare(model: nn.Module, dtype: str, device: str, mode: str) -> tuple[nn.Module, int | None]:
-    """The model to run in ``dtype``: :func:`quantize`-d with its :func:`quantized_linear_count` for a dtype of
-    :data:`QUANTIZED_DTYPES`, else ``model`` itself and None.
+    """The model to run in ``dtype``: :func:`quantize`-d (on CUDA, cast to bf16 first: :func:`base_dtype`) with its
+    :func:`quantized_linear_count` for a dtype of :data:`QUANTIZED_DTYPES`, else ``model`` itself and None. Feed
+    it :func:`cast_inputs`.
 
     Raises:
         RuntimeError: see :func:`quantize`.

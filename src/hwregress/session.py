@@ -206,6 +206,8 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
     if measurement.quantized_layers is not None:
         record.details["quantized_layers"] = measurement.quantized_layers
+    if measurement.quantized_base_dtype is not None:
+        record.details["quantized_base_dtype"] = measurement.quantized_base_dtype
     if measurement.compile is not None:  # the compiling first call, timed apart from the window
         record.details.update(compile_s=measurement.compile.compile_s, compile_backend=measurement.compile.backend,
                               frames_compiled=measurement.compile.recompiles)
