@@ -5,10 +5,12 @@ allocation failures as OOM, cuDNN autotuning set and recorded."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,10 +21,11 @@ from fakes.nvml import FakeGpu, FakeNvml
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hwregress import bench, host_reference, numerics, parity, profiling, roofline, telemetry, workloads
+from hwregress import bench, evidence, health, host_reference, numerics, parity, profiling, roofline, telemetry, workloads
 from hwregress.compare import Measured, Tolerances, judge
 from hwregress.devices import PERFORMANCE_RELEVANT, environment_fingerprint, fingerprint_changes
 from hwregress.memory import PeakMemoryMeter
+from hwregress.results import TestRecord
 from hwregress.timing import TimingPlan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -418,3 +421,98 @@ def test_fingerprint_records_cudnn_benchmark_as_performance_relevant():
     assert "cudnn_benchmark" in PERFORMANCE_RELEVANT
     assert fingerprint_changes({"cudnn_benchmark": "False"}, {"cudnn_benchmark": "True"}) == ["cudnn_benchmark False -> True"]
     assert fingerprint_changes({"torch": "2.13.0"}, {"torch": "2.13.0", "cudnn_benchmark": "True"}) == []  # older baseline
+
+
+# -- 10. MIG instances by their MIG UUID; Hopper's 1 s power average never invalidates a short window ----------
+
+MIG_UUID = "MIG-1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718"
+
+
+@pytest.fixture
+def mig_machine(monkeypatch):
+    """One H100 in MIG mode at bus 0x18 with two instances; torch's cuda:0 is the second instance. CUDA reports
+    the instance's MIG UUID without prefix (cuDeviceGetUuid_v2: "If the device is in MIG mode, returns its MIG
+    UUID") and the parent GPU's PCI address."""
+    instances = [FakeGpu("00000000:18:00.0", "MIG-00000000-0000-0000-0000-000000000001", 0),
+                 FakeGpu("00000000:18:00.0", MIG_UUID, 0)]
+    gpu = FakeGpu("00000000:18:00.0", "GPU-parent", 350_000, mig_devices=instances)
+    nvml = FakeNvml([gpu])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties(name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", bus=0x18,
+                                                                 uuid=MIG_UUID.removeprefix("MIG-"), sms=16)})
+    return nvml
+
+
+def test_mig_instance_handle_is_found_by_its_mig_uuid_before_the_bus_id(mig_machine, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUID)
+    handle = telemetry._Nvml("cuda:0")
+    instance = mig_machine.gpus[0].mig_devices[1]
+    assert handle.handle is instance and handle.lookup == f"mig uuid {MIG_UUID}"
+    assert mig_machine.gpus[0].lookups == []  # the whole GPU's bus id was never asked
+
+
+def test_mig_uuid_comes_from_torch_when_the_name_says_mig(mig_machine, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert telemetry._Nvml("cuda:0").handle is mig_machine.gpus[0].mig_devices[1]
+
+
+def test_mig_instance_is_found_among_its_gpus_instances_where_uuid_lookup_refuses(mig_machine, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUID)
+    mig_machine.mig_uuid_lookup = False  # a driver whose nvmlDeviceGetHandleByUUID knows GPUs only
+    handle = telemetry._Nvml("cuda:0")
+    assert handle.handle is mig_machine.gpus[0].mig_devices[1]
+    assert handle.lookup == f"mig uuid {MIG_UUID} among the MIG devices of the GPU at pci bus id 00000000:18:00.0"
+
+
+def test_short_window_on_hopper_is_not_invalid_and_its_energy_is_the_counters(monkeypatch):
+    """0.3 s at 700 W after idle at 100 W: the counter advances 210 J, NVML's 1 s averages read 160-280 W (mean
+    220 W, E = P t would say 66 J: 3.2x off, which the plain 2x rule calls impossible)."""
+    hopper = FakeGpu("00000000:18:00.0", "GPU-hopper", 100_000, energy_step_mj=210_000,
+                     architecture=FakeNvml.NVML_DEVICE_ARCH_HOPPER)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([hopper]))
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties(bus=0x18)})
+    sampler = telemetry.TelemetrySampler("cuda:0", interval_s=10)
+    sampler._open_nvml()
+    sampler._energy_start = sampler._nvml.energy_mj()
+    sampler.series = [{"t_s": 0.1, "power_w": 160.0}, {"t_s": 0.2, "power_w": 220.0}, {"t_s": 0.3, "power_w": 280.0}]
+    sampler.duration_s = 0.3
+    sampler._finish_energy()
+    summary = sampler.summary()
+    assert (summary["energy_j"], summary["energy_source"]) == (pytest.approx(210.0), "total-energy counter")
+    assert summary["power_averaging_s"] == 1.0
+    assert "averaged over 1 s, not the 0.3 s window" in summary["power_note"]
+    record = TestRecord(test_id="t", model="resnet50", mode="train", device="cuda:0", dtype="fp32", batch_size=8,
+                        telemetry=summary)
+    assert evidence.physics_of(record, {}) == []
+
+
+def test_old_architectures_read_instantaneous_power(monkeypatch):
+    volta = FakeGpu("00000000:18:00.0", "GPU-volta", 250_000, architecture=FakeNvml.NVML_DEVICE_ARCH_VOLTA)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([volta]))
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties(bus=0x18)})
+    assert telemetry._Nvml("cuda:0").power_averaging_s == 0.0
+
+
+class JobRoot:
+    """A psutil-like process standing for the pytest worker that launched a job: two ranks and a sibling under it."""
+
+    pid = 1000
+
+    def __init__(self, descendants: list[int]) -> None:
+        self.descendants = [types.SimpleNamespace(pid=pid) for pid in descendants]
+
+    def cpu_times(self):
+        return types.SimpleNamespace(user=1.0, system=0.0, children_user=0.0, children_system=0.0)
+
+    def children(self, recursive: bool = False):
+        return self.descendants
+
+
+def test_the_jobs_other_processes_on_the_gpu_are_ours(machine):
+    """Co-located ranks share cuda:1: NVML lists the other rank (1002) beside a stranger (4242); only the stranger
+    is contention."""
+    machine.gpus[2].processes = [os.getpid(), 1002, 4242]
+    probe = health.CpuHealthProbe(process=JobRoot([1001, 1002, 1003]))
+    with telemetry.TelemetrySampler("cuda:1", interval_s=10, health_probe=probe) as sampler:
+        pass
+    assert [p["pid"] for p in sampler.health["gpu_other_processes"]] == [4242]

@@ -4,7 +4,9 @@ NVML, the sentences of ``findings``, and one real busy-loop contention check."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,9 +14,11 @@ import time
 import types
 from collections import namedtuple
 
+import psutil
 import pytest
 
 from hwregress import health
+from hwregress.dist import colocation, launch, rank_timing
 
 CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
 ProcTimes = namedtuple("ProcTimes", "user system children_user children_system")
@@ -247,3 +251,128 @@ def _orphan_spinner() -> int:
     shell = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'],
                            capture_output=True, text=True, check=True)
     return int(shell.stdout.strip())
+
+
+# -- the whole job is "us": the pytest worker that launched it and every process under it -----------------------
+
+RANK = """
+import json
+from hwregress.dist.launch import job_owner
+from hwregress.health import CpuHealthProbe
+probe = CpuHealthProbe(process=job_owner())  # job_health_probe's, without importing torch
+with probe:
+    pass
+print(json.dumps(sorted(probe.our_pids())), flush=True)
+"""
+LAUNCHER = """
+import subprocess, sys
+idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+rank = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+print(idle.pid, rank.pid, flush=True)
+rank.wait()
+idle.kill()
+idle.wait()
+"""
+
+
+def test_a_ranks_health_counts_the_launching_pytest_worker_and_all_under_it_as_us():
+    """This process stands for the pytest worker: it starts a sibling and a launcher, the launcher two ranks. The
+    rank reads its window's "us": this process, the sibling, the launcher and both ranks."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HWREGRESS_JOB_OWNER_PID": str(os.getpid())}
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, RANK], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        idle_rank, measuring_rank = map(int, launcher.stdout.readline().split())
+        us = set(json.loads(launcher.stdout.readline() or "[]"))
+        launcher.wait(60)
+    finally:
+        for process in (sibling, launcher):
+            process.kill()
+            process.wait()
+    assert {os.getpid(), sibling.pid, launcher.pid, idle_rank, measuring_rank} <= us
+
+
+def test_the_job_owner_is_the_process_that_launches_the_job(monkeypatch):
+    spec = types.SimpleNamespace(sys_path=[])
+    environment = launch._environment(spec, types.SimpleNamespace(node_rank=0), "token")
+    assert environment[launch.JOB_OWNER_VARIABLE] == str(os.getpid())
+    monkeypatch.setenv(launch.JOB_OWNER_VARIABLE, str(os.getpid()))
+    assert launch.job_owner() is None  # not an ancestor of this process: a reused pid is nobody's job
+    owner = psutil.Process(os.getppid())
+    monkeypatch.setattr(rank_timing, "job_owner", lambda: owner)
+    assert rank_timing.job_health_probe().process is owner
+
+
+BURN = "import time\nwhile time.process_time() < 0.5: pass"
+REAPER = f"""
+import os, subprocess, sys
+subprocess.run([sys.executable, "-c", {BURN!r}], check=True)
+times = os.times()
+print(times.children_user + times.children_system, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_cpu_of_a_process_reaped_inside_the_job_is_ours():
+    """A rank that reaped a worker (a data loader, a compile worker) is alive when the window ends: the worker's CPU
+    seconds sit in the rank's ``children_*`` times, and they are ours."""
+    ours = psutil.Process()
+    before = health._tree_cpu_seconds(ours)
+    rank = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        worker_cpu_s = float(rank.stdout.readline())
+        after = health._tree_cpu_seconds(ours)  # the rank still runs
+    finally:
+        rank.kill()
+        rank.wait()
+    assert worker_cpu_s >= 0.4  # os.times counts clock ticks
+    assert after - before >= worker_cpu_s
+
+
+# -- MPS: NVML's list of MPS clients, read during the window ---------------------------------------------------
+
+class MpsNvml(FakeNvml):
+    def __init__(self, pids=(), mps_pids=(), **readings):
+        super().__init__(pids=pids, **readings)
+        self.mps_pids = mps_pids
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=p, usedGpuMemory=2**29) for p in self.mps_pids]
+
+
+def test_mps_clients_are_recorded_and_a_stranger_among_them_is_contention():
+    state = health.gpu_health("h", MpsNvml(mps_pids=(100, 101, 555)), our_pids={100, 101})
+    assert [p["pid"] for p in state["gpu_mps_processes"]] == [100, 101, 555]
+    assert [p["pid"] for p in state["gpu_mps_other_processes"]] == [555]
+    assert state["gpu_mps_active"] is True
+    assert "another MPS client on the GPU during the window (pids 555)" in " | ".join(health.findings(state))
+
+
+def test_our_mps_clients_alone_are_no_contention_and_the_mps_server_is_not_a_stranger(tmp_path):
+    """Under MPS, NVML's compute list names the MPS server, which holds the shared context; it runs no work of
+    its own. A process named like NVIDIA's server (a copy of ``sleep``) is recognised by its name."""
+    server_binary = tmp_path / "nvidia-cuda-mps-server"
+    shutil.copy(shutil.which("sleep"), server_binary)
+    server = subprocess.Popen([str(server_binary), "60"])
+    try:
+        state = health.gpu_health("h", MpsNvml(pids=(server.pid,), mps_pids=(100, 101)), our_pids={100, 101})
+    finally:
+        server.kill()
+        server.wait()
+    assert state["gpu_other_processes"] == [] and state["gpu_mps_other_processes"] == []
+    assert state["gpu_mps_server_pids"] == [server.pid]
+    assert health.findings(state) == []
+
+
+def test_a_pynvml_without_the_mps_query_costs_that_field_only():
+    state = health.gpu_health("h", FakeNvml(pids=(100,)), our_pids={100})
+    assert state["gpu_mps_processes"] is None and "mps_processes" in state["errors"]
+    assert state["gpu_other_processes"] == [] and health.findings(state) == []
+
+
+def test_colocation_reads_mps_from_the_windows_nvml_list():
+    active, detail = colocation.mps_status("cuda:0", [{"gpu_mps_processes": [{"pid": 7}, {"pid": 8}]}, {}])
+    assert active is True and "NVML listed 2 MPS client processes" in detail
+    active, detail = colocation.mps_status("cuda:0", [{"gpu_mps_processes": []}])
+    assert active is False and "no MPS client" in detail
+    assert colocation.mps_status("cpu", [])[0] is None

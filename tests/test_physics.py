@@ -45,3 +45,31 @@ def test_several_violations_are_all_reported():
     found = physics_violations(achieved_tflops=2000.0, published_peak_tflops=989.0, mfu=2.02,
                                energy_j=-1.0, mean_power_w=500.0)
     assert len(found) == 3
+
+
+# NVML's power reading on Ampere (except GA100) and newer is an average over 1 s (NVML API Reference,
+# nvmlDeviceGetPowerUsage): a window shorter than that is never judged by E = P t, a longer one with a tolerance
+# widened by the share of the readings that fell before the window.
+AVERAGED_CASES = [
+    # a 0.3 s window at 700 W after idle: the counter says 210 J, the lagging 1 s averages say 220 W mean
+    ({"energy_j": 210.0, "mean_power_w": 220.0, "duration_s": 0.3, "power_averaging_s": 1.0}, []),
+    ({"energy_j": 210.0, "mean_power_w": 220.0, "duration_s": 0.3, "power_averaging_s": 0.0},
+     ["energy 210 J disagrees with mean power 220 W x 0.3 s = 66 J by more than 2x"]),
+    # 2 s window: tolerance 2 x (1 + 1/2) = 3x
+    ({"energy_j": 1200.0, "mean_power_w": 250.0, "duration_s": 2.0, "power_averaging_s": 1.0}, []),
+    ({"energy_j": 2000.0, "mean_power_w": 250.0, "duration_s": 2.0, "power_averaging_s": 1.0},
+     ["energy 2000 J disagrees with mean power 250 W x 2 s = 500 J by more than 3x (2x widened by the 1 s "
+      "power averaging over a 2 s window)"]),
+    # a long window keeps nearly the plain rule, and a counter read on another device is still caught
+    ({"energy_j": 100.0, "mean_power_w": 300.0, "duration_s": 10.0, "power_averaging_s": 1.0},
+     ["energy 100 J disagrees with mean power 300 W x 10 s = 3000 J by more than 2.2x"]),
+    ({"energy_j": 0.0, "mean_power_w": 300.0, "duration_s": 0.3, "power_averaging_s": 1.0}, ["energy 0 J"]),
+]
+
+
+@pytest.mark.parametrize(("fields", "expected"), AVERAGED_CASES)
+def test_energy_against_averaged_power_widens_by_window_length(fields, expected):
+    found = physics_violations(**fields)
+    assert len(found) == len(expected), found
+    for sentence, part in zip(found, expected, strict=True):
+        assert part in sentence

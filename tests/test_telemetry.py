@@ -36,7 +36,7 @@ class FlakyNvml(_Nvml):
         self.errors = {}
         self.calls = 0
 
-    def health(self):
+    def health(self, our_pids=None):
         return {"gpu_other_processes": []}
 
     def sample(self):

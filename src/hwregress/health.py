@@ -10,11 +10,19 @@ CPU time accounting (psutil ``cpu_times``, i.e. Linux ``/proc/stat``, in seconds
 
     total = sum of all fields except guest, guest_nice     (guest time is already inside user)
     busy  = total - idle - iowait - steal
-    other_cpu_fraction = (busy - this process tree's CPU time) / total
+    other_cpu_fraction = (busy - our CPU time) / total
     steal_fraction = steal / total                          (time the hypervisor gave to other VMs)
 
+"Our" CPU time is that of a process tree: the probe's root process and every live process under it, each with
+its ``children_user`` / ``children_system`` (Linux ``cutime`` / ``cstime``: the children it has reaped, with
+theirs), so a worker that ran and was reaped inside the tree during the window stays ours. The root is this
+process, or for a rank of a distributed or co-located job the pytest worker that launched the job
+(:func:`hwregress.dist.rank_timing.job_health_probe`): the launcher, every rank and their siblings are "us", not
+contention; the same pids are "us" among the GPU's compute processes.
+
 NVML queries: NVIDIA NVML API Reference Guide, "Device Queries" (nvmlDeviceGetComputeRunningProcesses,
-nvmlDeviceGetRemappedRows, nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetTemperatureThreshold,
+nvmlDeviceGetMPSComputeRunningProcesses (processes with an MPS compute context), nvmlDeviceGetRemappedRows,
+nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetTemperatureThreshold,
 nvmlDeviceGetCurrPcieLinkGeneration, ...).
 """
 
@@ -40,6 +48,7 @@ TEMPERATURE_MARGIN_C = 5  # GPU within 5 deg C of its slowdown temperature
 POWER_LIMIT_SLACK = 0.99  # enforced power limit below 99% of the default
 # Governors that hold clocks low or fixed; "powersave" is the normal dynamic mode under P-state drivers.
 SLOW_GOVERNORS = ("powersave", "conservative", "userspace")
+MPS_SERVER_NAME = "nvidia-cuda-mps-server"  # NVIDIA's MPS documentation: the server the control daemon starts
 PSTATE_DRIVERS = ("intel_pstate", "amd-pstate-epp", "amd-pstate")
 CPUFREQ_DIR = "/sys/devices/system/cpu/cpu0/cpufreq"
 
@@ -69,17 +78,32 @@ def _times_split(times: Any) -> tuple[float, float, float]:
     return total, total - idle - steal, steal
 
 
+def _cpu_seconds_with_reaped(times: Any) -> float:
+    """user + system of a psutil ``cpu_times()`` result, plus those of the children the process reaped."""
+    return times.user + times.system + getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
+
+
 def _tree_cpu_seconds(process: Any) -> float:
-    """CPU seconds of ``process``, its reaped children and its live descendants."""
-    own = process.cpu_times()
-    seconds = own.user + own.system + getattr(own, "children_user", 0.0) + getattr(own, "children_system", 0.0)
+    """CPU seconds of ``process`` and its live descendants, each with the children it reaped (see module doc):
+    a child that is alive counts once, by itself; once reaped, in its parent's ``children_*`` times."""
+    seconds = _cpu_seconds_with_reaped(process.cpu_times())
     for child in process.children(recursive=True):
         try:
-            times = child.cpu_times()
-            seconds += times.user + times.system
+            seconds += _cpu_seconds_with_reaped(child.cpu_times())
         except Exception:  # the child ended between listing and reading
             continue
     return seconds
+
+
+def _tree_pids(process: Any) -> set[int]:
+    """The pids of ``process`` and its live descendants, and this process's (always ours)."""
+    pids = {os.getpid()}
+    try:
+        pids.add(int(process.pid))
+        pids |= {int(child.pid) for child in process.children(recursive=True)}
+    except Exception:  # psutil.NoSuchProcess, AccessDenied: what was read still counts
+        pass
+    return pids
 
 
 class CpuHealthProbe:
@@ -93,7 +117,7 @@ class CpuHealthProbe:
 
     Args:
         psutil_module: psutil or a stand-in with the same functions (tests).
-        process: the process whose tree is "us"; None: this process.
+        process: the root of the process tree that is "us" (a psutil process); None: this process.
         cpufreq_dir: where ``scaling_governor`` and ``scaling_driver`` are read.
     """
 
@@ -123,6 +147,13 @@ class CpuHealthProbe:
     def __enter__(self) -> CpuHealthProbe:
         self._start = self._snapshot()
         return self
+
+    def our_pids(self) -> set[int]:
+        """The pids that are "us" now: the root process, its live descendants and this process (for
+        :func:`gpu_health`: the job's processes on the GPU are not contention)."""
+        if self.process is None:
+            self.process = _guard(self.errors, "process", self.psutil.Process)
+        return _tree_pids(self.process) if self.process is not None else {os.getpid()}
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -169,22 +200,38 @@ def _lowest(*values: float | None) -> float | None:
 
 
 def _our_pids(psutil_module: Any) -> set[int]:
-    pids = {os.getpid()}
     try:
-        pids |= {child.pid for child in psutil_module.Process().children(recursive=True)}
+        return _tree_pids(psutil_module.Process())
     except Exception:  # psutil missing or access denied: our own pid still counts
-        pass
-    return pids
+        return {os.getpid()}
+
+
+def _listed(processes: Any) -> list[dict[str, Any]]:
+    return [{"pid": int(p.pid), "used_memory_bytes": getattr(p, "usedGpuMemory", None)} for p in processes]
+
+
+def _is_mps_server(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).name() == MPS_SERVER_NAME
+    except Exception:  # gone, another pid namespace, access denied
+        return False
 
 
 def _gpu_processes(nvml: Any, handle: Any, errors: dict[str, str], ours: set[int]) -> dict[str, Any]:
-    running = _guard(errors, "compute_processes", lambda: list(nvml.nvmlDeviceGetComputeRunningProcesses(handle)))
+    """Compute processes and MPS clients on the GPU, ours and others (see :func:`gpu_health`)."""
+    mps = _guard(errors, "mps_processes", lambda: _listed(nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle)))
+    found: dict[str, Any] = {"gpu_mps_processes": mps, "gpu_mps_active": bool(mps) if mps is not None else None,
+                             "gpu_mps_other_processes": [p for p in mps if p["pid"] not in ours] if mps is not None
+                             else None, "gpu_mps_server_pids": []}
+    running = _guard(errors, "compute_processes", lambda: _listed(nvml.nvmlDeviceGetComputeRunningProcesses(handle)))
     if running is None:
-        return {"gpu_other_processes": None, "gpu_pids_comparable": None}
-    listed = [{"pid": int(p.pid), "used_memory_bytes": getattr(p, "usedGpuMemory", None)} for p in running]
-    comparable = any(p["pid"] in ours for p in listed) or not listed
-    return {"gpu_other_processes": [p for p in listed if p["pid"] not in ours],
-            "gpu_pids_comparable": comparable}
+        return {**found, "gpu_other_processes": None, "gpu_pids_comparable": None}
+    # under MPS the compute list names the MPS server, which holds the clients' shared context: not a stranger
+    servers = [p["pid"] for p in running if mps and p["pid"] not in ours and _is_mps_server(p["pid"])]
+    clients = [p["pid"] for p in mps or []]
+    comparable = any(pid in ours for pid in [p["pid"] for p in running] + clients) or not (running or clients)
+    return {**found, "gpu_mps_server_pids": servers, "gpu_pids_comparable": comparable,
+            "gpu_other_processes": [p for p in running if p["pid"] not in ours and p["pid"] not in servers]}
 
 
 def _gpu_reads(nvml: Any, handle: Any) -> dict[str, Callable[[], Any]]:
@@ -214,13 +261,18 @@ def gpu_health(handle: Any, nvml: Any, our_pids: set[int] | None = None) -> dict
     Read it while the measured work runs: PCIe links train down to gen 1 at idle to save power.
 
     Args:
-        handle: the NVML device handle.
+        handle: the NVML device handle (a MIG device handle: that instance's processes).
         nvml: the ``pynvml`` module, initialised, or a stand-in (tests).
-        our_pids: pids that are "us"; None: this process and its descendants.
+        our_pids: pids that are "us" (a job's: :meth:`CpuHealthProbe.our_pids`); None: this process and its
+            descendants.
 
     Returns:
-        ``gpu_other_processes`` (list of ``{"pid", "used_memory_bytes"}``), ``gpu_pids_comparable``
-        (False when NVML lists pids of another pid namespace, so ours cannot be told apart),
+        ``gpu_other_processes`` (compute processes not ours, the MPS server excepted: list of ``{"pid",
+        "used_memory_bytes"}``), ``gpu_pids_comparable`` (False when NVML lists pids of another pid namespace,
+        so ours cannot be told apart), ``gpu_mps_processes`` (the MPS clients NVML lists, ours included; None
+        where this pynvml or driver has no MPS query), ``gpu_mps_other_processes`` (MPS clients not ours),
+        ``gpu_mps_active`` (any MPS client listed), ``gpu_mps_server_pids`` (compute processes named
+        ``nvidia-cuda-mps-server`` while MPS clients are listed),
         ``persistence_mode``, ``retired_pages_pending``, ``row_remap_pending``, ``row_remap_failure``
         (bool), ``ecc_uncorrected_volatile`` (count since driver load), ``power_limit_enforced_w`` /
         ``power_limit_default_w`` (W), ``pcie_gen`` / ``pcie_max_gen`` / ``pcie_width`` /
@@ -272,14 +324,30 @@ def _cpu_contention(h: Mapping[str, Any]) -> list[str]:
 
 
 def _gpu_contention(h: Mapping[str, Any]) -> list[str]:
+    return [*_gpu_compute_contention(h), *_mps_contention(h)]
+
+
+def _pid_list(processes: list[Mapping[str, Any]]) -> str:
+    return ", ".join(str(p["pid"]) for p in processes[:5])
+
+
+def _gpu_compute_contention(h: Mapping[str, Any]) -> list[str]:
     others = h.get("gpu_other_processes")
     if not others:
         return []
-    pids = ", ".join(str(p["pid"]) for p in others[:5])
+    pids = _pid_list(others)
     if h.get("gpu_pids_comparable") is False:
         return [f"{len(others)} compute processes on the GPU (pids {pids}, from another pid namespace: this "
                 "process may be one of them); more than one means the GPU was shared"] if len(others) > 1 else []
     return [f"another compute process on the GPU during the window (pids {pids})"]
+
+
+def _mps_contention(h: Mapping[str, Any]) -> list[str]:
+    others = h.get("gpu_mps_other_processes")
+    if not others or h.get("gpu_pids_comparable") is False:
+        return []
+    return [f"another MPS client on the GPU during the window (pids {_pid_list(others)}): its kernels ran "
+            "beside ours through the shared MPS context"]
 
 
 def _steal(h: Mapping[str, Any]) -> list[str]:

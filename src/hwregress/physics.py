@@ -9,7 +9,11 @@ Checks (each sentence states the numbers):
   measured copy roof where none is published;
 * MFU above 1 (MFU = achieved / peak FLOP/s, PaLM, Chowdhery et al. 2022, appendix B);
 * zero or negative energy while the mean power was positive, and energy that disagrees with mean power x
-  window time by more than ``ENERGY_AGREEMENT`` x (E = P t);
+  window time by more than ``ENERGY_AGREEMENT`` x (E = P t), widened to ``ENERGY_AGREEMENT`` x (1 + a / t) where
+  each power reading averages over the last ``a`` seconds (NVML on Ampere and newer: a = 1 s, "the API returns
+  power averaged over 1 sec interval", nvmlDeviceGetPowerUsage): the readings of a window of t seconds mix in up
+  to ``a`` seconds of power from before it. A window shorter than ``a`` is not compared at all: its readings
+  describe the last ``a`` seconds, not the window, and few readings of a lagging average prove nothing;
 * mean power above ``POWER_LIMIT_SLACK`` x the enforced power limit (boards hold their limit on average).
 
 Units: TFLOP/s, GB/s (1e9 bytes/s), J, W, s.
@@ -27,7 +31,7 @@ def physics_violations(*, achieved_tflops: float | None = None, published_peak_t
                        peak_bandwidth_gbs: float | None = None, measured_bandwidth_gbs: float | None = None,
                        mfu: float | None = None, energy_j: float | None = None,
                        mean_power_w: float | None = None, duration_s: float | None = None,
-                       power_limit_w: float | None = None) -> list[str]:
+                       power_limit_w: float | None = None, power_averaging_s: float = 0.0) -> list[str]:
     """Sentences for each impossible number among those given (None: not known, not checked).
 
     Args:
@@ -42,6 +46,7 @@ def physics_violations(*, achieved_tflops: float | None = None, published_peak_t
         mean_power_w: mean power over the window, W.
         duration_s: the window's length, s (enables the E = P t check).
         power_limit_w: the enforced power limit, W.
+        power_averaging_s: seconds each power reading averages over (0: instantaneous readings).
 
     Returns:
         Empty when everything is physically possible.
@@ -50,7 +55,7 @@ def physics_violations(*, achieved_tflops: float | None = None, published_peak_t
         *_roof("achieved", achieved_tflops, "TFLOP/s", published_peak_tflops, measured_gemm_tflops, "GEMM"),
         *_roof("bandwidth", bandwidth_gbs, "GB/s", peak_bandwidth_gbs, measured_bandwidth_gbs, "copy"),
         *_mfu(mfu),
-        *_energy(energy_j, mean_power_w, duration_s),
+        *_energy(energy_j, mean_power_w, duration_s, power_averaging_s),
         *_power(mean_power_w, power_limit_w),
     ]
 
@@ -76,18 +81,23 @@ def _mfu(mfu: float | None) -> list[str]:
     return []
 
 
-def _energy(energy_j: float | None, mean_power_w: float | None, duration_s: float | None) -> list[str]:
+def _energy(energy_j: float | None, mean_power_w: float | None, duration_s: float | None,
+            averaging_s: float) -> list[str]:
     if energy_j is None or mean_power_w is None or mean_power_w <= 0:
         return []
     if energy_j <= 0:
         return [f"energy {energy_j:.4g} J over the window while the mean power was {mean_power_w:.4g} W: "
                 "the energy counter wrapped, was reset, or was read on another device"]
-    if duration_s and duration_s > 0:
-        implied = mean_power_w * duration_s
-        if not implied / ENERGY_AGREEMENT <= energy_j <= implied * ENERGY_AGREEMENT:
-            return [f"energy {energy_j:.4g} J disagrees with mean power {mean_power_w:.4g} W x {duration_s:.4g} s "
-                    f"= {implied:.4g} J by more than {ENERGY_AGREEMENT:g}x"]
-    return []
+    if not duration_s or duration_s <= 0 or duration_s < averaging_s:
+        return []  # the readings describe the last averaging period, not this shorter window
+    implied = mean_power_w * duration_s
+    agreement = ENERGY_AGREEMENT * (1.0 + averaging_s / duration_s)
+    if implied / agreement <= energy_j <= implied * agreement:
+        return []
+    widened = (f" ({ENERGY_AGREEMENT:g}x widened by the {averaging_s:g} s power averaging over a {duration_s:.4g} s "
+               "window)" if averaging_s else "")
+    return [f"energy {energy_j:.4g} J disagrees with mean power {mean_power_w:.4g} W x {duration_s:.4g} s "
+            f"= {implied:.4g} J by more than {agreement:.4g}x{widened}"]
 
 
 def _power(mean_power_w: float | None, power_limit_w: float | None) -> list[str]:

@@ -7,11 +7,17 @@ NVML units: utilization in %, memory in bytes, power in mW (reported here in W),
 (reported in J), temperature in deg C, clocks in MHz. Reference: NVIDIA NVML API Reference Guide,
 "Device Queries" (nvmlDeviceGetUtilizationRates, nvmlDeviceGetPowerUsage,
 nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetCurrentClocksEventReasons).
+
+Power is not the window's: "On Ampere (except GA100) or newer GPUs, the API returns power averaged over 1 sec
+interval. On GA100 and older architectures, instantaneous power is returned" (nvmlDeviceGetPowerUsage). A
+window's energy therefore comes from the total-energy counter (its delta over the window), and a window shorter
+than the averaging period says so (``power_note``) instead of comparing its power with its energy.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +42,10 @@ CLOCK_EVENT_REASONS = {
     0x100: "display_clock_setting",
 }
 IDLE_REASON = 0x1
+# nvmlDeviceGetPowerUsage averages over 1 s on Ampere and newer (GA100 is instantaneous, but NVML's
+# architecture does not tell GA100 from other Ampere chips: assuming the average there only loosens checks)
+POWER_AVERAGING_S = 1.0
+MIG_UUID_PREFIX = "MIG-"
 
 
 def decode_reasons(mask: int) -> list[str]:
@@ -46,7 +56,7 @@ def decode_reasons(mask: int) -> list[str]:
 
 
 class NvmlLookupError(RuntimeError):
-    """No NVML handle matches the CUDA device by PCI bus id or UUID; the message lists each attempt."""
+    """No NVML handle matches the CUDA device by MIG UUID, PCI bus id or UUID; the message lists each attempt."""
 
 
 def pci_bus_id(props: Any) -> str | None:
@@ -72,19 +82,58 @@ def nvml_uuid(props: Any) -> str | None:
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
+def mig_uuid(index: int, props: Any, visible_devices: str | None = None) -> str | None:
+    """The MIG UUID (``"MIG-<uuid>"``, NVML's spelling) of CUDA device ``index`` when it is a MIG instance, else None.
+
+    From ``CUDA_VISIBLE_DEVICES`` (``visible_devices``; None reads the environment) when it lists MIG UUIDs (CUDA
+    numbers the listed devices in order), else from torch's properties: a UUID already spelled ``MIG-...``, or
+    the device's UUID when its name says MIG (CUDA names an instance ``"<GPU> MIG 1g.10gb"``; its UUID is then
+    the instance's: cuDeviceGetUuid_v2, "If the device is in MIG mode, returns its MIG UUID", CUDA Driver API).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible_devices is None else visible_devices
+    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    if index < len(entries) and all(e.startswith(MIG_UUID_PREFIX) for e in entries[:index + 1]):
+        return entries[index]
+    uuid = str(getattr(props, "uuid", None) or "")
+    if uuid.startswith(MIG_UUID_PREFIX):
+        return uuid
+    if uuid and "MIG" in str(getattr(props, "name", "")).split():
+        return MIG_UUID_PREFIX + uuid.removeprefix("GPU-")
+    return None
+
+
+def power_averaging_s(nvml: Any, handle: Any) -> float:
+    """Seconds over which ``nvmlDeviceGetPowerUsage`` averages on this device: 0 (instantaneous) before Ampere,
+    ``POWER_AVERAGING_S`` from Ampere on and wherever the architecture cannot be read (a MIG device handle, an
+    old driver), where assuming the average only loosens what a reading is held to (module doc)."""
+    try:
+        architecture = int(nvml.nvmlDeviceGetArchitecture(handle))
+        ampere = int(nvml.NVML_DEVICE_ARCH_AMPERE)
+    except Exception:  # NVMLError_NotSupported, a pynvml without the query
+        return POWER_AVERAGING_S
+    unknown = int(getattr(nvml, "NVML_DEVICE_ARCH_UNKNOWN", 0xFFFFFFFF))
+    return 0.0 if architecture < ampere and architecture != unknown else POWER_AVERAGING_S
+
+
 class _Nvml:
     """The NVML handle of one CUDA device and guarded queries.
 
     The handle is looked up by PCI bus id, then by UUID, never by index: NVML numbers every GPU of the
     machine while CUDA numbers only those in ``CUDA_VISIBLE_DEVICES``, so NVML index 1 can be another
-    GPU than ``cuda:1``, and its telemetry would be another GPU's, silently.
+    GPU than ``cuda:1``, and its telemetry would be another GPU's, silently. A MIG instance (:func:`mig_uuid`)
+    is looked up by its MIG UUID first (``nvmlDeviceGetHandleByUUID`` accepts "the UUID of the target GPU or
+    MIG instance"), then among the MIG devices of the GPU at its PCI address (its bus id is the whole GPU's),
+    and only then as the whole GPU, which ``lookup`` then says.
 
     Attributes:
         handle: the NVML device handle; ``lookup`` how it was found (``"pci bus id 0000...:18:00.0"``).
+        power_averaging_s: seconds each power reading averages over (:func:`power_averaging_s`).
 
     Raises:
-        NvmlLookupError: neither the bus id nor the UUID names an NVML device.
+        NvmlLookupError: neither the MIG UUID, the bus id nor the UUID names an NVML device.
     """
+
+    power_averaging_s: float = POWER_AVERAGING_S
 
     def __init__(self, device: str) -> None:
         import pynvml
@@ -96,20 +145,32 @@ class _Nvml:
         try:
             index = torch.device(device).index
             index = torch.cuda.current_device() if index is None else index
-            self.handle, self.lookup = self._handle_for(device, torch.cuda.get_device_properties(index))
+            props = torch.cuda.get_device_properties(index)
+            self.handle, self.lookup = self._handle_for(device, props, mig_uuid(index, props))
         except Exception:
             self.close()
             raise
+        self.power_averaging_s = power_averaging_s(pynvml, self.handle)
 
-    def _handle_for(self, device: str, props: Any) -> tuple[Any, str]:
+    def _handle_for(self, device: str, props: Any, mig: str | None) -> tuple[Any, str]:
+        n, bus = self.nvml, pci_bus_id(props)
+        ways: list[tuple[str, str | None, Callable[[str], Any]]]
+        if mig:
+            ways = [("mig uuid", mig, n.nvmlDeviceGetHandleByUUID),
+                    (f"mig uuid {mig} among the MIG devices of the GPU at pci bus id", bus,
+                     lambda key: self._mig_instance(key, mig)),
+                    ("pci bus id", bus, n.nvmlDeviceGetHandleByPciBusId)]  # last: the whole GPU, not the instance
+        else:
+            ways = [("pci bus id", bus, n.nvmlDeviceGetHandleByPciBusId),
+                    ("uuid", nvml_uuid(props), n.nvmlDeviceGetHandleByUUID)]
+        whole_gpu = f" (the whole GPU holding MIG instance {mig})" if mig else ""
         attempts = []
-        for how, key, find in (("pci bus id", pci_bus_id(props), self.nvml.nvmlDeviceGetHandleByPciBusId),
-                               ("uuid", nvml_uuid(props), self.nvml.nvmlDeviceGetHandleByUUID)):
+        for how, key, find in ways:
             if key is None:
                 attempts.append(f"{how}: torch reports none")
                 continue
             try:
-                return find(key), f"{how} {key}"
+                return find(key), f"{how} {key}" + (whole_gpu if how == "pci bus id" else "")
             except Exception as error:  # NVMLError_NotFound, NVMLError_InvalidArgument, ...
                 attempts.append(f"{how} {key}: {type(error).__name__}: {error}")
         raise NvmlLookupError(
@@ -117,9 +178,27 @@ class _Nvml:
             "by NVML index, which ignores CUDA_VISIBLE_DEVICES and may name another GPU"
         )
 
-    def health(self) -> dict[str, Any]:
-        """The GPU's state now (:func:`hwregress.health.gpu_health`)."""
-        return gpu_health(self.handle, self.nvml)
+    def _mig_instance(self, bus: str, uuid: str) -> Any:
+        """The MIG device handle with ``uuid`` among those of the GPU at PCI address ``bus`` (empty slots skipped).
+
+        Raises:
+            LookupError: no MIG device of that GPU has ``uuid``.
+        """
+        n = self.nvml
+        gpu = n.nvmlDeviceGetHandleByPciBusId(bus)
+        for slot in range(int(n.nvmlDeviceGetMaxMigDeviceCount(gpu))):
+            try:
+                instance = n.nvmlDeviceGetMigDeviceHandleByIndex(gpu, slot)
+            except Exception:  # NVMLError_NotFound: no instance in this slot
+                continue
+            found = n.nvmlDeviceGetUUID(instance)
+            if (found.decode() if isinstance(found, bytes) else str(found)) == uuid:
+                return instance
+        raise LookupError(f"no MIG device with UUID {uuid} on the GPU at {bus}")
+
+    def health(self, our_pids: set[int] | None = None) -> dict[str, Any]:
+        """The GPU's state now (:func:`hwregress.health.gpu_health`), ``our_pids`` being "us" on the GPU."""
+        return gpu_health(self.handle, self.nvml, our_pids)
 
     def query(self, name: str, call: Callable[[], Any]) -> Any:
         if name in self.errors:
@@ -174,7 +253,9 @@ class TelemetrySampler:
     ``gpu_unavailable_reason`` and ``gpu_lookup`` (how the NVML device was matched to the CUDA device),
     ``errors`` (metric -> NVML error), ``energy_j`` (GPU energy over the window in J from the
     total-energy counter in mJ; integrated power when the counter is unsupported or did not advance in
-    a short window; else None), ``duration_s``.
+    a short window; else None), ``duration_s``, ``power_averaging_s`` (s each power reading averages over,
+    None without NVML). The GPU's compute processes are judged with the health probe's pids as "us" (a rank's
+    probe: its whole job, so co-located siblings on the GPU are not contention).
     """
 
     def __init__(self, device: str, interval_s: float = 0.1, health_probe: CpuHealthProbe | None = None) -> None:
@@ -189,6 +270,7 @@ class TelemetrySampler:
         self.gpu_lookup: str | None = None
         self.energy_j: float | None = None
         self.energy_source: str | None = None
+        self.power_averaging_s: float | None = None
         self.duration_s = 0.0
         self._nvml: _Nvml | None = None
         self._stop = threading.Event()
@@ -217,6 +299,7 @@ class TelemetrySampler:
             self._nvml = _Nvml(self.device)
             self.gpu_available = True
             self.gpu_lookup = self._nvml.lookup
+            self.power_averaging_s = self._nvml.power_averaging_s
         except Exception as error:  # NVMLError_LibraryNotFound (no driver), DriverNotLoaded, ...
             self.gpu_unavailable_reason = f"NVML unavailable: {type(error).__name__}: {error}"
 
@@ -241,7 +324,7 @@ class TelemetrySampler:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        gpu = self._nvml.health() if self._nvml is not None else {}
+        gpu = self._nvml.health(self._health_probe.our_pids()) if self._nvml is not None else {}
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -293,7 +376,20 @@ class TelemetrySampler:
             "throttle_reasons": self.throttle_reasons(),
             "energy_j": self.energy_j,
             "energy_source": self.energy_source,
+            "power_averaging_s": self.power_averaging_s,
+            "power_note": self.power_note(),
         }
+
+    def power_note(self) -> str | None:
+        """A sentence when the window is shorter than the period each power reading averages over: its power
+        readings describe the last averaging period, not the window; None otherwise."""
+        averaging = self.power_averaging_s
+        if not averaging or not any(s.get("power_w") is not None for s in self.series) or self.duration_s >= averaging:
+            return None
+        return (f"power averaged over {averaging:g} s, not the {self.duration_s:.2g} s window (NVML's power reading "
+                "on Ampere and newer): the window's energy is the total-energy counter's"
+                + ("" if self.energy_source == "total-energy counter" else ", which did not advance; the energy "
+                   "integrated from these readings is approximate"))
 
     def compact_series(self, max_points: int = 200) -> dict[str, list[float | None]]:
         """The time series for the report, thinned to at most ``max_points`` points."""

@@ -6,6 +6,7 @@ timed round of every process ran beside the others. Solo throughput comes from t
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
@@ -25,11 +26,20 @@ MPS_PROCESS_NAMES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 FINISHED_KEY = "hwregress/colocated/finished"
 
 
-def mps_status(device: str) -> tuple[bool | None, str]:
-    """Whether CUDA MPS (Multi-Process Service) shares ``device`` between processes: its control daemon or server
-    running on this host (their process names, NVIDIA's MPS documentation). None on non-CUDA devices."""
+def mps_status(device: str, window_health: Iterable[Mapping[str, Any]] = ()) -> tuple[bool | None, str]:
+    """Whether CUDA MPS (Multi-Process Service) shared ``device`` between the processes: the MPS clients NVML listed
+    on the GPU during their windows (``gpu_mps_processes`` of each process's window health,
+    nvmlDeviceGetMPSComputeRunningProcesses); where NVML could not say, its control daemon or server running on
+    this host (their process names, NVIDIA's MPS documentation). None on non-CUDA devices."""
     if device_kind(device) != "cuda":
         return None, f"not a CUDA device ({device})"
+    listed = [h["gpu_mps_processes"] for h in window_health if h.get("gpu_mps_processes") is not None]
+    if listed:
+        pids = sorted({p["pid"] for processes in listed for p in processes})
+        if pids:
+            return True, (f"NVML listed {len(pids)} MPS client processes on the GPU during the window (pids "
+                          f"{', '.join(map(str, pids[:8]))}): kernels of the processes may run concurrently")
+        return False, "NVML listed no MPS client on the GPU during the window: the processes time-slice the GPU"
     import psutil
 
     running = sorted({p.info["name"] for p in psutil.process_iter(["name"]) if p.info["name"] in MPS_PROCESS_NAMES})

@@ -22,6 +22,8 @@ from hwregress.dist.topology import Topology
 # every process this node starts for a job carries a token of its own (not the run id: on one machine, two
 # nodes' sessions share the run id and must not end each other's processes): how stragglers are found and ended
 JOB_VARIABLE = "HWREGRESS_JOB"
+# the pid of the process that launched the job (the pytest worker): the root of what each rank's health counts as "us"
+JOB_OWNER_VARIABLE = "HWREGRESS_JOB_OWNER_PID"
 STARTUP_GRACE_S = 60.0  # interpreter start, imports and the rendezvous, before a rank's first heartbeat counts
 POLL_S = 0.2
 
@@ -71,7 +73,22 @@ def run_job(spec: JobSpec, topology: Topology) -> dict[str, Any]:
 
 def _environment(spec: JobSpec, topology: Topology, token: str) -> dict[str, str]:
     path = os.pathsep.join([*spec.sys_path, os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
-    return {**os.environ, JOB_VARIABLE: token, "HWREGRESS_NODE_RANK": str(topology.node_rank), "PYTHONPATH": path}
+    return {**os.environ, JOB_VARIABLE: token, JOB_OWNER_VARIABLE: str(os.getpid()),
+            "HWREGRESS_NODE_RANK": str(topology.node_rank), "PYTHONPATH": path}
+
+
+def job_owner() -> Any | None:
+    """The process that launched this job (a psutil process): the pytest worker whose pid :func:`run_job` put in
+    ``HWREGRESS_JOB_OWNER_PID``; None without the variable, or when that pid is no longer an ancestor of this
+    process (it ended and the pid was reused)."""
+    import psutil
+
+    try:
+        owner = psutil.Process(int(os.environ[JOB_OWNER_VARIABLE]))
+        descendants = {child.pid for child in owner.children(recursive=True)}
+    except (KeyError, ValueError, psutil.Error):
+        return None
+    return owner if os.getpid() in descendants else None
 
 
 def _watch(process: subprocess.Popen[bytes], spec: JobSpec) -> str | None:

@@ -11,6 +11,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from hwregress.dist.launch import job_owner
 from hwregress.health import CpuHealthProbe
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer
@@ -45,10 +46,13 @@ def window_report(window: TelemetrySampler) -> dict[str, Any]:
 
 
 def job_health_probe() -> CpuHealthProbe:
-    """The host's health over a rank's timed window with this node's whole job as "us": the launcher's agent (the
-    rank's parent) and every local rank under it, so the other ranks never count as contention, while anything
-    else on the machine does (:class:`hwregress.health.CpuHealthProbe`)."""
-    return CpuHealthProbe(process=psutil.Process(os.getppid()))
+    """The host's health over a rank's timed window with this node's whole job as "us": the pytest worker that
+    launched the job (:func:`hwregress.dist.launch.job_owner`) and every process under it (the driver and its
+    elastic agent, every local rank, their workers), so neither the other ranks nor the test watching them count
+    as contention, while anything else on the machine (another pytest-xdist worker included) does
+    (:class:`hwregress.health.CpuHealthProbe`). Where the owner is unknown: the rank's parent, the agent, and the
+    ranks under it."""
+    return CpuHealthProbe(process=job_owner() or psutil.Process(os.getppid()))
 
 
 def max_over_ranks(value: float, device: str, dtype: torch.dtype = torch.int64) -> float:

@@ -114,7 +114,7 @@ class DistributedBench:
                           threads=threads)
         together = self._launch(record, spec, joint=False)[1]
         lines = figures.colocation_members(together, solo)
-        active, detail = mps_status(device)
+        active, detail = mps_status(device, [member.get("health") or {} for member in together])
         record.unit = workloads.get(members[0]).unit
         _fill_samples(record, figures.aggregate_samples(together), together)
         peaks = [line["peak_memory_bytes"] for line in lines]  # the device held them all at once: their sum
