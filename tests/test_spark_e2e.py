@@ -78,9 +78,10 @@ def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spa
 
 @needs_spark
 def test_an_out_of_memory_in_the_python_workers_is_oom_naming_the_batch_and_device(spark_project):
-    # the tiny model raises torch.OutOfMemoryError ("CUDA out of memory") at batch 32 in Spark's Python workers, which
-    # inherit the environment: the driver sees a PythonException (batch) and a StreamingQueryException (stream)
-    result = spark_project.run(*SPARK, "-rs", env={"HWREGRESS_SELFTEST_OOM_AT": "32"}, fast=False)
+    # the tiny model raises torch.OutOfMemoryError ("CUDA out of memory") at any batch in Spark's Python workers (they
+    # inherit the environment; a stream's micro-batches hold fewer rows than --batch-sizes): the driver sees a
+    # PythonException (batch) and a StreamingQueryException (stream)
+    result = spark_project.run(*SPARK, "-rs", env={"HWREGRESS_SELFTEST_OOM_AT": "1"}, fast=False)
     result.assert_outcomes(skipped=2)
     records = _records(spark_project)
     for record in records.values():
