@@ -1,8 +1,8 @@
 """The spark family end to end on a real Spark: embedded local[2] through the plugin (records, baselines, an injected
-slowdown judged red), a standalone master and worker on 127.0.0.1 started with pyspark's own launcher, a stream
-whose producer and query are stopped mid-stream and restarted (exactly once), and a machine without Java (skipped
-with the reason). Skipped where PySpark or a Java 17+ runtime is missing, except the missing-Java scenario, which
-needs only PySpark."""
+slowdown judged red, an out-of-memory in the Python workers recorded as oom), a standalone master and worker on
+127.0.0.1 started with pyspark's own launcher, a stream whose producer and query are stopped mid-stream and
+restarted (exactly once), and a machine without Java (skipped with the reason). Skipped where PySpark or a Java 17+
+runtime is missing, except the missing-Java scenario, which needs only PySpark."""
 
 from __future__ import annotations
 
@@ -74,6 +74,21 @@ def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spa
     slow_stream.assert_outcomes(failed=1)
     stream = _records(spark_project)["stream"]
     assert stream["verdict"] == "regression" and "latency p50" in stream["message"]
+
+
+@needs_spark
+def test_an_out_of_memory_in_the_python_workers_is_oom_naming_the_batch_and_device(spark_project):
+    # the tiny model raises torch.OutOfMemoryError ("CUDA out of memory") at any batch in Spark's Python workers (they
+    # inherit the environment; a stream's micro-batches hold fewer rows than --batch-sizes): the driver sees a
+    # PythonException (batch) and a StreamingQueryException (stream)
+    result = spark_project.run(*SPARK, "-rs", env={"HWREGRESS_SELFTEST_OOM_AT": "1"}, fast=False)
+    result.assert_outcomes(skipped=2)
+    records = _records(spark_project)
+    for record in records.values():
+        assert record["verdict"] == "oom", record["message"]
+        assert record["message"].startswith("out of memory at batch 32 on cpu in a Spark Python worker (master local[2]): "
+                                            "torch.OutOfMemoryError: CUDA out of memory (injected by the self-test)")
+    result.stdout.fnmatch_lines(["*out of memory at batch 32 on cpu in a Spark Python worker*"])
 
 
 @needs_spark

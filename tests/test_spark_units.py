@@ -15,17 +15,23 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
+from fakes import cuda as fake_cuda
+from fakes import spark as fake_spark
+from fakes.spark import FakeTaskContext
 from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import REPO
+from hwregress import bench as hw_bench
 from hwregress import workloads
 from hwregress.compare import Measured, Tolerances, judge, judges_latency
 from hwregress.lifecycle import HISTORY_LENGTH, make_entry
 from hwregress.matrix import Selection, case_id, cases
+from hwregress.plugin.record import HwSkip
 from hwregress.results import TestRecord
 from hwregress.session import _measured
-from hwregress.spark import batch, engine, stream
+from hwregress.spark import batch, engine, predictor, stream
 from hwregress.spark.settings import DEFAULT_STREAM_SECONDS, SparkSettings
 from hwregress.timing import TimingPlan
 from hwregress.verdicts import Verdict
@@ -672,3 +678,156 @@ def test_a_spark_master_alone_opts_the_family_in(spark_project):
                                                ([2.0, 20.0, 3.0], [2.0, 20.0, 3.0]), ([], [])])
 def test_steady_rates_drop_the_filling_and_draining_micro_batches_when_enough_remain(rates, steady):
     assert stream.steady_rates(rates) == steady
+
+
+# -- GPUs: one Python worker per GPU, a worker's out-of-memory is oom -------------------------------------------------
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_a_gpu_test_gets_one_task_slot_per_gpu_whatever_the_cores_and_gpus(monkeypatch, gpus):
+    fake_cuda.install(monkeypatch, {i: fake_cuda.fake_properties(bus=0x18 + i) for i in range(gpus)})
+    monkeypatch.setattr(engine, "host_cores", lambda: 16)
+    settings = SparkSettings(conf=(("spark.executor.memory", "8g"),))
+    # local mode gives tasks no GPU address, so each of N task slots would run its own Python worker on the one
+    # device under test: one slot per GPU the test runs on
+    for index in range(torch.cuda.device_count()):
+        assert settings.engine(f"cuda:{index}") == engine.EngineConfig("local[1]", (("spark.executor.memory", "8g"),))
+    assert settings.engine("cpu").master == "local[16]"  # the CPU keeps one task per core
+    assert SparkSettings(master="local[4]").engine("cuda:0").master == "local[4]"  # asked for: kept
+
+
+def test_the_predictor_takes_the_gpu_spark_gave_the_task_else_the_device_under_test(monkeypatch):
+    pyspark = pytest.importorskip("pyspark")
+    spec = predictor.PredictSpec("mobilenet_v3_small", "cuda:0", "fp32")
+    for context, device in [(FakeTaskContext(gpus=["2"]), "cuda:2"), (FakeTaskContext(gpus=None), "cuda:0"),
+                            (FakeTaskContext(gpus=[]), "cuda:0"), (None, "cuda:0")]:
+        monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls, context=context: context))
+        assert predictor.executor_device(spec) == device
+    assert predictor.executor_device(predictor.PredictSpec("tiny", "cpu", "fp32")) == "cpu"
+
+
+def test_the_predict_function_builds_its_model_on_the_tasks_gpu_with_the_tasks_cpus(monkeypatch):
+    pyspark = pytest.importorskip("pyspark")
+    built = []
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: FakeTaskContext(gpus=["2"], task_cpus=3)))
+    monkeypatch.setattr(predictor, "Predictor", lambda spec, device, threads: built.append((device, threads)))
+    predictor.make_predict_fn(predictor.PredictSpec("mobilenet_v3_small", "cuda:0", "fp32"))()
+    assert built == [("cuda:2", 3)]
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    (fake_spark.WORKER_CUDA_OOM, f"torch.OutOfMemoryError: {fake_spark.CUDA_OOM_MESSAGE}"),
+    (fake_spark.STREAM_CUDA_OOM, f"torch.OutOfMemoryError: {fake_spark.CUDA_OOM_MESSAGE}"),
+    (fake_spark.WORKER_CUDA_OOM.replace("torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError"),  # torch < 2.5
+     f"torch.cuda.OutOfMemoryError: {fake_spark.CUDA_OOM_MESSAGE}"),
+    ("Traceback (most recent call last):\nRuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB)",
+     "RuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB)"),
+    ("Traceback (most recent call last):\nRuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+     "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+    (fake_spark.WORKER_VALUE_ERROR, None), (fake_spark.JVM_HEAP_OOM, None),
+    ("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access was encountered", None),
+])
+def test_a_worker_traceback_is_out_of_memory_by_its_exception_line(text, line):
+    assert hw_bench.out_of_memory_in_traceback(text) == line
+
+
+def _spark_bench(monkeypatch, tmp_path, master: str | None = None):
+    """A SparkBench whose Spark session is a fake: ``started`` lists the masters started, ``stopped`` those stopped."""
+    from hwregress.plugin import spark as plugin_spark
+
+    started, stopped = [], []
+
+    class Session:
+        def __init__(self, config):
+            self.master = config.master
+            self.sparkContext = SimpleNamespace(defaultParallelism=1, master=config.master)
+            started.append(config.master)
+
+        def stop(self):
+            stopped.append(self.master)
+
+    monkeypatch.setattr(engine, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(engine, "start_session", Session)
+    monkeypatch.setattr(engine, "describe", lambda session: {"spark_version": "4.3.0", "master": session.master,
+                                                             "layout": "1 executor x 1 cores, 1 CPU per task"})
+    monkeypatch.setattr(plugin_spark, "session_temp", lambda request: tmp_path)
+    bench = SimpleNamespace(config=SimpleNamespace(stash=pytest.Stash()), request=None,
+                            settings=SimpleNamespace(spark=SparkSettings(master=master), workload_modules=(),
+                                                     plan=TimingPlan(rounds=5), telemetry_interval_s=0.1))
+    return plugin_spark.SparkBench(bench), started, stopped
+
+
+def test_the_session_follows_the_device_kind_under_test_unless_a_master_is_given(monkeypatch, tmp_path):
+    monkeypatch.setattr(engine, "host_cores", lambda: 16)
+    bench, started, stopped = _spark_bench(monkeypatch, tmp_path)
+    for device in ("cpu", "cpu", "cuda:0", "cuda:1", "cpu"):
+        assert bench._engine(device).session.master == ("local[16]" if device == "cpu" else "local[1]")
+    assert started == ["local[16]", "local[1]", "local[16]"] and stopped == ["local[16]", "local[1]"]
+    given, started, stopped = _spark_bench(monkeypatch, tmp_path, master="spark://head:7077")
+    for device in ("cpu", "cuda:0", "cuda:1"):
+        given._engine(device)
+    assert started == ["spark://head:7077"] and stopped == []
+
+
+def _record(device: str, pipeline: str) -> TestRecord:
+    return TestRecord(test_id=f"test_spark[{device}-mobilenet_v3_small-{pipeline}-bs256-fp32]", family="spark",
+                      device=device, model="mobilenet_v3_small", mode=pipeline, batch_size=256, dtype="fp32")
+
+
+def test_a_cuda_out_of_memory_in_a_batch_worker_is_an_oom_naming_the_batch_and_device(monkeypatch, tmp_path):
+    bench, _, _ = _spark_bench(monkeypatch, tmp_path)
+
+    def worker_runs_out_of_memory(session, spec, on_timed=None):
+        raise fake_spark.PythonException(fake_spark.WORKER_CUDA_OOM)
+
+    monkeypatch.setattr(batch, "run_batch", worker_runs_out_of_memory)
+    record = _record("cuda:1", "batch")
+    with pytest.raises(HwSkip) as skipped:
+        bench.measure(record, "cuda:1", "mobilenet_v3_small", "batch", 256, "fp32")
+    assert skipped.value.verdict == Verdict.OOM
+    assert record.message.startswith("out of memory at batch 256 on cuda:1 in a Spark Python worker (master local[1])")
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" in record.message
+    assert str(skipped.value.msg) == record.message
+
+
+def test_a_cuda_out_of_memory_in_a_stream_worker_is_an_oom(monkeypatch, tmp_path):
+    bench, _, _ = _spark_bench(monkeypatch, tmp_path)
+    # the query's error reaches the family through stream._check, as in a real run; a long traceback (a deep
+    # stack of the worker's frames) puts the out-of-memory line past what the StreamFailed message keeps
+    frames = '  File "/venv/lib/python3.11/site-packages/pyspark/worker.py", line 1, in main\n    process()\n' * 40
+    text = fake_spark.STREAM_CUDA_OOM.replace("Traceback (most recent call last):\n",
+                                              "Traceback (most recent call last):\n" + frames)
+    monkeypatch.setattr(stream, "run_stream", lambda session, spec: stream._check(
+        fake_spark.FakeStreamingQuery(fake_spark.PythonException(text)), None))
+    record = _record("cuda:0", "stream")
+    with pytest.raises(HwSkip) as skipped:
+        bench.measure(record, "cuda:0", "mobilenet_v3_small", "stream", 256, "fp32")
+    assert skipped.value.verdict == Verdict.OOM
+    assert record.message.startswith("out of memory at batch 256 on cuda:0 in a Spark Python worker (master local[1])")
+
+
+@pytest.mark.parametrize("text", [fake_spark.WORKER_VALUE_ERROR, fake_spark.JVM_HEAP_OOM])
+def test_a_worker_bug_or_a_driver_heap_exhaustion_still_fails(monkeypatch, tmp_path, text):
+    bench, _, _ = _spark_bench(monkeypatch, tmp_path)
+
+    def worker_fails(session, spec, on_timed=None):
+        raise fake_spark.PythonException(text)
+
+    monkeypatch.setattr(batch, "run_batch", worker_fails)
+    record = _record("cuda:0", "batch")
+    with pytest.raises(pytest.fail.Exception):
+        bench.measure(record, "cuda:0", "mobilenet_v3_small", "batch", 256, "fp32")
+    assert record.message.startswith("Spark batch inference failed: PythonException")
+
+
+def test_an_out_of_memory_of_the_plain_torch_reference_in_the_driver_is_an_oom(monkeypatch, tmp_path):
+    bench, _, _ = _spark_bench(monkeypatch, tmp_path)
+
+    def reference_runs_out_of_memory(session, spec, on_timed=None):
+        raise torch.OutOfMemoryError(fake_spark.CUDA_OOM_MESSAGE)
+
+    monkeypatch.setattr(batch, "run_batch", reference_runs_out_of_memory)
+    record = _record("cuda:0", "batch")
+    with pytest.raises(HwSkip) as skipped:
+        bench.measure(record, "cuda:0", "mobilenet_v3_small", "batch", 256, "fp32")
+    assert skipped.value.verdict == Verdict.OOM
+    assert record.message.startswith("out of memory at batch 256 on cuda:0 in the driver process: OutOfMemoryError: "
+                                     "CUDA out of memory. Tried to allocate 2.00 GiB")

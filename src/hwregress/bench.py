@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,10 +122,32 @@ def is_out_of_memory(error: BaseException) -> bool:
     oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
     if isinstance(error, MemoryError) or (oom_type and isinstance(error, oom_type)):
         return True
-    if not isinstance(error, RuntimeError):
-        return False
-    text = str(error).lower()
+    return isinstance(error, RuntimeError) and _says_out_of_memory(str(error))
+
+
+def _says_out_of_memory(message: str) -> bool:
+    text = message.lower()
     return "out of memory" in text or "can't allocate memory" in text or any(m in text for m in LIBRARY_OOM_MARKERS)
+
+
+# The exception line a Python traceback ends with, at the start of a line: "torch.OutOfMemoryError: CUDA out of
+# memory. ..." (traceback prints the class as module.qualname: torch.OutOfMemoryError from torch 2.5, before it
+# torch.cuda.OutOfMemoryError). A JVM's "java.lang.OutOfMemoryError: Java heap space" is Spark's own heap, not the
+# device: its name is not one of these.
+_TRACEBACK_EXCEPTION = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?::[ \t]*(?P<message>.*))?$", re.MULTILINE)
+OOM_EXCEPTION_NAMES = frozenset({"torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "MemoryError"})
+
+
+def out_of_memory_in_traceback(text: str) -> str | None:
+    """The out-of-memory exception line of a Python traceback carried as text, or None. A Spark Python worker's
+    exception reaches the driver only so (``PythonException``, ``Py4JJavaError`` and ``StreamingQueryException``
+    messages hold the worker's traceback): the same allocation failures as :func:`is_out_of_memory`, by name
+    (``OOM_EXCEPTION_NAMES``) or as a ``RuntimeError`` whose message says so (MPS, cuBLAS/cuDNN)."""
+    for match in _TRACEBACK_EXCEPTION.finditer(text):
+        name, message = match["name"], match["message"] or ""
+        if name in OOM_EXCEPTION_NAMES or (name == "RuntimeError" and _says_out_of_memory(message)):
+            return match.group(0).strip()
+    return None
 
 
 def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: Inputs,

@@ -63,7 +63,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--dist-timeout", "hwregress_dist_timeout", "300",
            "seconds a distributed job's rank may go without progress before the test fails and the job is ended"),
     Option("--spark-master", "hwregress_spark_master", None,
-           "master URL of the spark family's session: local[N], spark://HOST:PORT, yarn, k8s://... (default: local[cores])"),
+           "master URL of the spark family's session: local[N], spark://HOST:PORT, yarn, k8s://... "
+           "(default: local[cores]; a GPU test: local[1])"),
     Option("--spark-rows", "hwregress_spark_rows", None,
            "rows of the spark family's batch data set (default: CPU 2048, GPU 16384)"),
     Option("--spark-stream-rate", "hwregress_spark_stream_rate", None,
@@ -192,7 +193,7 @@ def _spark(config: pytest.Config) -> SparkSettings:
     master = _value(config, "hwregress_spark_master")[0]
     if master is not None and not str(master).strip():
         raise pytest.UsageError(f"{_source(config, 'hwregress_spark_master')} is empty; give a master URL or leave it out "
-                                "for local[cores]")
+                                "for the default (local[cores]; a GPU test: local[1])")
     return SparkSettings(
         master=str(master).strip() if master is not None else None, conf=conf,
         rows=_optional_number(config, "hwregress_spark_rows", int, 1, 10_000_000),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from hwregress import parity, workloads
+from hwregress.bench import is_out_of_memory, out_of_memory_in_traceback
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.results import TestRecord
@@ -34,6 +35,7 @@ class SparkEngine:
     """This process's Spark session, started once, with what it runs on and how long it took to start."""
 
     def __init__(self, config: engine.EngineConfig) -> None:
+        self.config = config
         started = time.perf_counter()
         self.session = engine.start_session(config)
         self.startup_s = time.perf_counter() - started
@@ -62,7 +64,7 @@ class SparkBench:
                 dtype: str) -> list[str]:
         """Measure ``pipeline`` (``batch`` or ``stream``) and fill ``record``; returns the failures the family adds
         to the baseline's judgement (disagreement with plain torch, images lost or predicted twice)."""
-        running = self._engine()
+        running = self._engine(device)
         record.unit = "samples/s"
         record.environment.update(engine.fingerprint(running.description))
         mean, std = pixel_statistics()
@@ -73,14 +75,19 @@ class SparkBench:
             return self._batch(record, running, spec, batch_size, facts)
         return self._stream(record, running, spec, batch_size, facts)
 
-    def _engine(self) -> SparkEngine:
+    def _engine(self, device: str) -> SparkEngine:
+        """This process's session for a test on ``device``; one started for another device kind's default master
+        (CPU tests, then GPU tests) is stopped and a session on this device's master started."""
         reason = engine.unavailable_reason()
         if reason is not None:
             skip_with(Verdict.UNSUPPORTED, reason)
         stash = self.bench.config.stash
+        wanted = self.settings.engine(device)
+        if ENGINE_KEY in stash and stash[ENGINE_KEY].config != wanted:
+            stop_engine(self.bench.config)
         if ENGINE_KEY not in stash:
             try:
-                stash[ENGINE_KEY] = SparkEngine(self.settings.engine())
+                stash[ENGINE_KEY] = SparkEngine(wanted)
             except engine.SparkUnavailable as error:
                 pytest.fail(f"SparkUnavailable: {error}", pytrace=False)
         return stash[ENGINE_KEY]
@@ -96,6 +103,7 @@ class SparkBench:
         try:
             result = batch.run_batch(running.session, plan, on_timed=lambda: sampler)
         except Exception as error:  # Py4J, Spark's PythonException and worker errors share no base class
+            _out_of_memory(record, error, running)
             _fail(record, f"Spark batch inference failed: {_first_lines(error)}")
         _fill_samples(record, result.spark_samples, sampler)
         record.rounds, record.steps_per_round = len(result.spark_samples), result.rows // batch_size
@@ -123,8 +131,10 @@ class SparkBench:
             with sampler:
                 result = stream.run_stream(running.session, plan)
         except stream.StreamFailed as error:
+            _out_of_memory(record, error, running)
             _fail(record, f"StreamFailed: {error} (stream folder: {folder})")
         except Exception as error:  # the query did not start: Spark's own error
+            _out_of_memory(record, error, running)
             _fail(record, f"Spark streaming failed: {_first_lines(error)} (stream folder: {folder})")
         _fill_samples(record, result.output_rates, sampler)
         percentiles = result.latency_percentiles()
@@ -184,6 +194,33 @@ def _energy(record: TestRecord, sampler: TelemetrySampler, images: int) -> None:
 def _fail(record: TestRecord, message: str) -> NoReturn:
     record.message = message
     pytest.fail(message, pytrace=False)
+
+
+def _out_of_memory(record: TestRecord, error: BaseException, running: SparkEngine) -> None:
+    """End the test as ``oom`` ("out of memory at batch 256 on cuda:0 in a Spark Python worker (master local[1]):
+    torch.OutOfMemoryError: CUDA out of memory. ...") when ``error`` or what it was raised from is an allocation
+    failure: a Python worker's, known to the driver only by the traceback in the error's text, or the driver's own
+    (the plain-torch reference runs there); return otherwise."""
+    for cause in _chain(error):
+        line = out_of_memory_in_traceback(str(cause))
+        if line is not None:
+            where = f"in a Spark Python worker (master {running.description.get('master')})"
+        elif is_out_of_memory(cause) and not isinstance(cause, stream.StreamFailed):
+            line, where = f"{type(cause).__name__}: {str(cause).strip()}", "in the driver process"
+        else:
+            continue
+        record.message = f"out of memory at batch {record.batch_size} on {record.device} {where}: {line[:600]}"
+        skip_with(Verdict.OOM, record.message)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the errors it was raised from (``raise ... from``), outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__
+    return chain
 
 
 def _first_lines(error: BaseException, lines: int = 12) -> str:

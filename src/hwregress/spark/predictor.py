@@ -113,7 +113,10 @@ class Predictor:
 
 def executor_device(spec: PredictSpec) -> str:
     """The device a Spark task predicts on: the GPU Spark's resource scheduling gave the task
-    (``spark.task.resource.gpu.amount``), else the spec's device."""
+    (``spark.task.resource.gpu.amount``: ``TaskContext.get().resources()["gpu"].addresses``, index strings, as
+    pyspark/taskcontext.py has them), else the spec's device: in local mode a task is given no GPU (Spark's
+    ``LocalSchedulerBackend`` offers cores only), so the default ``local[1]`` of a GPU test runs its one Python
+    worker on the device under test."""
     if device_kind(spec.device) != "cuda":
         return spec.device
     from pyspark import TaskContext

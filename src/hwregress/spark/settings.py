@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hwregress.devices import device_kind
-from hwregress.spark.engine import EngineConfig, default_master
+from hwregress.spark import engine
+from hwregress.spark.engine import EngineConfig
 
 # rows of the batch data set: the 1,797 digits repeated to a few thousand, more where a pass is fast
 DEFAULT_ROWS = {"cpu": 2048, "cuda": 16384, "mps": 4096}
@@ -13,6 +14,17 @@ DEFAULT_ROWS = {"cpu": 2048, "cuda": 16384, "mps": 4096}
 # mobilenet_v3_small on 2 cores), so a healthy stream keeps up and its latency is the engine's, not a queue's
 DEFAULT_RATE = {"cpu": 20.0, "cuda": 200.0, "mps": 100.0}
 DEFAULT_STREAM_SECONDS = 15.0  # measured images = rate x this
+# task slots of the default local master per GPU a test runs on: Spark's local mode gives a task no GPU address
+# ("local mode doesn't support extra resources like GPUs right now", LocalSchedulerBackend.scala, LocalEndpoint),
+# so every task, each in its own Python worker, predicts on the device under test
+GPU_TASK_SLOTS = 1
+
+
+def default_master(device: str) -> str:
+    """The master of a test on ``device`` without ``--spark-master``: the CPU: ``local[cores]``, one task per core;
+    a GPU: ``local[1]``, one task slot and so one Python worker on it (``local[cores]`` would put a worker per core,
+    each with its own model and CUDA context, on the same GPU)."""
+    return engine.default_master() if device_kind(device) == "cpu" else f"local[{GPU_TASK_SLOTS}]"
 
 
 @dataclass(frozen=True)
@@ -20,7 +32,8 @@ class SparkSettings:
     """The ``--spark-*`` options.
 
     Attributes:
-        master: master URL (``--spark-master``); None: ``local[N]``, N = this host's cores.
+        master: master URL (``--spark-master``); None: :func:`default_master` of the device under test
+            (``local[cores]`` on the CPU, ``local[1]`` on a GPU).
         conf: ``--spark-conf key=value`` pairs, in order.
         rows: rows of the batch data set (``--spark-rows``); None: :data:`DEFAULT_ROWS` of the device kind.
         stream_rate: images written per second (``--spark-stream-rate``); None: :data:`DEFAULT_RATE`.
@@ -34,8 +47,9 @@ class SparkSettings:
     stream_rate: float | None = None
     stream_images: int | None = None
 
-    def engine(self) -> EngineConfig:
-        return EngineConfig(self.master or default_master(), self.conf)
+    def engine(self, device: str = "cpu") -> EngineConfig:
+        """The session a test on ``device`` runs in: the given master, else :func:`default_master` of ``device``."""
+        return EngineConfig(self.master or default_master(device), self.conf)
 
     def rows_for(self, device: str) -> int:
         return self.rows or DEFAULT_ROWS.get(device_kind(device), DEFAULT_ROWS["cpu"])

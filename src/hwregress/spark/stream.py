@@ -37,7 +37,8 @@ LATENCY_POINTS = 100  # latency quantiles kept for the report's distribution cha
 
 
 class StreamFailed(RuntimeError):
-    """The streaming query failed or did not catch up; the message has Spark's error or the counts."""
+    """The streaming query failed or did not catch up; the message has Spark's error (cut to 2,000 characters; the
+    whole error, with a Python worker's traceback, is the ``__cause__``) or the counts."""
 
 
 @dataclass(frozen=True)
@@ -309,7 +310,7 @@ def _drain(query: Any, progress: _Progress, total: int, timeout_s: float) -> Non
 def _check(query: Any, producer: Producer | None) -> None:
     error = query.exception()
     if error is not None:
-        raise StreamFailed(f"the streaming query failed: {str(error).strip()[:2000]}")
+        raise StreamFailed(f"the streaming query failed: {str(error).strip()[:2000]}") from error
     if not query.isActive:
         raise StreamFailed("the streaming query stopped by itself")
     if producer is not None and producer.error is not None:
