@@ -73,6 +73,14 @@ def test_row_from_record_summarizes_samples_and_picks_telemetry_means():
     assert row["unit"] == "samples/s"
 
 
+def test_row_from_record_keeps_the_test_identity_for_the_dashboard_filters():
+    record = measured_record(family="throughput", model="resnet18", mode="infer", batch_size=8, dtype="bf16")
+    row = row_from_record(record, "s", TIME, "abcd")
+    assert row is not None
+    assert {k: row[k] for k in ("family", "model", "mode", "batch_size", "dtype")} == {
+        "family": "throughput", "model": "resnet18", "mode": "infer", "batch_size": 8, "dtype": "bf16"}
+
+
 def test_row_from_record_keeps_cpu_health_shares_and_the_first_two_causes():
     record = measured_record(health={"other_cpu_fraction": 0.39, "steal_fraction": float("nan"), "logical_cores": 2,
                                      "cpu_governor": None},

@@ -6,11 +6,16 @@
                                           (each a baselines file, a hardware key or a results.json)
     python -m hwregress report merge RESULTS.json... -o FILE.html [--history-dir DIR]...
     python -m hwregress report render RESULTS.json|UNFINISHED.jsonl -o FILE.html [--history-dir DIR]
-    python -m hwregress history [--dir reports/history] [--key K]... [--test SUBSTRING] [--since DATE]
-                                [--last N] [--tolerance 0.05] [--fail-on regression|drift|any]
+    python -m hwregress report compare A.json B.json -o FILE.html [--fail-on regression|improvement|any]
+                                       [--tolerance F] [--max-threshold F] [--accept-identity]
+    python -m hwregress history [render -o FILE.html] [--dir reports/history] [--key K]... [--test SUBSTRING]
+                                [--since DATE] [--last N] [--tolerance 0.05] [--fail-on regression|drift|any]
+                                [--status regression|drift|improvement|accepted|steady|short|changed]...
+                                [--format text|json]
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
+``report compare`` exits 1 when B's verdict against A matches ``--fail-on``;
 ``history`` exits 1 when a test's latest segment matches ``--fail-on`` (``regression``: a regression or a drift).
 Outputs are written atomically and never over an input.
 """
@@ -341,9 +346,11 @@ def _history_store(directory: Path) -> HistoryStore:
 # -- history -----------------------------------------------------------------------------------------------
 def cmd_history(args: argparse.Namespace) -> int:
     """``history``: per test its recent sessions with change points marked; exit 1 on ``--fail-on``."""
+    from hwregress.cli_history import check_actions, history_json, render_dashboard_file, with_status
     from hwregress.history_table import recorded_since, status_counts, trend_table
     from hwregress.trends import load_trends
 
+    check_actions(args)
     store = _history_store(args.dir)
     known = store.hardware_keys()
     unknown = [key for key in args.key or () if key not in known]
@@ -358,9 +365,15 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not trends:
         raise CliError(args.dir, "no test in the history matches" + (f" --test {args.test!r}" if args.test else "")
                        + (f" since {args.since.isoformat()}" if args.since else ""), "check the filters, or run a session first")
-    for trend in trends:
-        print("\n".join(trend_table(trend, args.since, args.last)), end="\n\n")
-    print(status_counts(trends))
+    trends = with_status(trends, args.status)
+    if args.action == "render":
+        return render_dashboard_file(args, trends, warnings)
+    if args.format == "json":
+        print(history_json(trends, warnings, str(args.dir), args.tolerance))
+    else:
+        for trend in trends:
+            print("\n".join(trend_table(trend, args.since, args.last)), end="\n\n")
+        print(status_counts(trends) if trends else f"0 tests with status {', '.join(args.status)}")
     failing = [t for t in trends if args.fail_on and t.status in HISTORY_FAIL_ON[args.fail_on]]
     for trend in failing:
         print(f"hwregress: {trend.status}: {trend.hardware_key} {trend.test_id}: {trend.summary}", file=sys.stderr)
@@ -448,6 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--fail-on", choices=sorted(HISTORY_FAIL_ON), default=None,
                          help="exit 1 when a test's latest segment is a regression or drift (regression), a drift, or any change")
     history.set_defaults(handler=cmd_history)
+    from hwregress.cli_compare import add_compare_parser  # here, not at the top: those modules import this one
+    from hwregress.cli_history import add_history_actions
+
+    add_history_actions(history)
+    add_compare_parser(report)
     return parser
 
 

@@ -15,7 +15,8 @@ Discipline, as for baselines (:mod:`hwregress.baselines`):
   ``<dir>/packages/<hash>.json``, so the history can say which packages changed between two sessions.
 
 Row fields (``HISTORY_ROW_VERSION`` 1): ``v``, ``session`` (id of the pytest session), ``time`` (UTC, ISO 8601),
-``test_id``, ``hardware_key``, ``device``, ``device_name``, ``identity`` (hardware identity,
+``test_id``, ``hardware_key``, ``device``, ``device_name``, ``family``, ``model``, ``mode``, ``batch_size``,
+``dtype`` (the test's identity, for the dashboard's filters; older rows lack them), ``identity`` (hardware identity,
 :mod:`hwregress.identity`), ``hwregress_version``, ``environment`` (:func:`hwregress.devices.environment_fingerprint`),
 ``packages`` (hash), ``unit``, ``median``, ``q1``, ``q3``, ``iqr``, ``n`` (of the per-round samples),
 ``verdict``, ``ratio``, ``threshold``, ``baseline_median``, ``baseline_recorded_at``, ``telemetry``
@@ -93,6 +94,8 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str) 
     return {
         "v": HISTORY_ROW_VERSION, "session": session, "time": time, "test_id": record.test_id,
         "hardware_key": record.hardware_key, "device": record.device, "device_name": record.device_name,
+        "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
+        "dtype": record.dtype,
         "identity": record.details.get("identity") or {}, "hwregress_version": __version__,
         "environment": dict(record.environment), "packages": packages, "unit": record.unit,
         "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,

@@ -53,6 +53,7 @@ TELEMETRY_CHANGE = 0.05  # a window telemetry mean that moved more than this is 
 HEALTH_CHANGE = 0.05  # a share of the cores' time (other processes, steal) that moved more than this
 MAX_PACKAGE_LINES = 12
 STATUSES = ("regression", "drift", "improvement", "accepted", "steady", "short")
+MOVED_STATUSES = ("regression", "drift", "improvement", "accepted")  # a status that says the level changed
 
 PackageLookup = Callable[[str], "list[str] | None"]
 
@@ -357,3 +358,9 @@ def _first_known(stores: Sequence[HistoryStore]) -> PackageLookup:
         return next((found for store in stores if (found := store.packages(digest)) is not None), None)
 
     return lookup
+
+
+def has_changed(trend: Trend) -> bool:
+    """Whether a test's history moved: a status in :data:`MOVED_STATUSES`, or a significant change point
+    (``Welch p < 0.01``) anywhere in its series, also one the level came back from or one under the tolerance."""
+    return trend.status in MOVED_STATUSES or any(item.change.significant for item in trend.changes)

@@ -251,7 +251,11 @@ def _detail(record: TestRecord) -> dict[str, Any]:
 def render_merge(sessions: Iterable[SessionResults], history: HistorySection | None = None) -> str:
     """Several machines' results side by side: one row per test identity, one column per machine with
     its throughput and its ratio to the first machine that ran the test (the seed studies' K40 / P100 /
-    V100 table, for whatever hardware the user has); ``history`` adds trend charts, one series per hardware key."""
+    V100 table, for whatever hardware the user has), judged against it with the gate's statistics
+    (:func:`hwregress.session_compare.throughput_change`); ``history`` adds trend charts, one series per hardware key."""
+    from hwregress.compare import Tolerances
+    from hwregress.session_compare import throughput_change
+
     sessions = list(sessions)
     labels = [machine_label(s) for s in sessions]
     rows: dict[tuple[Any, ...], list[TestRecord | None]] = {}
@@ -263,12 +267,15 @@ def render_merge(sessions: Iterable[SessionResults], history: HistorySection | N
             rows.setdefault(key, [None] * len(sessions))[column] = r
     table = []
     for key, cells in sorted(rows.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
-        reference = next((c.throughput for c in cells if c is not None and c.throughput), None)
+        first_measured = next((c for c in cells if c is not None and c.throughput), None)
+        reference = first_measured.throughput if first_measured is not None else None
         first = next(c for c in cells if c is not None)
         shown = (*key[:3], _ceiling_size(first) if first.family == "ceiling" else key[3], *key[4:])
         table.append({"key": shown, "cells": [
             None if c is None else {"throughput": c.throughput, "unit": c.unit, "verdict": c.verdict,
-                                    "ratio": c.throughput / reference if reference else None} for c in cells]})
+                                    "ratio": c.throughput / reference if reference else None,
+                                    "change": None if first_measured is None or c is first_measured
+                                    else throughput_change(first_measured, c, Tolerances())} for c in cells]})
     return _environment().get_template("merge.html.j2").render(labels=labels, sessions=sessions, table=table,
                                                                version=__version__, **(history or HistorySection()).context())
 

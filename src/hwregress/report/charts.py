@@ -32,6 +32,11 @@ AXIS_LIMIT = 1e200  # nice_axis refuses bounds beyond this: 10**k stays a finite
 PLOT_LIMIT = 1e30  # no measured figure is this large; keeps every derived bound far inside AXIS_LIMIT
 MAX_DATA_TICKS = 10  # at most this many distinct batch sizes get a tick each
 _SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+# conservative average glyph widths (px) of the chart fonts, to cut a text that would leave its SVG (DejaVu Sans,
+# Chromium's fallback sans-serif on Linux, averages ~6.1 px at the 10 px legend and ~7.0 px at the 12 px bold title)
+LEGEND_CHAR_PX = 6.2
+TITLE_CHAR_PX = 7.2
+BAR_VALUE_ROOM = 46  # px right of a bar for its value label: 6 characters of the 10 px tick font and a gap
 
 
 @dataclass(frozen=True)
@@ -240,7 +245,13 @@ def _legend(index: int, label: str, color: str, shape: str) -> str:
     else:
         swatch = f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{color}"/>'
     return (f'{swatch}<text x="{x + 16}" y="{y}" class="legend"><title>{escape(label)}</title>'
-            f'{escape(label[:24])}</text>')
+            f'{escape(fit_text(label, WIDTH - x - 16, LEGEND_CHAR_PX))}</text>')
+
+
+def fit_text(text: str, width_px: float, char_px: float) -> str:
+    """``text``, or its start and an ellipsis, in at most ``width_px`` pixels at ``char_px`` per character."""
+    room = max(1, int(width_px // char_px))
+    return text if len(text) <= room else text[:room - 1] + "…"
 
 
 def _polyline(plot: _Plot, points: Sequence[tuple[float, float]], color: str) -> str:
@@ -306,7 +317,7 @@ def bar_chart(bars: Sequence[tuple[str, Any]], title: str, value_label: str, css
         return Markup("")
     height = MARGIN["top"] + 22 * len(bars) + 30
     longest = max(v for _, v in bars) or 1.0
-    plot_w = WIDTH - 200
+    plot_w = WIDTH - 180 - BAR_VALUE_ROOM  # the longest bar's value label must end inside the SVG
     parts = [f'<text x="{WIDTH / 2}" y="18" class="title" text-anchor="middle">{escape(title)}</text>']
     for index, (label, value) in enumerate(bars):
         y = MARGIN["top"] + index * 22
@@ -423,7 +434,8 @@ def _roofline_marker(plot: _Plot, point: RooflinePoint, color: str, placer: _Lab
 def _frame(title: str, x_label: str, y_label: str) -> str:
     center_x = (WIDTH - MARGIN["right"] + MARGIN["left"]) / 2
     center_y = MARGIN["top"] + PLOT_H / 2
-    return (f'<text x="{center_x}" y="18" class="title" text-anchor="middle">{escape(title)}</text>'
+    shown = fit_text(title, 2 * min(center_x, WIDTH - center_x), TITLE_CHAR_PX)  # centred: the nearer edge bounds it
+    return (f'<text x="{center_x}" y="18" class="title" text-anchor="middle">{escape(shown)}</text>'
             f'<text x="{center_x}" y="{HEIGHT - 6}" class="axis" text-anchor="middle">{escape(x_label)}</text>'
             f'<text transform="translate(14,{center_y}) rotate(-90)" class="axis" text-anchor="middle">{escape(y_label)}</text>')
 
@@ -585,6 +597,7 @@ def _dashed_legend(index: int, series_label: str, color: str) -> str:
     visible within the legend's width."""
     x, y = WIDTH - MARGIN["right"] + 10, MARGIN["top"] + 12 + index * 16
     name = f"{series_label} baseline".strip()
-    shown = name if len(name) <= 21 else f"{series_label[:11]}… baseline"
+    room = int((WIDTH - x - 16) // LEGEND_CHAR_PX)
+    shown = name if len(name) <= room else f"{series_label[:room - len('… baseline')]}… baseline"
     return (f'<line x1="{x}" y1="{y - 4}" x2="{x + 12}" y2="{y - 4}" stroke="{color}" stroke-width="2" stroke-dasharray="3 2"/>'
             f'<text x="{x + 16}" y="{y}" class="legend"><title>{escape(name)}</title>{escape(shown)}</text>')

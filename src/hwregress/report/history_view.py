@@ -8,7 +8,7 @@ Several hardware keys' trends of one test id go in one chart, one series per key
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,12 +51,14 @@ class TrendView:
         return min((t.status for t in self.trends), key=STATUSES.index)
 
 
-def trend_views(trends: Sequence[Trend]) -> list[TrendView]:
-    """One view per test id, worst status first; each change point of each key listed under it."""
+def trend_views(trends: Sequence[Trend], chart: Callable[[str, list[Trend]], Markup] | None = None) -> list[TrendView]:
+    """One view per test id, worst status first; each change point of each key listed under it. ``chart`` draws a
+    test id's trends (default: session medians with their IQR band, change points and baseline)."""
+    chart = chart or _chart
     by_test: dict[str, list[Trend]] = {}
     for trend in trends:
         by_test.setdefault(trend.test_id, []).append(trend)
-    views = [TrendView(test_id, group, _chart(test_id, group),
+    views = [TrendView(test_id, group, chart(test_id, group),
                        [_change(t, item) for t in group for item in t.changes if item.change.significant])
              for test_id, group in by_test.items()]
     return sorted(views, key=lambda v: (STATUSES.index(v.worst), v.test_id))

@@ -1,0 +1,126 @@
+"""Synthetic sessions and histories for the report self-tests: results of 120 tests with known injected slowdowns,
+and history folders of 30 sessions on 3 hardware keys with a known step, drift and improvement. Seeded: every call
+with the same arguments gives the same figures."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hwregress.history import HISTORY_ROW_VERSION, HistoryStore
+from hwregress.results import SessionResults, TestRecord
+from hwregress.verdicts import Verdict
+
+MODELS = ("resnet18", "mobilenet_v3_small", "vit_b_16", "bert", "gpt2")
+MODES = ("train", "infer")
+BATCH_SIZES = (1, 4, 16, 64)
+DTYPES = ("fp32", "bf16", "fp16")
+ROUNDS = 10
+SAMPLE_NOISE = 0.01  # relative sd of one round's throughput
+START = _dt.datetime(2026, 3, 1, 2, 0, tzinfo=_dt.timezone.utc)
+
+# (hardware key, device, device name, identity): the history's three machines; the keys are long on purpose (legends)
+MACHINES = (
+    ("amd-epyc-7b13-f25m1-2t", "cpu", "AMD EPYC 7B13", {"cpu_brand": "AMD EPYC 7B13", "cpu_family": 25}),
+    ("nvidia-h100-80gb-hbm3-sm90-132sm-700w", "cuda:0", "NVIDIA H100 80GB HBM3", {"gpu_name": "NVIDIA H100 80GB HBM3"}),
+    ("nvidia-h200-141gb-hbm3e-sm90-132sm-700w", "cuda:0", "NVIDIA H200", {"gpu_name": "NVIDIA H200"}),
+)
+STEP_TEST, DRIFT_TEST, IMPROVED_TEST = 0, 1, 2  # the moved tests of a synthetic history (indexes into its tests)
+STEP_AT = 20  # the first slow session of the step
+HISTORY_SESSIONS = 30
+
+
+def case(index: int) -> dict[str, Any]:
+    """The identity of synthetic test ``index`` (model, mode, batch size, dtype), distinct for 0..119."""
+    return {"model": MODELS[index % len(MODELS)], "mode": MODES[(index // len(MODELS)) % len(MODES)],
+            "batch_size": BATCH_SIZES[(index // (len(MODELS) * len(MODES))) % len(BATCH_SIZES)],
+            "dtype": DTYPES[(index // (len(MODELS) * len(MODES) * len(BATCH_SIZES))) % len(DTYPES)]}
+
+
+def synthetic_test_id(index: int, device: str = "cpu") -> str:
+    c = case(index)
+    return f"bench_tests/test_throughput.py::test_throughput[{device}-{c['model']}-{c['mode']}-bs{c['batch_size']}-{c['dtype']}]"
+
+
+def level_of(index: int) -> float:
+    """The throughput level of test ``index`` (samples/s): different per test, 20 to ~4,000."""
+    return 20.0 * (1.0 + index % 7) * (1.0 + index // 7 % 4) * (1.0 + index % 3)
+
+
+def synthetic_session(tests: int = 120, seed: int = 0, slowdowns: Mapping[int, float] | None = None,
+                      machine: int = 0, torch: str = "2.4.0", memory_growth: Mapping[int, float] | None = None,
+                      power_w: float = 250.0) -> SessionResults:
+    """One session of ``tests`` throughput tests on MACHINES[machine]: ROUNDS samples per test around its level with
+    SAMPLE_NOISE, each test's throughput divided by ``slowdowns[index]`` (2.0: twice as slow) and its peak memory
+    multiplied by ``memory_growth[index]``."""
+    rng = np.random.default_rng(seed)
+    key, device, name, identity = MACHINES[machine]
+    records = []
+    for index in range(tests):
+        level = level_of(index) / (slowdowns or {}).get(index, 1.0)
+        samples = [float(level * (1.0 + SAMPLE_NOISE * rng.standard_normal())) for _ in range(ROUNDS)]
+        peak = int(2**30 * (1 + index % 5) * (memory_growth or {}).get(index, 1.0))
+        records.append(TestRecord(
+            synthetic_test_id(index, device), hardware_key=key, device=device, device_name=name, **case(index),
+            throughput=float(np.median(samples)), samples=samples, rounds=ROUNDS, peak_memory_bytes=peak,
+            latency_ms=1000.0 / level, verdict=Verdict.PASS, environment={"torch": torch, "python": "3.11.9"},
+            energy_j_per_sample=power_w / level,
+            telemetry={"metrics": {"power_w": {"mean": power_w}, "cpu_util_pct": {"mean": 95.0}}},
+            details={"identity": dict(identity), "stable": True}))
+    meta = {"hostname": f"host-{machine}", "finished_at": f"2026-03-0{1 + seed % 9}T03:00:00+00:00", "python": "3.11.9",
+            "hardware": [{"device": device, "name": name, "hardware_key": key, "environment": {"torch": torch},
+                          "facts": {}, "total_memory_bytes": 2**36}]}
+    return SessionResults(meta, records)
+
+
+def write_session(path: Path, session: SessionResults) -> Path:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(session.to_json()), encoding="utf-8")
+    return path
+
+
+def history_row(machine: int, test: int, session: int, median: float, baseline: float | None, verdict: str,
+                torch: str) -> dict[str, Any]:
+    """One valid history row (quartiles +-0.5% around ``median``)."""
+    key, device, name, identity = MACHINES[machine]
+    return {
+        "v": HISTORY_ROW_VERSION, "session": f"{key}-{session:02d}",
+        "time": (START + _dt.timedelta(days=session, minutes=machine)).isoformat(), "test_id": synthetic_test_id(test, device),
+        "hardware_key": key, "device": device, "device_name": name, "family": "throughput", **case(test),
+        "identity": identity, "hwregress_version": "0.1.0", "environment": {"torch": torch, "python": "3.11.9"},
+        "packages": "0123456789abcdef", "unit": "samples/s", "median": median, "q1": median * 0.995,
+        "q3": median * 1.005, "iqr": median * 0.01, "n": ROUNDS, "verdict": verdict,
+        "ratio": median / baseline if baseline else None, "threshold": 0.05, "baseline_median": baseline,
+        "baseline_recorded_at": (START - _dt.timedelta(days=1)).isoformat(), "telemetry": {}, "health": {}, "diagnosis": [],
+    }
+
+
+def synthetic_history(directory: Path, tests: int = 40, sessions: int = HISTORY_SESSIONS, noise: float = 0.004) -> Path:
+    """A history folder: ``sessions`` sessions of ``tests`` tests on each of the three MACHINES. On the first machine
+    test STEP_TEST drops 15% from session STEP_AT on (torch 2.4.0 -> 2.5.0, each slow session's own verdict a
+    regression); on the second DRIFT_TEST loses 1% per session from session 15 on (every verdict pass); on the third
+    IMPROVED_TEST gains 20% from session STEP_AT on; everything else holds its level with ``noise``."""
+    store = HistoryStore(directory)
+    rng = np.random.default_rng(7)
+    for machine in range(len(MACHINES)):
+        rows = []
+        for test in range(tests):
+            base = level_of(test) * (1.0 + machine)
+            for session in range(sessions):
+                factor, verdict, torch = 1.0, "pass", "2.4.0"
+                if machine == 0 and test == STEP_TEST and session >= STEP_AT:
+                    factor, verdict, torch = 0.85, "regression", "2.5.0"
+                if machine == 1 and test == DRIFT_TEST and session >= 15:
+                    factor = 0.99 ** (session - 14)
+                if machine == 2 and test == IMPROVED_TEST and session >= STEP_AT:
+                    factor, verdict = 1.2, "improvement"
+                median = base * factor * (1.0 + noise * float(rng.standard_normal()))
+                rows.append(history_row(machine, test, session, median, base, verdict, torch))
+        store.append(MACHINES[machine][0], rows)
+    return directory
