@@ -23,7 +23,7 @@ from hwregress.memory import PeakMemoryMeter, release_device_memory
 from hwregress.numerics import STEP_MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, VerdictCheck, in_work_units, measure
-from hwregress.workloads import Inputs, Workload, forward, import_torchvision, make_batch
+from hwregress.workloads import Inputs, Workload, build_on, forward, import_torchvision, make_batch
 
 T = TypeVar("T")
 
@@ -288,7 +288,7 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
                    timer: RoundTimer, options: RunOptions, context: int | None) -> Measurement:
     guard_host_memory(workload, device, mode, batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
-        model = workload.build().to(device)
+        model = build_on(workload, device)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
         model, quantized = quantization.prepare(model, dtype, device, mode)
         inputs = quantization.cast_inputs(inputs, dtype, device)
@@ -328,7 +328,7 @@ def batch_probe(workload: Workload, device: str, mode: str, dtype: str, context:
     (the second holds the optimizer state a training step allocates), on a model built once per search; prefill
     and decode probe with their prompt pass. On the CPU the host-memory guard refuses a batch that would not fit
     before it runs, as a ``MemoryError`` (out-of-memory is the search's signal)."""
-    model, _ = quantization.prepare(workload.build().to(device), dtype, device, mode)
+    model, _ = quantization.prepare(build_on(workload, device), dtype, device, mode)
     step_mode = "infer" if mode in ("prefill", "decode") else mode
 
     def try_batch(batch_size: int) -> None:

@@ -27,10 +27,12 @@ from hwregress.memory import PeakMemoryMeter
 from hwregress.numerics import precision
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import Timing, TimingPlan, relative_iqr
-from hwregress.workloads import Workload, make_batch
+from hwregress.workloads import Workload, build_on, make_batch
 
-# output tokens per sequence and round: with 10 rounds, 150 (CPU) to 630 (CUDA) per-token times for the percentiles
-NEW_TOKENS = {"cpu": 16, "cuda": 64, "mps": 32}
+# output tokens per sequence and round: with 10 rounds, 150 (CPU) to 310 (CUDA, MPS) per-token times for the
+# percentiles. CUDA generated 64 until the GPU tier had to fit 10 minutes: a Llama 3.2 1B generation is launch-bound
+# (~1,200 operators per token), and 32 tokens halve its decode tests (hwregress.tier_estimate)
+NEW_TOKENS = {"cpu": 16, "cuda": 32, "mps": 32}
 
 
 @dataclass
@@ -73,7 +75,7 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     # is the footprint (the KV cache of a few dozen new tokens adds little to it)
     guard_host_memory(workload, device, "infer", batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
-        model, quantized = quantization.prepare(workload.build().to(device).eval(), dtype, device, mode)
+        model, quantized = quantization.prepare(build_on(workload, device).eval(), dtype, device, mode)
         inputs, _ = make_batch(workload, batch_size, device, seq_len=context)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         sampler = TelemetrySampler(device, telemetry_interval_s)

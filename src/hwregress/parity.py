@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from hwregress import quantization
+from hwregress.devices import device_kind
 from hwregress.numerics import autocast, grad_scaler, precision, tf32_flags
-from hwregress.workloads import Inputs, Workload, forward, make_batch
+from hwregress.workloads import Inputs, Workload, build_on, forward, make_batch
 
 DIGITS_SPLIT_SEED = 0
 DIGITS_TEST_FRACTION = 0.25
@@ -143,27 +144,106 @@ def _to(inputs: Inputs, device: str) -> Inputs:
     return {k: v.to(device) for k, v in inputs.items()} if isinstance(inputs, dict) else inputs.to(device)
 
 
-def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0) -> OutputParity:
-    """Run ``workload`` in eval mode on ``device`` in ``dtype`` and on the CPU in fp32 with the same
-    weights (seeded init) and the same inputs (:func:`parity_inputs`); compare the logits (a causal LM's
-    per-position logits count as one prediction each)."""
-    torch.manual_seed(seed)
-    reference_model = workload.build().eval()
-    device_model, _ = quantization.prepare(copy.deepcopy(reference_model).to(device), dtype, device, "infer")
-    inputs = parity_inputs(workload)
+@dataclass(frozen=True)
+class CpuReference:
+    """The CPU fp32 side of output parity for one workload and seed: the seeded model (eval mode, on the CPU),
+    the inputs (:func:`parity_inputs`) and its logits (fp32, the model's output shape)."""
+
+    workload: Workload
+    seed: int
+    model: nn.Module
+    inputs: Inputs
+    logits: torch.Tensor
+
+
+class CpuReferences:
+    """Output parity's CPU references of one session, each built and run once per workload and seed.
+
+    Every dtype of a model compares with the same CPU fp32 reference, and a session's tests of one model run one
+    after another (the matrix's model-major order), so the latest reference is kept and an older one dropped:
+    Llama 3.2 1B's reference holds 5 GB of host memory. The cache lives in one process; under xdist each worker
+    that runs output parity builds its own (the weights it copies to its device must be in its memory anyway).
+    """
+
+    def __init__(self) -> None:
+        self._latest: CpuReference | None = None
+
+    def get(self, workload: Workload, seed: int = 0, build_device: str = "cpu") -> CpuReference:
+        """The reference of ``workload`` and ``seed``: built (``torch.manual_seed(seed)``, then
+        :func:`hwregress.workloads.build_on` ``build_device``, the weights then moved to the CPU) and run in fp32 on
+        the CPU on :func:`parity_inputs` under ``torch.no_grad`` the first time, reused after (whatever device a
+        later test names: the weights are the reference's either way).
+
+        Building on the device under test draws the random weights there in milliseconds; on the CPU Llama 3.2 1B's
+        init took 33-43 s on the 2-core development VM. The comparison needs the same weights on both sides, which
+        the copy gives; the forward pass of the reference always runs on the CPU in fp32.
+        """
+        latest = self._latest
+        if latest is not None and latest.workload is workload and latest.seed == seed:
+            return latest
+        self._latest = None  # release the previous model before building the next
+        torch.manual_seed(seed)
+        model = build_on(workload, build_device).to("cpu").eval()
+        inputs = parity_inputs(workload)
+        with torch.no_grad():
+            logits = forward(model, inputs).float()
+        self._latest = CpuReference(workload, seed, model, inputs, logits)
+        return self._latest
+
+
+def device_copy(reference: CpuReference, device: str) -> nn.Module:
+    """A copy of the reference model on ``device`` with exactly its parameters and buffers, the reference left
+    intact (a quantized dtype replaces the copy's layers). On the CPU a ``copy.deepcopy``; elsewhere the workload
+    is built on the device (:func:`hwregress.workloads.build_on`, no CPU init and no host copy of the model) and
+    every parameter and buffer, persistent or not, is copied in from the reference by name.
+
+    Raises:
+        ValueError: the device build's parameters or buffers differ from the reference's in names or shapes (a
+            workload whose factory is not deterministic in structure), naming the first difference.
+    """
+    if device_kind(device) == "cpu":
+        return copy.deepcopy(reference.model).to(device)
+    target = build_on(reference.workload, device).eval()
+    source = dict(_tensors(reference.model))
+    destination = dict(_tensors(target))
+    if source.keys() != destination.keys():
+        different = sorted(source.keys() ^ destination.keys())[0]
+        raise ValueError(f"workload {reference.workload.name!r}: its build on {device} has other tensors than the CPU "
+                         f"reference ({different!r}); output parity needs one architecture per workload")
     with torch.no_grad():
-        reference = forward(reference_model, inputs).float()
-        with precision(device, dtype):
-            output = forward(device_model, quantization.cast_inputs(_to(inputs, device), dtype, device)).float().cpu()
-    reference, output = reference.reshape(-1, reference.shape[-1]), output.reshape(-1, output.shape[-1])
-    difference = (output - reference).abs()
+        for name, tensor in destination.items():
+            if tensor.shape != source[name].shape:
+                raise ValueError(f"workload {reference.workload.name!r}: {name} is {tuple(tensor.shape)} on {device} "
+                                 f"but {tuple(source[name].shape)} in the CPU reference")
+            tensor.copy_(source[name])
+    return target
+
+
+def _tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [*model.named_parameters(), *model.named_buffers()]
+
+
+def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0,
+                  references: CpuReferences | None = None) -> OutputParity:
+    """Run ``workload`` in eval mode on ``device`` in ``dtype`` and on the CPU in fp32 with the same weights
+    (seeded init, drawn on ``device``: :meth:`CpuReferences.get`) and the same inputs (:func:`parity_inputs`);
+    compare the logits (a causal LM's per-position logits count as one prediction each). ``references`` shares the
+    CPU side across the tests of a session (:class:`CpuReferences`); None computes it for this call alone."""
+    reference = (references or CpuReferences()).get(workload, seed, build_device=device)
+    device_model, _ = quantization.prepare(device_copy(reference, device), dtype, device, "infer")
+    with torch.no_grad(), precision(device, dtype):
+        output = forward(device_model, quantization.cast_inputs(_to(reference.inputs, device), dtype, device)).float().cpu()
+    del device_model
+    logits = reference.logits
+    reference_rows, output = logits.reshape(-1, logits.shape[-1]), output.reshape(-1, output.shape[-1])
+    difference = (output - reference_rows).abs()
     per_sample_error = difference.amax(dim=1)
-    top2 = reference.topk(2, dim=1).values
+    top2 = reference_rows.topk(2, dim=1).values
     margin = top2[:, 0] - top2[:, 1]
-    agree = output.argmax(dim=1) == reference.argmax(dim=1)
+    agree = output.argmax(dim=1) == reference_rows.argmax(dim=1)
     decisive = agree | (margin <= 2 * per_sample_error)
     return OutputParity(
-        relative_error=float((output - reference).norm() / reference.norm().clamp_min(1e-30)),
+        relative_error=float((output - reference_rows).norm() / reference_rows.norm().clamp_min(1e-30)),
         max_abs_error=float(difference.max()),
         tolerance=tolerance_for(workload, dtype),
         top1_agreement=float(agree.float().mean()),

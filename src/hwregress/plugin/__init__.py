@@ -18,7 +18,7 @@ import pytest
 from hwregress.baselines import BaselineStore
 from hwregress.plugin import options, record, spark, xdist
 from hwregress.plugin.collector import Collector
-from hwregress.plugin.fixture import SESSION_KEY, hwbench
+from hwregress.plugin.fixture import SESSION_KEY, hwbench, release_cpu_references
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
 from hwregress.session import BenchSession
 from hwregress.timing import RoundTimer
@@ -66,6 +66,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
     outcome = yield
     record.finish(item, call, outcome.get_result())
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    release_cpu_references(item.config, nextitem)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -24,7 +24,7 @@ from hwregress.llm_bench import run_llm
 from hwregress.matrix import MAX_BATCH, MAX_BATCH_LIMIT, variant_suffix
 from hwregress.numerics import LLM_MODES
 from hwregress.plugin.distributed import DistributedBench
-from hwregress.plugin.parametrize import settings
+from hwregress.plugin.parametrize import family_of, settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.spark import SparkBench
 from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
@@ -35,6 +35,7 @@ from hwregress.timing import RoundTimer, TimingPlan, VerdictCheck, default_timer
 from hwregress.verdicts import Verdict
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
+CPU_REFERENCES_KEY = pytest.StashKey[parity.CpuReferences]()
 RoundDriver = Callable[[Callable[[], None], int], None]
 
 
@@ -217,7 +218,7 @@ class HwBench:
         """Compare ``model``'s outputs on ``device`` in ``dtype`` with the CPU fp32 reference."""
         record = self._start("output-parity", device, model, "infer", 8, dtype)
         record.unit = "top-1 agreement"
-        result = parity.output_parity(workloads.get(model), device, dtype)
+        result = parity.output_parity(workloads.get(model), device, dtype, references=self._cpu_references())
         record.accuracy = result.top1_agreement
         record.details.update(relative_error=result.relative_error, max_abs_error=result.max_abs_error,
                               tolerance=result.tolerance, decisive_agreement=result.decisive_agreement)
@@ -228,6 +229,10 @@ class HwBench:
         return self._conclude(record, entry_key("output-parity", model, "infer", 8, dtype), failures)
 
     # -- plumbing ---------------------------------------------------------------------------------
+    def _cpu_references(self) -> parity.CpuReferences:
+        """Output parity's CPU fp32 references, shared by the session's tests in this process (one per model)."""
+        return self.config.stash.setdefault(CPU_REFERENCES_KEY, parity.CpuReferences())
+
     def _start(self, family: str, device: str, model: str, mode: str, batch_size: int, dtype: str) -> TestRecord:
         """The test's one record, stashed before anything is measured."""
         info = describe(device)
@@ -316,6 +321,14 @@ class HwBench:
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
         return record
+
+
+def release_cpu_references(config: pytest.Config, nextitem: pytest.Item | None) -> None:
+    """Drop output parity's CPU references when the next test is no output-parity test: the last model (5 GB of
+    host memory for llama_1b) must not stay in memory under the windows of the families that follow."""
+    if nextitem is None or family_of(nextitem) != "output-parity":
+        if CPU_REFERENCES_KEY in config.stash:
+            del config.stash[CPU_REFERENCES_KEY]
 
 
 @pytest.fixture

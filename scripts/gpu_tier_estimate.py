@@ -1,0 +1,155 @@
+"""Estimate how long the default GPU tier (``pytest -m gpu --update-baselines``) takes on one H100, per family.
+
+An estimate, not a measurement (no GPU was lent to the session that wrote it). The cost model and every assumption
+live in :mod:`hwregress.tier_estimate` (its ``Assumptions`` dataclass documents each number and its source); this
+script prints the table, checks that the cases it sums are the ones pytest collects, and re-measures the per-model
+facts on the machine it runs on.
+
+Assumptions in one paragraph: a model step on the GPU takes the longer of its FLOPs at 40% of the published dense
+peak (H100 SXM: fp32 67, bf16 989 TFLOP/s) and 15 us of host dispatch and launch per aten operator (3x both for a
+training step); a decode step reads every fp32 weight once at 70% of 3.35 TB/s or is launch-bound; the host CPU
+(16 cores of the lent machine) sustains 1.16 TFLOP/s on fp32 model steps (0.29 measured on the 2-core VM, x8 cores,
+x0.5 for scaling); model builds and operator counts are those measured on the VM (MODEL_FACTS); a first call costs
+0.5 s, a profiled window 0.5 s besides its steps, FlopCounterMode 100 us per operator, every test 0.3 s of
+bookkeeping, the session 25 s, a spawned rank 8 s. Timed windows are the plan's minimum (10 rounds of >= 0.1 s);
+a noisy window or an open verdict extends one up to the 30 s budget, which no estimate here includes.
+
+Usage:
+    PYTHONPATH=src:. python scripts/gpu_tier_estimate.py                    # the table, and the check of the cases
+    PYTHONPATH=src:. python scripts/gpu_tier_estimate.py --before           # the same tier under the previous code
+    PYTHONPATH=src:. python scripts/gpu_tier_estimate.py --measure llama_1b  # re-measure MODEL_FACTS rows here
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hwregress import matrix, tier_estimate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def collected_ids(device: str = "cuda:0") -> Counter[str]:
+    """The ids of the GPU tests pytest collects here on ``device`` (``-m gpu --collect-only``; a machine without a
+    GPU collects ``cuda:0``, as a one-GPU runner does)."""
+    output = subprocess.run([sys.executable, "-m", "pytest", "bench_tests", "-m", "gpu", "--collect-only", "-q",
+                             "-p", "no:cacheprovider"], cwd=REPO, capture_output=True, text=True, check=False).stdout
+    return Counter(match.group(1) for match in re.finditer(r"\[(" + re.escape(device) + r"-[^\]]*)\]", output))
+
+
+def check_collection(cases: dict[str, list[dict[str, Any]]]) -> str:
+    """Compare the estimate's cases with pytest's collection; a line saying whether they are the same tests."""
+    expected = Counter(matrix.case_id(case) for family in cases.values() for case in family)
+    collected = collected_ids()
+    if expected == collected:
+        return f"pytest collects the same {sum(collected.values())} GPU tests the estimate sums."
+    missing, extra = expected - collected, collected - expected
+    return (f"MISMATCH with pytest's collection: not collected {sorted(missing)[:5]}, not estimated "
+            f"{sorted(extra)[:5]}")
+
+
+def previous_cases() -> dict[str, list[dict[str, Any]]]:
+    """The default tier before the cuts: llama_1b prefilled at batches 1 and 8 and decoded at 1 and 16."""
+    cases = copy.deepcopy(tier_estimate.default_gpu_cases())
+    extra = []
+    for case in cases["throughput"]:
+        if case["workload"] == "llama_1b" and case["mode"] == "prefill":
+            extra.append({**case, "batch_size": 8})
+        if case["workload"] == "llama_1b" and case["mode"] == "decode":
+            extra.append({**case, "batch_size": 1})
+    cases["throughput"] += extra
+    return cases
+
+
+def zoo_tier_cases() -> dict[str, list[dict[str, Any]]]:
+    """The 77 tests of the zoo-only GPU tier that took 445 s on an H100 (README): the torchvision zoo's throughput
+    at infer 1/32/256 and train 32/128, its output parity and speedup, the digits test, and the gemm (4 dtypes),
+    copy and h2d roofs."""
+    from hwregress import workloads
+
+    zoo, cases = set(workloads.ZOO), tier_estimate.default_gpu_cases()
+    return {"throughput": [c for c in cases["throughput"] if c["workload"] in zoo],
+            "output-parity": [c for c in cases["output-parity"] if c["workload"] in zoo],
+            "speedup": [c for c in cases["speedup"] if c["workload"] in zoo],
+            "parity": cases["parity"],
+            "ceiling": [c for c in cases["ceiling"] if c["ceiling"] in ("gemm", "copy", "h2d")]}
+
+
+def measure(names: list[str]) -> None:
+    """Print MODEL_FACTS rows measured here: parameters on the meta device, aten operators of a batch-1 forward
+    (meta device for torchvision; CPU for transformers, whose masks call ``.item()``), the build on the meta device
+    and on the CPU (seconds). FLOPs come from the module's table (torchvision: FlopCounterMode on the meta device)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from hwregress import workloads
+    from hwregress.workloads import forward, make_batch
+
+    class CountOps(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    for name in names:
+        workload = workloads.get(name)
+        context = workload.context_for("cuda")
+        started = time.perf_counter()
+        with torch.device("meta"):
+            meta_model = workload.build()
+        meta_s = time.perf_counter() - started
+        started = time.perf_counter()
+        cpu_model = workload.build().eval()
+        cpu_s = time.perf_counter() - started
+        on_meta = workload.source == "torchvision"
+        model, device = (meta_model.eval(), "meta") if on_meta else (cpu_model, "cpu")
+        inputs, _ = make_batch(workload, 1, device, seq_len=context)
+        with torch.no_grad(), CountOps() as ops:
+            forward(model, inputs)
+        print(json.dumps({name: {"parameters": sum(p.numel() for p in meta_model.parameters()),
+                                 "forward_ops": ops.count, "meta_build_s": round(meta_s, 3),
+                                 "cpu_build_s": round(cpu_s, 2)}}), flush=True)
+        del cpu_model, meta_model, model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", action="store_true",
+                        help="the previous code: CPU builds, a CPU reference per test, two llama_1b batches per serving "
+                             "mode, 64 decode tokens")
+    parser.add_argument("--no-check", action="store_true", help="skip comparing the cases with pytest's collection")
+    parser.add_argument("--measure", nargs="+", metavar="MODEL", help="re-measure these models' facts on this machine")
+    args = parser.parse_args()
+    if args.measure:
+        measure(args.measure)
+        return
+    cases = tier_estimate.default_gpu_cases()
+    assumptions = tier_estimate.Assumptions()
+    if args.before:
+        cases = previous_cases()
+        assumptions = tier_estimate.Assumptions(builds_on_device=False, shared_parity_reference=False, decode_tokens=64)
+    result = tier_estimate.estimate(cases, assumptions)
+    print("Estimated default GPU tier on one H100 (an estimate, not a measurement):\n")
+    print(tier_estimate.table(result))
+    if not args.no_check and not args.before:
+        print("\n" + check_collection(cases))
+    zoo = tier_estimate.estimate(zoo_tier_cases(), tier_estimate.Assumptions(builds_on_device=False,
+                                                                              shared_parity_reference=False))
+    print(f"Cross-check: the same constants put the {zoo.tests}-test zoo-only tier, measured at 445 s on an H100 with "
+          f"older code, at {zoo.total_s:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()
