@@ -68,3 +68,16 @@ def test_out_of_memory_is_reported_with_batch_and_device():
         run_model(workload, "cpu", "infer", 512, "fp32", FixedTimer(), RunOptions(profile_steps=0))
     assert is_out_of_memory(MemoryError())
     assert not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_a_compiled_run_pays_the_compilers_set_up_untimed_once_then_compiles_cold(monkeypatch):
+    from hwregress import compilation
+
+    monkeypatch.setattr(compilation, "_PRIMED", set())
+    monkeypatch.setattr(compilation, "compile_model", lambda model, backend: torch.compile(model, backend="eager"))
+    options = RunOptions(TimingPlan(warmup_steps=1, rounds=5, min_round_s=0.01), telemetry_interval_s=0.005,
+                         profile_steps=0, compiler="inductor")
+    first = run_model(TINY, "cpu", "infer", 8, "fp32", FixedTimer(), options).compile
+    second = run_model(TINY, "cpu", "infer", 8, "fp32", FixedTimer(), options).compile
+    assert first.setup_s is not None and second.setup_s is None  # the first test alone paid it, outside compile_s
+    assert first.cache_state == second.cache_state == "cold" and first.recompiles == second.recompiles == 1

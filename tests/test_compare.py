@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hwregress.compare import Measured, Tolerances, judge
 
 ENV = {"torch": "2.13.0", "cuda": None, "cudnn": None, "driver": None, "python": "3.11.7"}
@@ -96,3 +98,52 @@ def test_a_baseline_of_fewer_than_three_sessions_judges_only_beyond_the_cap():
     assert any("provisional threshold: the baseline holds 1 session(s)" in note for note in moderate.notes)
     assert judge(measured(0.5), young, Tolerances(max_threshold=0.25)).verdict == "regression"
     assert judge(measured(0.8), dict(young, history=[100.0, 100.3]), Tolerances()).verdict == "pass"
+
+
+# -- compile time: only a compile of the same cache state is compared -----------------------------------------
+def compiled(compile_s=2.0, cache="cold"):
+    return Measured("t[cpu]", BASE["samples"], "samples/s", True, ENV, compile_s=compile_s, compile_cache=cache)
+
+
+def test_a_cold_compile_is_compared_with_a_cold_baseline_compile():
+    judgement = judge(compiled(3.0), dict(BASE, compile_s=2.0, compile_cache="cold"), Tolerances())
+    assert judgement.figures.compile_comparison == {"compared": True, "cache": "cold", "baseline_compile_s": 2.0,
+                                                    "ratio": 1.5}
+    assert judgement.verdict == "pass" and not judgement.failures  # compile time is shown, never a failure
+
+
+@pytest.mark.parametrize(("cache", "baseline_cache", "said"), [
+    ("cold", "warm", "with a cold cache, the baseline's with a warm one"),
+    ("warm", "cold", "with a warm cache, the baseline's with a cold one"),
+    ("cold", None, "with a cold cache, the baseline's with an unknown one"),  # recorded before cache states
+])
+def test_a_warm_and_a_cold_compile_are_never_compared(cache, baseline_cache, said):
+    base = dict(BASE, compile_s=0.1, **({"compile_cache": baseline_cache} if baseline_cache else {}))
+    judgement = judge(compiled(25.0, cache), base, Tolerances())
+    comparison = judgement.figures.compile_comparison
+    assert comparison["compared"] is False and "ratio" not in comparison
+    assert comparison["cache"] == cache and comparison["baseline_cache"] == baseline_cache
+    assert said in comparison["reason"] and "not compared" in comparison["reason"]
+    assert any(comparison["reason"] in note for note in judgement.notes)
+    assert judgement.verdict == "pass" and not judgement.failures
+
+
+def test_nothing_to_compare_without_two_compile_times():
+    assert judge(compiled(), BASE, Tolerances()).figures.compile_comparison is None
+    assert judge(measured(), dict(BASE, compile_s=2.0, compile_cache="cold"), Tolerances()).figures.compile_comparison is None
+
+
+def test_a_session_records_a_refused_compile_comparison_and_stores_the_cache_state(tmp_path):
+    from hwregress.baselines import BaselineStore
+    from hwregress.results import TestRecord
+    from hwregress.session import BenchSession, Policy
+
+    store = BaselineStore(tmp_path)
+    store.write_entries("cpu", "cpu", {"throughput/x": dict(BASE, compile_s=0.1, compile_cache="warm")})
+    record = TestRecord("t[cpu]", hardware_key="cpu", samples=BASE["samples"], environment=ENV,
+                        details={"compile_s": 25.0, "compile_cache": "cold"})
+    assert BenchSession(store, Policy(update_mode="all")).conclude(record, "throughput/x") == []
+    assert record.details["compile_vs_baseline"]["compared"] is False
+    assert "compile time not compared: this session compiled with a cold cache" in record.message
+    entry = store.load("cpu").entries["throughput/x"]
+    assert (entry["compile_s"], entry["compile_cache"], entry["compile_history"]) == (25.0, "cold", [25.0])

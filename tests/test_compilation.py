@@ -7,7 +7,9 @@ the suite backend label that decides error handling; only one test pays for a re
 from __future__ import annotations
 
 import itertools
+import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,7 +85,7 @@ def test_compile_time_adds_the_calls_that_recompiled():
     timing = warm_up_compiled(lambda: compiled(torch.randn(*next(shapes))), "inductor", "cpu", steps=3,
                               clock=lambda: next(ticks))
 
-    assert timing == CompileTiming("inductor", compile_s=11.5, first_step_s=10.0, recompiles=2)
+    assert (timing.compile_s, timing.first_step_s, timing.recompiles) == (11.5, 10.0, 2)
 
 
 def test_eager_counts_its_first_step_and_no_frames():
@@ -189,7 +191,145 @@ def test_reset_forgets_compiled_graphs():
     def step() -> None:
         compiled(torch.randn(4, 8))
 
-    assert warm_up_compiled(step, "inductor", "cpu").recompiles == 1
-    assert warm_up_compiled(step, "inductor", "cpu").recompiles == 0
+    assert warm_up_compiled(step, "inductor", "cpu", cache="warm").recompiles == 1
+    assert warm_up_compiled(step, "inductor", "cpu", cache="warm").recompiles == 0
     compilation.reset()
+    assert warm_up_compiled(step, "inductor", "cpu", cache="warm").recompiles == 1
+
+
+# -- compile-time honesty: a cold compile_s is a cold cache ---------------------------------------------------
+CACHE_HITS = (("inductor", "fxgraph_cache_hit"), ("aot_autograd", "autograd_cache_hit"))
+
+
+def cache_hits_so_far() -> int:
+    """FX graph and AOTAutograd cache hits this process has counted (torch's own counters, read directly)."""
+    from torch._dynamo.utils import counters
+
+    return sum(int(counters[group][name]) for group, name in CACHE_HITS)
+
+
+def compile_like_the_suite(model: nn.Module, inputs: torch.Tensor) -> tuple[CompileTiming, int]:
+    """What ``hwregress.bench`` does for one compiled test, and the cache hits torch counted meanwhile."""
+    compilation.reset()
+    compiled = compile_model(model, "inductor")
+
+    def step() -> None:
+        with torch.inference_mode():
+            compiled(inputs)
+
+    hits_before = cache_hits_so_far()
+    timing = warm_up_compiled(step, "inductor", "cpu", steps=1)
+    return timing, cache_hits_so_far() - hits_before
+
+
+def test_compiling_the_same_model_twice_in_one_process_is_cold_both_times():
+    if reason := unsupported_reason("inductor", "cpu"):
+        pytest.skip(reason)
+    model, inputs = tiny_mlp().eval(), torch.randn(4, 8)
+
+    first, _ = compile_like_the_suite(model, inputs)
+    second, hits = compile_like_the_suite(model, inputs)
+
+    assert hits == 0  # the original code hit the FX graph and AOTAutograd caches the first compile had filled
+    assert first.cache_state == second.cache_state == "cold"
+    assert second.cache_counts["fxgraph_cache_hit"] == second.cache_counts["autograd_cache_hit"] == 0
+    assert second.cache_counts["fxgraph_cache_miss"] >= 1
+
+
+def test_a_cold_compile_uses_a_fresh_cache_folder_and_restores_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    compiled = torch.compile(tiny_mlp(), backend="eager")
+    seen: dict[str, str | None] = {}
+
+    def step() -> None:
+        seen.update({name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")})
+        compiled(torch.randn(4, 8))
+
+    timing = warm_up_compiled(step, "inductor", "cpu")
+
+    fresh = Path(seen["TORCHINDUCTOR_CACHE_DIR"] or "")
+    assert fresh != tmp_path / "mine" and fresh.name.startswith("hwregress-compile-")
+    assert seen["TRITON_CACHE_DIR"] == str(fresh / "triton")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+    assert "TRITON_CACHE_DIR" not in os.environ
+    assert not fresh.exists()  # removed after the compile
+    assert timing.cache_state == "cold" and timing.recompiles == 1
+
+
+def test_a_failed_cold_compile_restores_the_environment_too(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    compiled = torch.compile(tiny_mlp(), backend=raising_backend("boom"))
+    with pytest.raises(CompileFailed):
+        warm_up_compiled(lambda: compiled(torch.randn(4, 8)), "inductor", "cpu")
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+
+
+def test_a_cold_compile_forgets_what_dynamo_compiled_before():
+    compiled = torch.compile(tiny_mlp(), backend="eager")
+
+    def step() -> None:
+        compiled(torch.randn(4, 8))
+
     assert warm_up_compiled(step, "inductor", "cpu").recompiles == 1
+    assert warm_up_compiled(step, "inductor", "cpu").recompiles == 1  # compiled afresh, not served from dynamo's cache
+
+
+def test_a_cache_hit_during_a_cold_compile_makes_it_warm():
+    """A fresh local folder does not rule out a remote cache (``fx_graph_remote_cache``): the counters decide."""
+    from torch._dynamo.utils import counters
+
+    def step() -> None:
+        counters["inductor"]["fxgraph_cache_hit"] += 1
+
+    timing = warm_up_compiled(step, "inductor", "cpu", steps=1)
+    assert timing.cache_state == "warm" and timing.cache_counts["fxgraph_cache_hit"] == 1
+
+
+def test_a_warm_compile_keeps_the_caches_and_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    compiled = torch.compile(tiny_mlp(), backend="eager")
+    seen = []
+
+    def step() -> None:
+        seen.append(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        compiled(torch.randn(4, 8))
+
+    timing = warm_up_compiled(step, "inductor", "cpu", steps=1, cache="warm")
+    assert seen == [str(tmp_path / "mine")] and timing.cache_state == "warm"
+
+
+def test_eager_has_no_cache_state():
+    timing = warm_up_compiled(lambda: None, "eager", "cpu")
+    assert timing.cache_state is None and timing.cache_counts == {}
+
+
+def test_an_unknown_cache_state_names_the_valid_ones():
+    with pytest.raises(ValueError, match=r"'lukewarm'.*cold, warm"):
+        warm_up_compiled(lambda: None, "inductor", "cpu", cache="lukewarm")
+
+
+def test_the_compilers_one_time_set_up_is_paid_once_per_backend_and_device_before_any_measured_compile(monkeypatch):
+    monkeypatch.setattr(compilation, "_PRIMED", set())
+    compiled_with: list[str] = []
+
+    def cheap_compile(model: nn.Module, backend: str) -> nn.Module:  # dynamo's tracing-only backend: no code generation
+        compiled_with.append(backend)
+        return torch.compile(model, backend="eager")
+
+    monkeypatch.setattr(compilation, "compile_model", cheap_compile)
+    ticks = itertools.count(0.0, 1.5)
+
+    assert compilation.prime_compiler("inductor", "cpu", clock=lambda: next(ticks)) == 1.5
+    assert compilation.prime_compiler("inductor", "cpu") is None  # once per process
+    assert compilation.prime_compiler("eager", "cpu") is None
+    assert compilation.prime_compiler("inductor-max-autotune", "cpu") is not None  # each backend has its own set-up
+    assert compiled_with == ["inductor", "inductor-max-autotune"]
+
+
+def test_a_failing_priming_compile_is_left_to_the_measured_compile_to_report(monkeypatch):
+    monkeypatch.setattr(compilation, "_PRIMED", set())
+    monkeypatch.setattr(compilation, "compile_model",
+                        lambda model, backend: torch.compile(model, backend=raising_backend("broken compiler")))
+    assert compilation.prime_compiler("inductor", "cpu") is not None
+    assert compilation.prime_compiler("inductor", "cpu") is None  # not retried for every test

@@ -78,3 +78,19 @@ def test_a_session_that_extended_its_rounds_weighs_as_much_as_any_other():
     entry = make_entry(noisy, entry)
     assert [len(session) for session in entry["session_samples"]] == [5, 5, 5, 10]
     assert entry["median"] == 30.0  # three quiet sessions outvote one noisy session of 200 rounds
+
+
+def compiled_record(compile_s: float, cache: str, torch_version: str = "2.13.0") -> TestRecord:
+    return TestRecord("t", samples=[10.0] * 5, environment={"torch": torch_version}, verdict="pass",
+                      details={"compile_s": compile_s, "compile_cache": cache})
+
+
+def test_entry_keeps_the_compile_time_with_its_cache_state_and_restarts_when_the_state_changes():
+    entry = make_entry(compiled_record(2.0, "cold"))
+    entry = make_entry(compiled_record(4.0, "cold"), entry)
+    entry = make_entry(compiled_record(3.0, "cold"), entry)
+    assert (entry["compile_s"], entry["compile_cache"], entry["compile_history"]) == (3.0, "cold", [2.0, 4.0, 3.0])
+    warm = make_entry(compiled_record(0.1, "warm"), entry)  # a warm compile never joins the cold ones' history
+    assert (warm["compile_s"], warm["compile_cache"], warm["compile_history"]) == (0.1, "warm", [0.1])
+    assert make_entry(compiled_record(5.0, "cold", "2.14.0"), entry)["compile_history"] == [5.0]
+    assert "compile_s" not in make_entry(record(10.0))

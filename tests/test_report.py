@@ -357,3 +357,24 @@ def test_a_metric_that_did_not_change_is_a_visible_line_at_mid_height():
     assert 'points="0.0,20.0 110.0,20.0 220.0,20.0"' in flat and '<line x1="0" y1="39"' in flat
     moving = str(charts.sparkline([0.0, 1.0], [1.0, 3.0], "power", "W"))
     assert 'points="0.0,36.0 220.0,4.0"' in moving  # lowest at the bottom, highest at the top
+
+
+# --- compile time: its cache state, and a comparison only of the same state -------------------------------------
+
+def _compiled(comparison: dict) -> TestRecord:
+    record = throughput_record("resnet18", 8, 40.0)
+    record.details.update(compile_s=19.3, compile_backend="inductor", frames_compiled=1, compile_cache="cold",
+                          compile_vs_baseline=comparison)
+    return record
+
+
+def test_compile_time_shows_its_cache_state_and_a_comparison_only_of_the_same_state():
+    compared = render(SessionResults(dict(META), [_compiled({"compared": True, "cache": "cold",
+                                                             "baseline_compile_s": 17.5, "ratio": 19.3 / 17.5})]))
+    assert "the first call took 19.3 s (1 frames, cold cache)" in compared
+    assert "Baseline compile 17.5 s, same cache state (1.10x; shown, not judged)" in compared
+    reason = "compile time not compared: this session compiled with a cold cache, the baseline's with a warm one"
+    refused = render(SessionResults(dict(META), [_compiled({"compared": False, "cache": "cold",
+                                                            "baseline_cache": "warm", "reason": reason})]))
+    assert "compile time not compared: this session compiled with a cold cache, the baseline&#39;s with a warm one" in refused
+    assert "Baseline compile" not in refused

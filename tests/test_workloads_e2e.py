@@ -56,10 +56,21 @@ def test_a_compile_failure_is_a_failed_record_with_the_first_lines_and_the_sessi
 
 
 def test_a_compiled_run_records_its_compile_time_apart_from_the_window(hw_project):
-    hw_project.run("--compile", "inductor", "--modes", "infer").assert_outcomes(passed=1)
+    hw_project.run("--compile", "inductor", "--modes", "infer", "--update-baselines").assert_outcomes(passed=1)
     (record,) = hw_project.results["records"]
     assert record["details"]["compile_s"] > 0 and record["details"]["frames_compiled"] >= 1
     assert record["throughput"] > 0
+    assert record["details"]["compile_cache"] == "cold"  # a fresh inductor cache folder, whatever ran before
+    assert record["details"]["compile_cache_counts"]["fxgraph_cache_hit"] == 0
+    (baseline,) = hw_project.baseline_files()
+    (entry,) = json.loads(baseline.read_text())["entries"].values()
+    assert entry["compile_cache"] == "cold" and entry["compile_history"] == [record["details"]["compile_s"]]
+
+    hw_project.run("--compile", "inductor", "--modes", "infer").assert_outcomes(passed=1)
+    (again,) = hw_project.results["records"]
+    assert again["details"]["compile_cache"] == "cold"  # the first run's cache entries did not serve this one
+    comparison = again["details"]["compile_vs_baseline"]
+    assert comparison["compared"] is True and comparison["baseline_compile_s"] == record["details"]["compile_s"]
 
 
 def test_batch_sizes_max_finds_the_largest_power_of_two_below_an_injected_out_of_memory(hw_project):

@@ -108,10 +108,12 @@ class BaselineFile:
 
 
 # -- validation --------------------------------------------------------------------------------------------
-_TEXT_FIELDS = ("family", "model", "mode", "dtype", "device_name", "unit", "recorded_at", "hwregress_version")
+_TEXT_FIELDS = ("family", "model", "mode", "dtype", "device_name", "unit", "recorded_at", "hwregress_version",
+                "compile_cache")
 _COUNT_FIELDS = ("batch_size", "steps_per_round", "n")
-_FIGURE_FIELDS = ("median", "iqr", "latency_ms", "peak_memory_bytes", "accuracy", "speedup", "efficiency", "comm_share")
-_SAMPLE_FIELDS = ("samples", "history", "efficiency_history")
+_FIGURE_FIELDS = ("median", "iqr", "latency_ms", "peak_memory_bytes", "accuracy", "speedup", "efficiency", "comm_share",
+                  "compile_s")
+_SAMPLE_FIELDS = ("samples", "history", "efficiency_history", "compile_history")
 _OBJECT_FIELDS = ("environment", "identity", "telemetry_means", "health")
 _LIST_FIELDS = ("top_ops", "throttle_reasons")
 

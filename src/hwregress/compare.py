@@ -60,6 +60,8 @@ class Figures:
         wanted_threshold: what the noise and history bounds asked for when ``max_threshold`` cut it.
         env_changes: ``"torch 2.4.0 -> 2.5.1"`` lines.
         identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.identity.identity_changes`).
+        compile_comparison: the compile time against the baseline's (:func:`compare_compile`), None where either
+            has none.
     """
 
     ratio: float | None = None
@@ -75,6 +77,7 @@ class Figures:
     wanted_threshold: float | None = None
     env_changes: list[str] = field(default_factory=list)
     identity_changes: list[str] = field(default_factory=list)
+    compile_comparison: dict[str, Any] | None = None
 
 
 @dataclass
@@ -114,6 +117,8 @@ class Measured:
     on_cpu: bool = False
     efficiency: float | None = None  # scaling or co-location efficiency (fraction)
     latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where judges_latency says so
+    compile_s: float | None = None  # a compiled model's compile time (s) and the cache state it was measured in
+    compile_cache: str | None = None
 
 
 # (family, mode) of the records whose median latency is judged against the baseline: a stream's latency is what
@@ -143,6 +148,8 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     drift between the recorded sessions (capped at ``max_threshold``). Latency (where :func:`judges_latency`): fails
     when current > baseline latency (the median of its recorded sessions) * (1 + threshold), the threshold the
     throughput comparison's, widened by the latency's drift between the recorded sessions (capped likewise).
+    Compile time is compared, never judged, and only with a baseline compile time of the same cache state
+    (:func:`compare_compile`).
     """
     if baseline is None:
         return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
@@ -163,6 +170,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     _judge_speedup(measured, baseline, tolerances, judgement)
     _judge_efficiency(measured, baseline, tolerances, judgement)
     _judge_latency(measured, baseline, tolerances, judgement)
+    _compare_compile(measured, baseline, judgement)
     _judge_environment(measured, baseline, strict_env, judgement)
     if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
                                                      Verdict.UNSTABLE):
@@ -365,6 +373,46 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
             f"{measured.test_id}: latency p50 {measured.latency_ms:.1f} ms > baseline {base_latency:.1f} ms "
             f"x (1 + {threshold:.1%})"
         )
+
+
+def compare_compile(compile_s: float, cache: str | None, baseline: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``compile_s`` (seconds, measured with a ``cache`` state of :data:`hwregress.compilation.CACHE_STATES`)
+    against the baseline entry's ``compile_s`` (the median of its sessions of state ``compile_cache``).
+
+    A compile that found its work in a cache takes a fraction of one that did not (a tiny MLP under inductor on the
+    CPU: 24.6 s cold, 0.09 s warm), so a warm and a cold compile time are never compared, nor one whose state is
+    unknown (an entry recorded before states were kept).
+
+    Returns:
+        None when the baseline holds no compile time; else ``{"compared": True, "cache", "baseline_compile_s",
+        "ratio"}`` (ratio = compile_s / baseline_compile_s, above 1 is slower) or ``{"compared": False, "cache",
+        "baseline_cache", "reason"}``.
+    """
+    base_compile_s = baseline.get("compile_s")
+    if not base_compile_s:
+        return None
+    base_cache = baseline.get("compile_cache")
+    if cache is None or cache != base_cache:
+        return {"compared": False, "cache": cache, "baseline_cache": base_cache,
+                "reason": f"compile time not compared: this session compiled with {_cache_words(cache)}, the "
+                          f"baseline's with {_cache_words(base_cache, own=False)} (a warm and a cold compile are "
+                          "not comparable); record a baseline of the same cache state with --update-baselines"}
+    return {"compared": True, "cache": cache, "baseline_compile_s": base_compile_s, "ratio": compile_s / base_compile_s}
+
+
+def _cache_words(cache: str | None, own: bool = True) -> str:
+    if cache is None:
+        return "an unknown cache" if own else "an unknown one"
+    return f"a {cache} cache" if own else f"a {cache} one"
+
+
+def _compare_compile(measured: Measured, baseline: Mapping[str, Any], judgement: Judgement) -> None:
+    if measured.compile_s is None:
+        return
+    comparison = compare_compile(measured.compile_s, measured.compile_cache, baseline)
+    judgement.figures.compile_comparison = comparison
+    if comparison is not None and not comparison["compared"]:
+        judgement.notes.append(comparison["reason"])
 
 
 def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_samples: Sequence[float]) -> float:

@@ -21,6 +21,26 @@ Under ``cudagraphs`` the graph is recorded on a later call than the first (cudag
 then record, then replay), so that recording is not part of ``compile_s``; the timed window's own
 warmup steps absorb it.
 
+Cold and warm compiles. A compile that finds its work in a cache is a different measurement: a tiny MLP
+compiled with inductor on the 2-core development VM took 24.6 s into an empty cache and 0.09 s when
+compiled again in the same process (FX graph and AOTAutograd cache hits). So by default
+(``cache="cold"``) :func:`warm_up_compiled` forgets dynamo's compiled frames (``torch._dynamo.reset()``)
+and compiles into a fresh, empty inductor cache folder (``TORCHINDUCTOR_CACHE_DIR``, with Triton's
+``TRITON_CACHE_DIR`` inside it), restores both variables afterwards and removes the folder: what torch's
+own benchmark harness does for ``--cold-start-latency`` (pytorch/pytorch ``benchmarks/dynamo/common.py``
+with ``torch._inductor.utils.fresh_cache``). The cache hits and misses torch counted during the compile
+(``torch._dynamo.utils.counters``) are kept with the timing, and a hit (a remote cache, say) makes the
+compile ``warm`` whatever the folder. ``cache="warm"`` compiles with the caches as they are and is
+always called ``warm``. A ``compile_s`` is only ever compared with one of the same cache state
+(:func:`hwregress.compare.compare_compile`).
+
+A cold cache is not a cold process: the first compile in a process also pays the compiler's one-time set-up
+in it (whatever torch initializes on its first compile; measured on the 2-core development VM: the first of
+three cold tiny-MLP compiles in a process 30.4 s, the next two 2.1 and 2.5 s; after an untimed compile of an
+unrelated function, 1.4, 2.3 and 3.4 s). That cost belongs to no model and would land on whichever
+compiled test a session happens to run first, so :func:`prime_compiler` pays it once per backend and
+device, untimed, before the first measured compile (its seconds are kept as ``setup_s``).
+
 A failure of a compiled backend during warmup becomes :class:`CompileFailed` carrying the first lines
 of the error, so the session can record a ``failed`` result and go on; out-of-memory errors are
 re-raised unchanged so the suite's usual out-of-memory handling applies.
@@ -28,11 +48,15 @@ re-raised unchanged so the suite's usual out-of-memory handling applies.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import shutil
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -40,6 +64,16 @@ from torch import nn
 from hwregress.devices import device_kind, synchronize
 
 BACKENDS = ("eager", "inductor", "inductor-max-autotune", "cudagraphs")
+CACHE_STATES = ("cold", "warm")
+# where inductor keeps its on-disk caches (FX graphs, AOTAutograd entries, C++ and Triton kernels, autotuning
+# results): torch/_inductor/runtime/cache_dir_utils.py, cache_dir() and triton_cache_dir()
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
+# (counter group, name) in torch._dynamo.utils.counters: torch/_inductor/codecache.py (FxGraphCache.load) and
+# torch/_functorch/_aot_autograd/autograd_cache.py (AOTAutogradCache.load)
+CACHE_COUNTERS = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
+                  ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss"))
+CACHE_HITS = ("fxgraph_cache_hit", "autograd_cache_hit")
 MAX_ERROR_LINES = 5
 MAX_ERROR_LINE_CHARS = 500  # one generated-code line in a compiler error can run to many kilobytes
 CXX_COMPILERS = ("g++", "c++", "clang++")
@@ -171,42 +205,52 @@ class CompileTiming:
         recompiles: frames dynamo compiled during the warmup (``torch._dynamo.utils.counters["frames"]["ok"]``
             difference): 1 for a model compiled whole once, more with graph breaks or recompilations,
             0 for eager; None where the counters cannot be read.
+        cache_state: ``"cold"`` (fresh caches, no cache hit counted) or ``"warm"`` (the caches as they were, or a
+            hit counted); None for eager. See the module docstring.
+        cache_counts: FX graph and AOTAutograd cache hits and misses during the warmup, by counter name
+            (:data:`CACHE_COUNTERS`; 0 for what this torch does not count); empty for eager or unreadable counters.
+        setup_s: wall seconds of the untimed :func:`prime_compiler` compile that preceded this one, when it paid
+            the process's one-time compiler set-up; None when an earlier test had paid it.
     """
 
     backend: str
     compile_s: float
     first_step_s: float
     recompiles: int | None
+    cache_state: str | None = None
+    cache_counts: dict[str, int] = field(default_factory=dict)
+    setup_s: float | None = None
 
 
 def warm_up_compiled(step: Callable[[], None], backend: str, device: str, steps: int = 2,
-                     clock: Callable[[], float] = time.perf_counter) -> CompileTiming:
+                     clock: Callable[[], float] = time.perf_counter, cache: str = "cold") -> CompileTiming:
     """Run ``step`` ``steps`` times outside the timed window and time the compiling calls.
 
     Each call is bracketed by ``hwregress.devices.synchronize(device)`` and ``clock()`` (seconds), so
     asynchronous device work counts where it was launched. See the module docstring for what
-    ``compile_s`` includes.
+    ``compile_s`` includes. Under a compiled backend with ``cache="cold"`` the calls run after
+    :func:`reset` inside :func:`fresh_compile_caches`; ``"warm"`` runs them with the caches as they are.
 
     Raises:
-        ValueError: unknown ``backend`` or ``steps`` < 1.
+        ValueError: unknown ``backend``, ``cache`` not one of ``CACHE_STATES``, or ``steps`` < 1.
         CompileFailed: a compiled backend's call raised anything but an out-of-memory error.
         Exception: under ``eager``, whatever ``step`` raised, unchanged; under any backend, an
             out-of-memory error (``hwregress.bench.is_out_of_memory``), unchanged or, if dynamo wrapped
             it, the wrapped error itself.
     """
     _check_backend(backend)
+    if cache not in CACHE_STATES:
+        raise ValueError(f"compile cache {cache!r}: use one of {', '.join(CACHE_STATES)}")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    cold = cache == "cold" and backend != "eager"
+    if cold:
+        reset()  # no compiled frame of an earlier test may serve this one
     frames_before = _frames_compiled()
+    counts_before = _cache_counts()
     try:
-        first_step_s = _timed_call(step, device, clock)
-        compile_s = first_step_s
-        for _ in range(steps - 1):
-            frames_at_start = _frames_compiled()
-            elapsed = _timed_call(step, device, clock)
-            frames_at_end = _frames_compiled()
-            if frames_at_start is not None and frames_at_end is not None and frames_at_end > frames_at_start:
-                compile_s += elapsed
+        with fresh_compile_caches() if cold else contextlib.nullcontext():
+            first_step_s, compile_s = _timed_warmup(step, device, clock, steps)
     except Exception as error:
         replacement = _warmup_failure(error, backend)
         if replacement is error:
@@ -216,7 +260,115 @@ def warm_up_compiled(step: Callable[[], None], backend: str, device: str, steps:
         raise replacement from None  # the OOM dynamo wrapped; the wrapper adds only dynamo's debugging hint
     frames_after = _frames_compiled()
     recompiles = None if frames_before is None or frames_after is None else frames_after - frames_before
-    return CompileTiming(backend, compile_s, first_step_s, recompiles)
+    if backend == "eager":
+        return CompileTiming(backend, compile_s, first_step_s, recompiles)
+    counts = {name: after - counts_before.get(name, 0) for name, after in _cache_counts().items()}
+    state = "cold" if cold and not any(counts.get(name, 0) for name in CACHE_HITS) else "warm"
+    return CompileTiming(backend, compile_s, first_step_s, recompiles, state, counts)
+
+
+# (backend, device) pairs whose one-time compiler set-up this process has paid: process state, like the compiler
+# state it stands for (a pytest stash would not outlive what it describes, nor cover the library API)
+_PRIMED: set[tuple[str, str]] = set()
+
+
+def prime_compiler(backend: str, device: str, clock: Callable[[], float] = time.perf_counter) -> float | None:
+    """Pay the process's one-time compiler set-up for ``backend`` on ``device`` (a spec like ``"cuda:0"``) outside
+    any measurement: compile and run a tiny Linear+ReLU with ``backend`` in a fresh cache
+    (:func:`fresh_compile_caches`), then forget it (:func:`reset`). Once per (backend, device) and process.
+
+    Returns:
+        The wall seconds it took, device-synchronized (``clock()``, seconds); None when nothing was done
+        (``eager``, or already primed). A priming compile that fails returns its seconds too and is not
+        retried: the model's own compile then reports the failure as :class:`CompileFailed`.
+
+    Raises:
+        ValueError: ``backend`` is not one of ``BACKENDS``.
+    """
+    _check_backend(backend)
+    if backend == "eager" or (backend, device) in _PRIMED:
+        return None
+    _PRIMED.add((backend, device))
+    start = clock()
+    try:
+        probe = compile_model(nn.Sequential(nn.Linear(8, 8), nn.ReLU()).to(device), backend)
+        inputs = torch.randn(4, 8, device=device)
+        with fresh_compile_caches():
+            for _ in range(3 if backend == "cudagraphs" else 1):  # cudagraph trees record on a later call
+                probe(inputs)
+            synchronize(device)
+    except Exception:  # the measured compile that follows raises the same failure and reports it
+        pass
+    finally:
+        reset()
+    return clock() - start
+
+
+def _timed_warmup(step: Callable[[], None], device: str, clock: Callable[[], float], steps: int) -> tuple[float, float]:
+    """(first_step_s, compile_s) of ``steps`` calls: see :class:`CompileTiming`."""
+    first_step_s = _timed_call(step, device, clock)
+    compile_s = first_step_s
+    for _ in range(steps - 1):
+        frames_at_start = _frames_compiled()
+        elapsed = _timed_call(step, device, clock)
+        frames_at_end = _frames_compiled()
+        if frames_at_start is not None and frames_at_end is not None and frames_at_end > frames_at_start:
+            compile_s += elapsed
+    return first_step_s, compile_s
+
+
+@contextlib.contextmanager
+def fresh_compile_caches() -> Iterator[Path]:
+    """A fresh, empty inductor cache folder for the duration of the block (yielded): ``TORCHINDUCTOR_CACHE_DIR``
+    set to it and ``TRITON_CACHE_DIR`` to its ``triton`` subfolder, inductor's in-memory caches cleared on entry
+    and exit; both variables restored (or unset again) and the folder removed afterwards, also when the block
+    raises. The same steps as ``torch._inductor.utils.fresh_cache`` (torch/_inductor/utils.py), which this
+    follows rather than calls: older torch (2.4) names it ``fresh_inductor_cache``, and it keeps its folder on error.
+
+    Compiled code already loaded stays usable after the folder is gone (modules are loaded into the process).
+    Inductor reads the variables at each use (``cache_dir()``, torch/_inductor/runtime/cache_dir_utils.py) and
+    hands them to its compile workers with each task (torch/_inductor/async_compile.py, ``extra_env``).
+    """
+    folder = tempfile.mkdtemp(prefix="hwregress-compile-")
+    saved = {name: os.environ.get(name) for name in (INDUCTOR_CACHE_ENV, TRITON_CACHE_ENV)}
+    os.environ[INDUCTOR_CACHE_ENV] = folder
+    os.environ[TRITON_CACHE_ENV] = os.path.join(folder, "triton")
+    try:
+        _clear_inductor_memory_caches()
+        yield Path(folder)
+    finally:
+        _clear_inductor_memory_caches()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _clear_inductor_memory_caches() -> None:
+    """Clear inductor's in-process caches (loaded code, compiled-kernel tables) so that nothing compiled into
+    another cache folder serves the next compile: ``torch._inductor.utils.clear_caches`` (torch 2.13), named
+    ``clear_inductor_caches`` in older releases (2.4; newer ones keep it as an alias). No-op where inductor cannot be imported."""
+    try:
+        from torch._inductor import utils as inductor_utils
+    except Exception:  # no inductor (or a broken one): nothing cached in memory either
+        return
+    clear = getattr(inductor_utils, "clear_caches", None) or getattr(inductor_utils, "clear_inductor_caches", None)
+    if clear is not None:
+        clear()
+
+
+def _cache_counts() -> dict[str, int]:
+    """The FX graph and AOTAutograd cache counters (:data:`CACHE_COUNTERS`) so far, by name; {} when unreadable."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    try:
+        return {name: int(counters[group][name]) for group, name in CACHE_COUNTERS}
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 def _timed_call(step: Callable[[], None], device: str, clock: Callable[[], float]) -> float:

@@ -101,7 +101,18 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         entry.update(_pooled_efficiency(record.efficiency, earlier))
     if record.latency_ms is not None and judges_latency(record.family, record.mode):
         entry.update(_pooled_latency(record.latency_ms, earlier))
+    if record.details.get("compile_s") is not None:
+        entry.update(_pooled_compile(record.details["compile_s"], record.details.get("compile_cache"), earlier))
     return entry
+
+
+def _pooled_compile(compile_s: float, cache: str | None, previous: dict[str, Any]) -> dict[str, Any]:
+    """A compile time (s) with the cache state it was measured in (``cold``/``warm``): the entry keeps the last
+    :data:`HISTORY_LENGTH` sessions' compile times of that state and compares against their median; a session of
+    another state starts the history afresh (a warm and a cold compile are never pooled)."""
+    same_state = previous.get("compile_cache") == cache
+    history = [*(previous.get("compile_history", []) if same_state else []), compile_s][-HISTORY_LENGTH:]
+    return {"compile_s": float(np.median(history)), "compile_cache": cache, "compile_history": history}
 
 
 def _pooled_efficiency(efficiency: float, previous: dict[str, Any]) -> dict[str, Any]:

@@ -168,11 +168,13 @@ def _measured(record: TestRecord) -> Measured:
                     reference_samples=(record.details.get("cpu_samples")
                                        or record.details.get("efficiency_reference_samples") or ()),
                     on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
-                    latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None)
+                    latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None,
+                    compile_s=record.details.get("compile_s"), compile_cache=record.details.get("compile_cache"))
 
 
 def apply_figures(record: TestRecord, figures: Figures) -> None:
-    """Copy a judgement's figures onto the record's fields of the same meaning."""
+    """Copy a judgement's figures onto the record's fields of the same meaning (the compile-time comparison onto
+    ``details["compile_vs_baseline"]``, beside the compile time it compares)."""
     record.ratio, record.threshold, record.p_value = figures.ratio, figures.threshold, figures.p_value
     record.memory_ratio = figures.memory_ratio
     record.baseline_throughput = figures.baseline_throughput
@@ -184,6 +186,8 @@ def apply_figures(record: TestRecord, figures: Figures) -> None:
     record.wanted_threshold = figures.wanted_threshold
     record.env_changes = list(figures.env_changes)
     record.identity_changes = list(figures.identity_changes)
+    if figures.compile_comparison is not None:
+        record.details["compile_vs_baseline"] = dict(figures.compile_comparison)
 
 
 def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
@@ -210,7 +214,10 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
         record.details["quantized_base_dtype"] = measurement.quantized_base_dtype
     if measurement.compile is not None:  # the compiling first call, timed apart from the window
         record.details.update(compile_s=measurement.compile.compile_s, compile_backend=measurement.compile.backend,
-                              frames_compiled=measurement.compile.recompiles)
+                              frames_compiled=measurement.compile.recompiles, compile_cache=measurement.compile.cache_state,
+                              compile_cache_counts=measurement.compile.cache_counts)
+        if measurement.compile.setup_s is not None:  # this test paid the process's one-time compiler set-up, untimed
+            record.details["compile_setup_s"] = measurement.compile.setup_s
     window_samples = measurement.window_work / measurement.work_per_sample
     samples_per_s = summary.median / measurement.work_per_sample
     if measurement.work_per_sample != 1:  # text: throughput is in tokens/s; keep samples/s beside it
