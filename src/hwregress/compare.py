@@ -116,9 +116,10 @@ class Measured:
     latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where judges_latency says so
 
 
-# (family, mode) of the records whose median latency is judged against the baseline: a stream's latency is what
-# its users wait; its throughput follows the producer's rate while it keeps up
-LATENCY_JUDGED = (("spark", "stream"),)
+# (family, mode) of the records whose latency is judged against the baseline: a stream's median latency is what
+# its users wait (its throughput follows the producer's rate while it keeps up); a decode window's latency is the
+# inter-token latency p50, one decode step (hwregress.llm_bench), judged beside the decode steps' tokens/s
+LATENCY_JUDGED = (("spark", "stream"), ("throughput", "decode"))
 
 
 def judges_latency(family: str | None, mode: str | None) -> bool:

@@ -224,14 +224,15 @@ def count_flops(run: Callable[[], Any]) -> int:
 
 
 def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool,
-                         element_bytes: int) -> int:
+                         element_bytes: int, use_cache: bool | None = None) -> int:
     """Estimated DRAM traffic of one step, in bytes (the roofline's denominator).
 
     Method: every parameter is read once per forward pass; every leaf module's output activation is
     written once and read once (2x); a training step doubles the activation traffic for the backward
     pass and adds the gradient write plus the optimizer's read-modify-write of parameters and one
     momentum buffer (parameters counted 5x in total). Caches are ignored, so this is an upper bound on
-    compulsory traffic for layers whose working set fits on chip and a lower bound otherwise.
+    compulsory traffic for layers whose working set fits on chip and a lower bound otherwise. ``use_cache`` goes
+    to the forward pass (:func:`hwregress.workloads.forward`).
     """
     parameter_bytes = sum(p.numel() for p in model.parameters()) * element_bytes
     activation_bytes = 0
@@ -245,7 +246,7 @@ def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool,
     handles = [m.register_forward_hook(count_output) for m in leaves]
     try:
         with torch.no_grad():
-            forward(model, inputs)
+            forward(model, inputs, use_cache=use_cache)
     finally:
         for handle in handles:
             handle.remove()
