@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from hwregress import llm_bench, profiling
+from hwregress import llm_bench, numerics, profiling
 from hwregress.bench import RunOptions, build_step, run_model
 from hwregress.compare import judges_latency
 from hwregress.decode import decode_rounds
@@ -207,3 +207,23 @@ def test_decode_rounds_of_a_bf16_model_match_generate_in_bf16(probe):
                                    do_sample=False, pad_token_id=0, eos_token_id=None)
     assert timing.tokens == generated[:, ids.shape[1]:].tolist()
     assert timing.kv_cache_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize(("task", "mode", "dtype", "cast"), [
+    ("causal-lm", "infer", "bf16", True), ("causal-lm", "prefill", "fp16", True), ("causal-lm", "decode", "bf16", True),
+    ("causal-lm", "train", "bf16", False), ("causal-lm", "decode", "fp32", False), ("causal-lm", "decode", "tf32", False),
+    ("causal-lm", "decode", "int8", False), ("classification", "infer", "bf16", False),
+])
+def test_which_runs_cast_the_model(task, mode, dtype, cast):
+    assert numerics.runs_in_dtype(task, mode, dtype) is cast
+
+
+def test_fp16_serving_casts_to_half_and_leaves_autocast_off():
+    # fp16 kernels are the GPU's; on the CPU the cast and the precision context are checked without a forward pass
+    model = numerics.model_for_mode(nn.Linear(4, 4), "causal-lm", "decode", "fp16")
+    assert next(model.parameters()).dtype == torch.float16
+    with numerics.forward_precision("cpu", "fp16", in_dtype=True):
+        assert not torch.is_autocast_enabled("cpu")
+    with numerics.forward_precision("cpu", "bf16", in_dtype=False):
+        assert torch.is_autocast_enabled("cpu")
+    assert next(numerics.model_for_mode(nn.Linear(4, 4), "causal-lm", "train", "fp16").parameters()).dtype == torch.float32
