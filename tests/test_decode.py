@@ -3,6 +3,7 @@ recomputation, the growing attention mask, synchronization discipline and argume
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 import pytest
@@ -114,7 +115,7 @@ def _greedy_without_cache(model: nn.Module, input_ids: torch.Tensor, attention_m
 SCRIPT = [0.000, 0.010, 0.012, 0.015, 0.019, 1.000, 1.020, 1.021, 1.026, 1.032]
 
 
-def test_scripted_clock_gives_exact_ttft_tpot_and_throughputs(gpt2):
+def test_scripted_clock_gives_exact_ttft_itl_tpot_and_throughputs(gpt2):
     clock = ScriptedClock(SCRIPT)
     recording = Recording(gpt2)
     timing = decode_rounds(recording, _prompt(2, 5), None, new_tokens=4, rounds=2, device="cpu", clock=clock, warmup=1)
@@ -126,8 +127,10 @@ def test_scripted_clock_gives_exact_ttft_tpot_and_throughputs(gpt2):
     assert timing.step_s[0] == pytest.approx([0.002, 0.003, 0.004])
     assert timing.step_s[1] == pytest.approx([0.001, 0.005, 0.006])
     assert timing.ttft_ms() == pytest.approx(15.0)
-    # all steps sorted: 1..6 ms; linear percentile index q/100 * 5
-    assert timing.tpot_percentiles_ms() == pytest.approx({"p50": 3.5, "p90": 5.5, "p99": 5.95})
+    # inter-token latency: all steps sorted, 1..6 ms; linear percentile index q/100 * 5
+    assert timing.itl_percentiles_ms() == pytest.approx({"p50": 3.5, "p90": 5.5, "p99": 5.95})
+    # TPOT per request (vLLM, MLPerf): (e2e - TTFT) / (n - 1) = (19 - 10) / 3 and (32 - 20) / 3 ms
+    assert timing.tpot_ms() == pytest.approx([3.0, 4.0])
     assert timing.output_tokens_per_s() == pytest.approx([2 * 4 / 0.019, 2 * 4 / 0.032])  # TTFT included
     assert timing.decode_tokens_per_s() == pytest.approx([2 * 3 / 0.009, 2 * 3 / 0.012])
     assert timing.prefill_tokens_per_s() == pytest.approx([2 * 5 / 0.010, 2 * 5 / 0.020])
@@ -185,7 +188,9 @@ def test_single_new_token_has_no_decode_steps(gpt2):
     assert timing.step_s == [[]]
     assert timing.output_tokens_per_s() == [2 / 0.5]
     with pytest.raises(ValueError, match="new_tokens=1"):
-        timing.tpot_percentiles_ms()
+        timing.itl_percentiles_ms()
+    with pytest.raises(ValueError, match="new_tokens=1"):
+        timing.tpot_ms()
     with pytest.raises(ValueError, match="new_tokens=1"):
         timing.decode_tokens_per_s()
 
@@ -215,3 +220,59 @@ def test_bad_arguments_raise_value_error_naming_the_value(gpt2, overrides, messa
 def test_prefill_rounds_rejects_bad_rounds(gpt2):
     with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
         prefill_rounds(gpt2, _prompt(), None, rounds=0, device="cpu")
+
+
+def test_tpot_is_the_mean_step_per_request_while_itl_percentiles_pool_every_step():
+    # one round of even steps and one with a single slow step: ITL p99 sees the stall, TPOT averages it away
+    timing = DecodeTiming(prefill_s=[0.050, 0.050], step_s=[[0.010] * 4, [0.010, 0.010, 0.010, 0.050]], batch_size=1,
+                          prompt_tokens=8, new_tokens=5)
+    assert timing.tpot_ms() == pytest.approx([10.0, 20.0])  # (e2e 90 - TTFT 50) / 4, (130 - 50) / 4
+    assert timing.itl_percentiles_ms()["p50"] == pytest.approx(10.0)
+    assert timing.itl_percentiles_ms()["p99"] == pytest.approx(50.0 - 0.07 * 40.0)  # index 0.99 * 7 = 6.93 of 8 sorted
+
+
+def _logits_lengths(model: nn.Module) -> tuple[list[int], object]:
+    """The sequence length of the logits of each forward call of ``model`` (recorded by a forward hook)."""
+    lengths: list[int] = []
+    handle = model.register_forward_hook(lambda _module, _args, output: lengths.append(output.logits.shape[1]))
+    return lengths, handle
+
+
+def test_prefill_asks_the_logits_of_the_last_position_only(model):
+    # as servers and transformers' generate do (logits_to_keep=1): the prompt pass projects one position on the vocab
+    lengths, handle = _logits_lengths(model)
+    try:
+        prefill_rounds(model, _prompt(2, 7), None, rounds=1, device="cpu", warmup=0)
+        assert lengths == [1]
+        lengths.clear()
+        decode_rounds(model, _prompt(2, 7), None, new_tokens=3, rounds=1, device="cpu", warmup=0)
+        assert lengths == [1, 1, 1]
+    finally:
+        handle.remove()
+
+
+def test_a_model_without_logits_to_keep_still_decodes_from_its_last_position(gpt2):
+    # a forward that names neither logits_to_keep nor num_logits_to_keep (older transformers, a model of your own)
+    # gets neither: its full logits are computed and the last position's taken, with the same tokens
+    recording = Recording(gpt2)
+    input_ids = _prompt(2, 6, seed=5)
+    timing = decode_rounds(recording, input_ids, None, new_tokens=4, rounds=1, device="cpu", warmup=0)
+    assert timing.tokens == _greedy_without_cache(gpt2, input_ids, torch.ones_like(input_ids), 4)
+    assert decode.logits_to_keep_argument(recording) == {}
+    assert decode.logits_to_keep_argument(gpt2) == {"logits_to_keep": 1}
+
+
+def test_num_logits_to_keep_is_used_where_the_forward_names_it_so():
+    class OlderLlama(nn.Module):  # transformers 4.45-4.48 spelled it num_logits_to_keep (LlamaForCausalLM.forward)
+        def forward(self, input_ids=None, attention_mask=None, num_logits_to_keep: int = 0):
+            raise AssertionError("not called")
+
+    assert decode.logits_to_keep_argument(OlderLlama()) == {"num_logits_to_keep": 1}
+
+
+def test_the_kv_cache_dtype_of_a_bf16_model_is_recorded(model):
+    timing = decode_rounds(model, _prompt(2, 5), None, new_tokens=2, rounds=1, device="cpu", warmup=0)
+    assert timing.kv_cache_dtype == "float32"
+    cast = copy.deepcopy(model).to(torch.bfloat16)
+    timing = decode_rounds(cast, _prompt(2, 5), None, new_tokens=2, rounds=1, device="cpu", warmup=0)
+    assert timing.kv_cache_dtype == "bfloat16"

@@ -378,3 +378,16 @@ def test_compile_time_shows_its_cache_state_and_a_comparison_only_of_the_same_st
                                                             "baseline_cache": "warm", "reason": reason})]))
     assert "compile time not compared: this session compiled with a cold cache, the baseline&#39;s with a warm one" in refused
     assert "Baseline compile" not in refused
+
+
+def test_decode_details_name_the_judged_step_figures_itl_and_tpot_apart():
+    record = throughput_record("gpt2", 1, 30.0)
+    record.mode, record.unit, record.latency_ms, record.baseline_latency_ms = "decode", "tokens/s", 33.5, 32.0
+    record.details["llm"] = {"context": 128, "new_tokens": 16, "ttft_ms": 120.0, "itl_p50_ms": 33.5, "itl_p90_ms": 36.0,
+                             "itl_p99_ms": 41.0, "tpot_ms": 34.0, "output_tokens_per_s": 25.0,
+                             "decode_tokens_per_s": 29.9, "prefill_tokens_per_s": 1066.0, "kv_cache_dtype": "bfloat16"}
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", render(SessionResults(dict(META), [record]))))
+    assert ("Judged, the decode steps: 29.9 tokens/s, inter-token latency (ITL) p50 33.5 / p90 36 / p99 41 ms "
+            "(baseline ITL p50 32 ms)") in text
+    assert "End to end: 25 output tokens/s, time to first token 120 ms" in text
+    assert "(TPOT, (e2e − TTFT) / (n − 1) per request) 34 ms" in text and "KV cache bfloat16" in text

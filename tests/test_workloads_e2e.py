@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
+
+from hwregress import schemas
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_workload"
 
@@ -20,9 +23,13 @@ def test_causal_lm_runs_every_mode_in_tokens_per_second_with_serving_latencies(h
         assert "-ctx16-bs2-" in record["test_id"]
     assert records["infer"]["details"]["samples_per_s"] * 16 == pytest.approx(records["infer"]["throughput"])
     decode = records["decode"]["details"]["llm"]
-    assert decode["new_tokens"] == 16 and decode["ttft_ms"] > 0
-    assert 0 < decode["tpot_p50_ms"] <= decode["tpot_p90_ms"] <= decode["tpot_p99_ms"]
-    assert records["decode"]["latency_ms"] == decode["tpot_p50_ms"]
+    assert decode["new_tokens"] == 16 and decode["ttft_ms"] > 0 and decode["tpot_ms"] > 0
+    assert 0 < decode["itl_p50_ms"] <= decode["itl_p90_ms"] <= decode["itl_p99_ms"]
+    assert records["decode"]["latency_ms"] == decode["itl_p50_ms"]  # judged: one decode step
+    assert records["decode"]["throughput"] == pytest.approx(decode["decode_tokens_per_s"])  # judged: the decode steps
+    assert decode["output_tokens_per_s"] > 0  # end to end, the prompt pass included: reported, not judged
+    assert decode["kv_cache_dtype"] == "float32"
+    jsonschema.validate(hw_project.results, schemas.schema("results"))
     assert records["prefill"]["details"]["llm"]["prefill_ms"] > 0
     (baseline,) = hw_project.baseline_files()
     text = baseline.read_text()

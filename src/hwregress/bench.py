@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from hwregress import compilation, memory_guard, profiling, quantization
+from hwregress import compilation, memory_guard, numerics, profiling, quantization
 from hwregress.devices import device_kind, synchronize
 from hwregress.memory import PeakMemoryMeter, release_device_memory
-from hwregress.numerics import STEP_MODES, autocast, grad_scaler, precision, tf32_flags
+from hwregress.numerics import STEP_MODES, autocast, forward_precision, grad_scaler, tf32_flags
 from hwregress.telemetry import TelemetrySampler
 from hwregress.timing import RoundTimer, Timing, TimingPlan, VerdictCheck, in_work_units, measure
-from hwregress.workloads import Inputs, Workload, build_on, forward, import_torchvision, make_batch
+from hwregress.workloads import Inputs, Workload, build_on, forward, import_torchvision, make_batch, step_use_cache
 
 T = TypeVar("T")
 
@@ -154,18 +154,23 @@ def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: In
                labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
     """The step function of ``mode``: ``train`` = zero grads, forward, loss, backward, SGD step (with
     a GradScaler for fp16 on CUDA); ``infer`` = forward in inference mode. The TF32 flags of ``dtype``
-    hold for the whole step, backward and optimizer included; autocast covers forward and loss
-    (see :mod:`hwregress.numerics`).
+    hold for the whole step, backward and optimizer included; autocast covers forward and loss, except
+    where the model runs in ``dtype`` itself (bf16/fp16 inference of a causal LM,
+    :func:`hwregress.numerics.runs_in_dtype`; the caller casts it with :func:`hwregress.numerics.model_for_mode`).
+    A causal LM's forward gets ``use_cache=False`` (:func:`hwregress.workloads.step_use_cache`): neither step reads
+    a KV cache.
 
     Raises:
         ValueError: unknown mode.
     """
+    use_cache = step_use_cache(workload)
     if mode == "infer":
         model.eval()
+        in_dtype = numerics.runs_in_dtype(workload.task, mode, dtype)
 
         def infer_step() -> None:
-            with torch.inference_mode(), precision(device, dtype):
-                forward(model, inputs)
+            with torch.inference_mode(), forward_precision(device, dtype, in_dtype):
+                forward(model, inputs, use_cache=use_cache)
 
         return infer_step
     if mode != "train":
@@ -178,7 +183,7 @@ def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: In
         with tf32_flags(dtype):
             optimizer.zero_grad(set_to_none=True)
             with autocast(device, dtype):
-                loss = workload.loss(forward(model, inputs).float(), labels)
+                loss = workload.loss(forward(model, inputs, use_cache=use_cache).float(), labels)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -274,7 +279,7 @@ def guard_host_memory(workload: Workload, device: str, mode: str, batch_size: in
 
     def footprint(probe_batch: int) -> int:
         with PeakMemoryMeter(device) as meter:
-            model = workload.build().to(device)
+            model = numerics.model_for_mode(workload.build().to(device), workload.task, mode, dtype)
             inputs, labels = make_batch(workload, probe_batch, device, seq_len=context)
             build_step(workload, model, mode, inputs, labels, device, dtype)()
         return meter.peak_bytes or 0
@@ -289,7 +294,7 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     guard_host_memory(workload, device, mode, batch_size, dtype, context)
     setup_s = compilation.prime_compiler(options.compiler, device)  # the process's one-time set-up, untimed
     with PeakMemoryMeter(device) as memory:
-        model = build_on(workload, device)
+        model = numerics.model_for_mode(build_on(workload, device), workload.task, mode, dtype)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
         model, quantized = quantization.prepare(model, dtype, device, mode)
         inputs = quantization.cast_inputs(inputs, dtype, device)
@@ -315,8 +320,8 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)
         flops = profiling.count_flops(_flop_probe(workload, model, mode, inputs, labels, device, dtype))
-        with precision(device, dtype):
-            moved = profiling.estimate_bytes_moved(model, inputs, mode == "train")
+        with forward_precision(device, dtype, numerics.runs_in_dtype(workload.task, mode, dtype)):
+            moved = profiling.estimate_bytes_moved(model, inputs, mode == "train", use_cache=step_use_cache(workload))
         measurement.flops_per_sample = flops / batch_size
         measurement.bytes_per_sample = moved / batch_size
     synchronize(device)
@@ -329,8 +334,9 @@ def batch_probe(workload: Workload, device: str, mode: str, dtype: str, context:
     (the second holds the optimizer state a training step allocates), on a model built once per search; prefill
     and decode probe with their prompt pass. On the CPU the host-memory guard refuses a batch that would not fit
     before it runs, as a ``MemoryError`` (out-of-memory is the search's signal)."""
-    model, _ = quantization.prepare(build_on(workload, device), dtype, device, mode)
     step_mode = "infer" if mode in ("prefill", "decode") else mode
+    model = numerics.model_for_mode(build_on(workload, device), workload.task, step_mode, dtype)
+    model, _ = quantization.prepare(model, dtype, device, mode)
 
     def try_batch(batch_size: int) -> None:
         try:
@@ -358,16 +364,18 @@ def _channels_last(model: torch.nn.Module, inputs: Inputs) -> tuple[torch.nn.Mod
 
 def _flop_probe(workload: Workload, model: torch.nn.Module, mode: str, inputs: Inputs,
                 labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
+    use_cache = step_use_cache(workload)
+
     def forward_backward() -> None:
         model.zero_grad(set_to_none=True)
         with tf32_flags(dtype):
             with autocast(device, dtype):
-                loss = workload.loss(forward(model, inputs).float(), labels)
+                loss = workload.loss(forward(model, inputs, use_cache=use_cache).float(), labels)
             loss.backward()
         model.zero_grad(set_to_none=True)
 
     def forward_only() -> None:
-        with torch.no_grad(), precision(device, dtype):
-            forward(model, inputs)
+        with torch.no_grad(), forward_precision(device, dtype, numerics.runs_in_dtype(workload.task, mode, dtype)):
+            forward(model, inputs, use_cache=use_cache)
 
     return forward_backward if mode == "train" else forward_only

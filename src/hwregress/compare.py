@@ -121,9 +121,10 @@ class Measured:
     compile_cache: str | None = None
 
 
-# (family, mode) of the records whose median latency is judged against the baseline: a stream's latency is what
-# its users wait; its throughput follows the producer's rate while it keeps up
-LATENCY_JUDGED = (("spark", "stream"),)
+# (family, mode) of the records whose latency is judged against the baseline: a stream's median latency is what
+# its users wait (its throughput follows the producer's rate while it keeps up); a decode window's latency is the
+# inter-token latency p50, one decode step (hwregress.llm_bench), judged beside the decode steps' tokens/s
+LATENCY_JUDGED = (("spark", "stream"), ("throughput", "decode"))
 
 
 def judges_latency(family: str | None, mode: str | None) -> bool:

@@ -13,6 +13,14 @@ Two scopes, on purpose:
   "Automatic Mixed Precision package - torch.amp", Autocasting).
 
 :func:`precision` enters both, for forward-only code (inference, parity outputs, GEMM ceilings).
+
+bf16/fp16 inference of a causal LM (``infer``, ``prefill``, ``decode``) runs the model *in* the dtype instead
+(:func:`runs_in_dtype`, :func:`model_for_mode`: ``model.to(dtype)``, no autocast), as serving engines do. Autocast
+casts fp32 weights on use and keeps the copies only inside one autocast region (``aten/src/ATen/autocast_mode.cpp``:
+"cache lower_precision_fp casts of fp32 model weights", cleared when the outermost region exits), so every
+inference step re-cast them, a decode window held both copies, and the KV cache took whatever dtype the ops
+producing the keys chose: fp32 in Llama, whose rotary embedding multiplies the bf16 projections by fp32 cos/sin.
+Training keeps autocast (fp32 master weights, as mixed-precision training is done).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from torch import nn
 
 from hwregress.devices import device_kind
 
@@ -28,6 +37,7 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8", "fp8")  # int8/fp8: quantized 
 STEP_MODES = ("train", "infer")  # a timed step of any model
 LLM_MODES = ("prefill", "decode")  # causal language models only (hwregress.llm_bench)
 MODES = (*STEP_MODES, *LLM_MODES)
+INFERENCE_MODES = ("infer", *LLM_MODES)
 MEMORY_FORMATS = ("contiguous", "channels_last")
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
 TENSOR_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
@@ -90,6 +100,40 @@ def precision(device: str, dtype: str) -> Iterator[None]:
         KeyError: unknown ``dtype``.
     """
     with tf32_flags(dtype), autocast(device, dtype):
+        yield
+
+
+def runs_in_dtype(task: str, mode: str, dtype: str) -> bool:
+    """Whether a ``task`` model in ``mode`` runs with its weights in ``dtype`` (``model.to(dtype)``, no autocast)
+    rather than fp32 weights under autocast: bf16 and fp16 inference modes (:data:`INFERENCE_MODES`) of a
+    ``causal-lm`` (see the module docstring). Other workloads keep autocast in inference: image models take fp32
+    pixels that a cast model would refuse, and their baselines were recorded so.
+
+    Raises:
+        KeyError: unknown ``dtype``.
+    """
+    _check_dtype(dtype)
+    return task == "causal-lm" and mode in INFERENCE_MODES and dtype in AUTOCAST_DTYPES
+
+
+def model_for_mode(model: nn.Module, task: str, mode: str, dtype: str) -> nn.Module:
+    """``model`` cast to ``dtype`` (in place, ``nn.Module.to``) where :func:`runs_in_dtype`, else ``model`` as it is.
+
+    Raises:
+        KeyError: unknown ``dtype``.
+    """
+    return model.to(AUTOCAST_DTYPES[dtype]) if runs_in_dtype(task, mode, dtype) else model
+
+
+@contextlib.contextmanager
+def forward_precision(device: str, dtype: str, in_dtype: bool) -> Iterator[None]:
+    """:func:`tf32_flags`, and :func:`autocast` unless the model already runs ``in_dtype`` (:func:`runs_in_dtype`):
+    autocast over a bf16 model would still run its fp32-listed ops (softmax, norms) in fp32.
+
+    Raises:
+        KeyError: unknown ``dtype``.
+    """
+    with tf32_flags(dtype), (contextlib.nullcontext() if in_dtype else autocast(device, dtype)):
         yield
 
 

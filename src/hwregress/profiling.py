@@ -279,7 +279,7 @@ def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
             if not isinstance(m, LinearPackedParams) and all(isinstance(c, LinearPackedParams) for c in m.children())]
 
 
-def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool) -> int:
+def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool, use_cache: bool | None = None) -> int:
     """Estimated DRAM traffic of one step, in bytes (the roofline's denominator).
 
     Method: every weight is read once per forward pass (:func:`parameter_bytes`); every leaf module's output
@@ -291,6 +291,7 @@ def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool)
     Each tensor counts at its own width (:func:`tensor_bytes`): int8 and fp8 weights 1 byte plus their scales,
     bf16 weights 2, fp32 weights 4 (also under autocast, which reads the fp32 weights); activations at the
     dtype the layer produced, so call this under the step's precision (autocast) to count bf16 outputs as 2.
+    ``use_cache`` goes to the forward pass (:func:`hwregress.workloads.forward`).
     """
     weight_bytes = parameter_bytes(model)
     activation_bytes = 0
@@ -303,7 +304,7 @@ def estimate_bytes_moved(model: torch.nn.Module, inputs: Inputs, training: bool)
     handles = [m.register_forward_hook(count_output) for m in _layers(model)]
     try:
         with torch.no_grad():
-            forward(model, inputs)
+            forward(model, inputs, use_cache=use_cache)
     finally:
         for handle in handles:
             handle.remove()

@@ -233,14 +233,24 @@ def make_batch(workload: Workload, batch_size: int, device: str, seed: int = 0,
     return inputs.to(device), labels.to(device)
 
 
-def forward(model: nn.Module, inputs: Inputs) -> torch.Tensor:
+def forward(model: nn.Module, inputs: Inputs, use_cache: bool | None = None) -> torch.Tensor:
     """The model's logits for ``inputs``: ``model(**inputs)`` for a mapping (token ids and mask), else
-    ``model(inputs)``; a transformers output gives its ``.logits``, a tuple its first element."""
-    output = model(**inputs) if isinstance(inputs, dict) else model(inputs)
+    ``model(inputs)``; a transformers output gives its ``.logits``, a tuple its first element. ``use_cache`` is
+    passed on when not None (:func:`step_use_cache`)."""
+    options = {} if use_cache is None else {"use_cache": use_cache}
+    output = model(**inputs, **options) if isinstance(inputs, dict) else model(inputs, **options)
     logits = getattr(output, "logits", None)
     if logits is not None:
         return logits
     return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def step_use_cache(workload: Workload) -> bool | None:
+    """``use_cache`` for a train or plain infer step of ``workload``: False for a causal LM, whose forward would
+    otherwise build a KV cache no later step reads (transformers' default ``config.use_cache=True``: K and V of every
+    layer kept, in memory and copies a training or scoring pass does not make); None (not passed) for other models,
+    whose forward may not take it. Prefill and decode build their cache on purpose (:mod:`hwregress.decode`)."""
+    return False if workload.task == "causal-lm" else None
 
 
 def batch_size_of(inputs: Inputs) -> int:

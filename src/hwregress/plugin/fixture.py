@@ -91,7 +91,9 @@ class HwBench:
 
     def _llm(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
              context: int) -> None:
-        """A prefill or decode window (:mod:`hwregress.llm_bench`): output tokens/s, and the latencies in the record."""
+        """A prefill or decode window (:mod:`hwregress.llm_bench`): prompt tokens/s (prefill) or the decode steps'
+        tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
+        ``details.llm``."""
         try:
             result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, self.settings.plan,
                              self.settings.telemetry_interval_s, profile=self.settings.profile_steps > 0)
@@ -100,8 +102,8 @@ class HwBench:
             skip_with(Verdict.OOM, str(error))
         fill_measurement(record, result.measurement)
         record.details["llm"] = result.latency
-        if mode == "decode" and result.latency.get("tpot_p50_ms") is not None:
-            record.latency_ms = result.latency["tpot_p50_ms"]  # time per output token, the serving latency
+        if mode == "decode":
+            record.latency_ms = result.latency["itl_p50_ms"]  # one decode step, judged (compare.judges_latency)
 
     def speedup(self, device: str, model: str, batch_size: int, dtype: str = "fp32") -> TestRecord:
         """Measure ``model`` training on ``device`` and on the CPU in this session; assert the speedup."""
