@@ -149,12 +149,12 @@ def test_device_scope_of_node_ids(nodeid, expected):
     assert device_scope(nodeid) == expected
 
 
-def test_readme_option_table_matches_the_code(pytestconfig):
+def test_documented_option_table_matches_the_code(pytestconfig):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("| option (ini twin"):readme.index("## Measurement discipline")]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "running.md").read_text(encoding="utf-8")
+    table = page[page.index("| option (ini twin"):page.index("## xdist")]
     documented = set(re.findall(r"^\| `(--[a-z-]+)", table, flags=re.MULTILINE))
     group = pytestconfig._parser.getgroup("hwregress")  # the options as this pytest registered them
     assert documented == {name for option in group.options for name in option.names()}

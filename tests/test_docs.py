@@ -1,0 +1,115 @@
+"""The README and the docs/ pages hold together: every relative link (images included) reaches a file, every
+anchor a heading, every page is reachable from the README or docs/index.md, and the README stays short."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+INDEX = DOCS / "index.md"
+README_MAX_LINES = 150
+
+FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+MARKDOWN_LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HTML_LINK = re.compile(r"<(?:a|img)\b[^>]*?\b(?:href|src)=\"([^\"]+)\"", re.IGNORECASE)
+SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+
+
+def pages() -> list[Path]:
+    """README.md and every Markdown page under docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def prose(path: Path) -> str:
+    """The page's text without fenced code blocks and inline code, where brackets are not links."""
+    return INLINE_CODE.sub("", FENCE.sub("", path.read_text(encoding="utf-8")))
+
+
+def link_targets(path: Path) -> list[str]:
+    """Every link target of a Markdown page: ``[text](target)``, ``![alt](target)``, ``<a href>``, ``<img src>``."""
+    text = prose(path)
+    return MARKDOWN_LINK.findall(text) + HTML_LINK.findall(text)
+
+
+def relative_links(path: Path) -> list[tuple[str, Path, str]]:
+    """(link as written, file it resolves to, anchor or "") of every link that is not a URL (http:, mailto:, ...)."""
+    links = []
+    for target in link_targets(path):
+        if SCHEME.match(target):
+            continue
+        file_part, _, anchor = target.partition("#")
+        resolved = (path.parent / file_part).resolve() if file_part else path.resolve()
+        links.append((target, resolved, anchor))
+    return links
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens, repeats -1, -2."""
+    anchors: set[str] = set()
+    counts: dict[str, int] = {}
+    for line in FENCE.sub("", path.read_text(encoding="utf-8")).splitlines():
+        match = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not match:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", match.group(1).replace("`", "").lower()).replace(" ", "-")
+        seen = counts.get(slug, 0)
+        counts[slug] = seen + 1
+        anchors.add(slug if seen == 0 else f"{slug}-{seen}")
+    return anchors
+
+
+def name(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def test_readme_has_at_most_150_lines():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into a docs/ page and link it"
+
+
+def test_the_link_finder_sees_links_and_images_but_not_code(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("See [a](a.md#x), ![b](img/b.png \"t\") and <img src=\"c.svg\">; [web](https://x.org).\n"
+                    "`[not](code.md)`\n```\n[not](fenced.md)\n```\n", encoding="utf-8")
+    assert link_targets(page) == ["a.md#x", "img/b.png", "https://x.org", "c.svg"]
+    assert [(written, anchor) for written, _, anchor in relative_links(page)] == [("a.md#x", "x"), ("img/b.png", ""),
+                                                                                  ("c.svg", "")]
+
+
+def test_heading_anchors_follow_github():
+    assert heading_anchors(DOCS / "measured.md") >= {"measured-figures", "measured-on-gpu-not-yet",
+                                                     "measured-on-the-development-machine-cpu-only"}
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: name(p))
+def test_every_relative_link_reaches_a_file(page):
+    broken = [f"{written} -> {name(target)}" for written, target, _ in relative_links(page) if not target.exists()]
+    assert not broken, f"{name(page)}: links to missing files: {broken}"
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: name(p))
+def test_every_anchor_names_a_heading(page):
+    broken = [written for written, target, anchor in relative_links(page)
+              if anchor and target.suffix == ".md" and target.exists() and anchor not in heading_anchors(target)]
+    assert not broken, f"{name(page)}: anchors that name no heading: {broken}"
+
+
+def test_every_docs_page_is_linked_from_the_readme_or_the_index():
+    linked = {target for page in (README, INDEX) for _, target, _ in relative_links(page)}
+    unlinked = [name(page) for page in sorted(DOCS.glob("*.md")) if page.resolve() not in linked and page != INDEX]
+    assert INDEX.resolve() in linked, "README.md does not link docs/index.md"
+    assert not unlinked, f"docs pages linked from neither README.md nor docs/index.md: {unlinked}"
+
+
+@pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda p: name(p))
+def test_every_docs_page_starts_with_a_title_and_a_sentence(page):
+    lines = page.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("# "), f"{name(page)}: the first line is not a '# Title'"
+    assert len(lines) > 2 and not lines[1].strip() and lines[2].strip() and not lines[2].startswith("#"), \
+        f"{name(page)}: the title is not followed by a sentence saying what the page covers"
