@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from hwregress import workloads
-from hwregress.bench import OutOfMemory, RunOptions, build_step, is_out_of_memory, run_model
-from hwregress.timing import TimingPlan
+from hwregress.measure.timing import TimingPlan
+from hwregress.measure.window import OutOfMemory, RunOptions, build_step, is_out_of_memory, run_model
 
 TINY = workloads.Workload("tiny-bench", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10)), (3, 4, 4), 10)
 

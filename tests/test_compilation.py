@@ -1,4 +1,4 @@
-"""The compilation axis on the CPU: backends, compile-time accounting, failures (hwregress.compilation).
+"""The compilation axis on the CPU: backends, compile-time accounting, failures (hwregress.measure.compilation).
 
 Most tests compile with dynamo's cheap ``"eager"`` backend (tracing only, no code generation) and pass
 the suite backend label that decides error handling; only one test pays for a real inductor compile.
@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from hwregress import compilation
-from hwregress.compilation import (
+from hwregress.measure import compilation
+from hwregress.measure.compilation import (
     BACKENDS,
     MAX_ERROR_LINES,
     CompileFailed,

@@ -12,12 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from hwregress import bench, telemetry, workloads
-from hwregress.memory import PeakMemoryMeter
-from hwregress.numerics import tf32_flags
-from hwregress.roofline import NAME_RULES
-from hwregress.telemetry import TelemetrySampler
-from hwregress.timing import CudaEventTimer
+from hwregress import workloads
+from hwregress.hardware import telemetry
+from hwregress.hardware.roofline import NAME_RULES
+from hwregress.hardware.telemetry import TelemetrySampler
+from hwregress.measure import window as bench
+from hwregress.measure.memory import PeakMemoryMeter
+from hwregress.measure.precision.numerics import tf32_flags
+from hwregress.measure.timing import CudaEventTimer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 N = 8192

@@ -19,11 +19,15 @@ from fakes.nvml import FakeGpu, FakeNvml
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hwregress import bench, host_reference, numerics, parity, profiling, roofline, telemetry, workloads
-from hwregress.compare import Measured, Tolerances, judge
-from hwregress.devices import PERFORMANCE_RELEVANT, environment_fingerprint, fingerprint_changes
-from hwregress.memory import PeakMemoryMeter
-from hwregress.timing import TimingPlan
+from hwregress import workloads
+from hwregress.hardware import roofline, telemetry
+from hwregress.hardware.devices import PERFORMANCE_RELEVANT, environment_fingerprint, fingerprint_changes
+from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.measure import host_reference, parity, profiling
+from hwregress.measure import window as bench
+from hwregress.measure.memory import PeakMemoryMeter
+from hwregress.measure.precision import numerics
+from hwregress.measure.timing import TimingPlan
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001, budget_s=0.5)
@@ -234,7 +238,7 @@ def test_concurrent_callers_share_one_cpu_measurement(tmp_path):
 
 def test_another_process_reuses_the_measurement(tmp_path):
     host_reference.measured_once("alexnet/train/bs4/fp32", lambda: [5.0, 6.0], tmp_path)
-    script = ("import sys; from pathlib import Path; from hwregress.host_reference import measured_once\n"
+    script = ("import sys; from pathlib import Path; from hwregress.measure.host_reference import measured_once\n"
               "def fail(): raise SystemExit('measured again')\n"
               "print(measured_once('alexnet/train/bs4/fp32', fail, Path(sys.argv[1])))")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,

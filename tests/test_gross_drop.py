@@ -1,7 +1,7 @@
 """A gross drop is never green, whatever the baseline's history holds (issue 21, item 1), and a window whose verdict
 leans to a regression is confirmed over a longer window before it is judged (item 2).
 
-The histories are built through the real baseline lifecycle (:class:`hwregress.session.BenchSession` with
+The histories are built through the real baseline lifecycle (:class:`hwregress.judge.session.BenchSession` with
 ``--update-baselines`` modes ``all``, ``force`` and ``reset``, changed software stacks that start an entry afresh),
 so pooled samples, session quantiles and the drift history are those a user's file would hold."""
 
@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hwregress import stats
-from hwregress.baselines import BaselineStore
-from hwregress.compare import Tolerances, verdict_settled, window_check
-from hwregress.results import TestRecord
-from hwregress.session import BenchSession, Policy
-from hwregress.timing import Timing, TimingPlan, in_work_units, measure
-from hwregress.verdicts import Verdict
+from hwregress.judge import stats
+from hwregress.judge.compare import Tolerances, verdict_settled, window_check
+from hwregress.judge.session import BenchSession, Policy
+from hwregress.measure.timing import Timing, TimingPlan, in_work_units, measure
+from hwregress.store.baselines import BaselineStore
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 KEY = "throughput/tiny/infer/bs8/fp32"
 IDENTITY = {"cpu_vendor": "AuthenticAMD", "cpu_brand": "AMD EPYC", "cpu_family": 25, "cpu_model": 17,
@@ -103,7 +103,7 @@ def test_a_latency_beyond_the_cap_is_red_for_any_latency_history(history, rise):
     entry = {"samples": [10.0] * 10, "latency_ms": float(np.median(history)), "latency_history": history,
              "identity": IDENTITY}
     tolerances = Tolerances()
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     measured = Measured("t", [10.0] * 10, "images/s", True, {}, identity=IDENTITY, on_cpu=True,
                         latency_ms=entry["latency_ms"] * rise)
@@ -112,7 +112,7 @@ def test_a_latency_beyond_the_cap_is_red_for_any_latency_history(history, rise):
 
 def test_a_gross_drop_in_an_unstable_window_still_fails():
     entry = {"samples": [100.0] * 5 + [101.0] * 5, "identity": IDENTITY}
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     measured = Measured("t", [30.0, 70.0, 20.0, 74.0, 60.0], "samples/s", False, {}, identity=IDENTITY, on_cpu=True)
     judgement = judge(measured, entry, Tolerances())
@@ -179,7 +179,7 @@ def test_a_slow_phase_of_the_host_is_outlasted_and_the_session_passes():
     assert timing.verdict_rounds > 0 and len(timing.round_seconds) > 10
     samples = [8.0 / s for s in timing.step_seconds]
     record = _record(samples)
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())
     assert judged.verdict == Verdict.PASS, (judged.figures.ratio, record)
@@ -189,7 +189,7 @@ def test_a_real_slowdown_stays_red_after_the_confirmation_and_costs_only_the_con
     check = window_check(BASELINE, IDENTITY, Tolerances(), True, 10.0)
     timing = _window([0.04] + [8.0 / 100.0] * 1000, check)  # half the speed, for good
     assert 10.0 <= sum(timing.round_seconds) < 10.0 + 0.2  # stopped once confirmed, long before the 30 s budget
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     samples = [8.0 / s for s in timing.step_seconds]
     judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())

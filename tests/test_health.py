@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import pytest
 
-from hwregress import health
+from hwregress.hardware import health
 
 CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
 ProcTimes = namedtuple("ProcTimes", "user system children_user children_system")

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from hwregress import identity
+from hwregress.hardware import identity
 
 EPYC_ZEN3 = """processor\t: 0
 vendor_id\t: AuthenticAMD

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hwregress import profiling, roofline, workloads
+from hwregress import workloads
+from hwregress.hardware import roofline
+from hwregress.measure import profiling
 
 # torchvision's model cards (weights docs) publish "GFLOPS" at 224x224 that are multiply-adds.
 PUBLISHED_GMACS = {"resnet18": 1.81, "alexnet": 0.71, "vgg16": 15.47}

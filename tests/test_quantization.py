@@ -12,7 +12,13 @@ import torch
 from fakes import cuda as fake_cuda
 from torch import nn
 
-from hwregress.quantization import PARITY_TOLERANCE, QUANTIZED_DTYPES, quantize, quantized_linear_count, unsupported_reason
+from hwregress.measure.precision.quantization import (
+    PARITY_TOLERANCE,
+    QUANTIZED_DTYPES,
+    quantize,
+    quantized_linear_count,
+    unsupported_reason,
+)
 from hwregress.workloads import import_torchvision
 
 TORCHAO_MODULES = ("torchao", "torchao.quantization")

@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 
 from conftest import REPO
 from hwregress import workloads
-from hwregress.compare import Measured, Tolerances, judge, judges_latency
-from hwregress.lifecycle import HISTORY_LENGTH, make_entry
-from hwregress.matrix import Selection, case_id, cases
-from hwregress.results import TestRecord
-from hwregress.session import _measured
+from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
+from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry
+from hwregress.judge.session import _measured
+from hwregress.measure.timing import TimingPlan
+from hwregress.plugin.matrix import Selection, case_id, cases
 from hwregress.spark import batch, engine, stream
 from hwregress.spark.settings import DEFAULT_STREAM_SECONDS, SparkSettings
-from hwregress.timing import TimingPlan
-from hwregress.verdicts import Verdict
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 
 # -- engine: Java ----------------------------------------------------------------------------------------------------

@@ -15,13 +15,13 @@ from collections.abc import Generator
 
 import pytest
 
-from hwregress.baselines import BaselineStore
+from hwregress.judge.session import BenchSession
+from hwregress.measure.timing import RoundTimer
 from hwregress.plugin import options, record, spark, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.fixture import SESSION_KEY, hwbench
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
-from hwregress.session import BenchSession
-from hwregress.timing import RoundTimer
+from hwregress.store.baselines import BaselineStore
 
 __all__ = ["hwbench", "pytest_generate_tests"]
 MARKERS = ("cpu", "gpu", "mps", "train", "infer", "prefill", "decode", "throughput", "parity", "speedup", "ceiling",
@@ -31,7 +31,7 @@ MARKERS = ("cpu", "gpu", "mps", "train", "infer", "prefill", "decode", "throughp
 class HookSpecs:
     @pytest.hookspec(firstresult=True)
     def pytest_hwregress_round_timer(self, config: pytest.Config, device: str) -> RoundTimer | None:
-        """Return the :class:`hwregress.timing.RoundTimer` for ``device``, or None for the default (CUDA
+        """Return the :class:`hwregress.measure.timing.RoundTimer` for ``device``, or None for the default (CUDA
         events on CUDA, synchronized host clock elsewhere). Self-tests use it to inject a known clock."""
 
 

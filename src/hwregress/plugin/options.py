@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from hwregress import workload_plugins
-from hwregress.compare import Tolerances
-from hwregress.devices import parse_device_list, visible_devices
-from hwregress.dist.topology import Topology
-from hwregress.lifecycle import UPDATE_MODES
-from hwregress.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, validate
-from hwregress.session import Policy
+from hwregress.hardware.devices import parse_device_list, visible_devices
+from hwregress.judge.compare import Tolerances
+from hwregress.judge.lifecycle import UPDATE_MODES
+from hwregress.judge.session import Policy
+from hwregress.measure.timing import TimingPlan
+from hwregress.plugin.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, validate
+from hwregress.scaleout.topology import Topology
 from hwregress.spark.engine import parse_conf
 from hwregress.spark.settings import SparkSettings
-from hwregress.timing import TimingPlan
+from hwregress.workloads import plugins as workload_plugins
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def _world_sizes(config: pytest.Config) -> list[int] | None:
 
 
 def _opted_in(config: pytest.Config) -> frozenset[str]:
-    """The opt-in families (:data:`hwregress.matrix.OPT_IN_ON_CPU`, :data:`~hwregress.matrix.OPT_IN_EVERYWHERE`) this
+    """The opt-in families (:data:`hwregress.plugin.matrix.OPT_IN_ON_CPU`, :data:`~hwregress.plugin.matrix.OPT_IN_EVERYWHERE`) this
     session asks for: named in the ``-m`` expression, or implied by ``--world-sizes`` (scaling), ``--colocate``
     (colocated) or ``--spark-master`` (spark)."""
     expression = getattr(config.option, "markexpr", "") or ""

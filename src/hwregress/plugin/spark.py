@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from hwregress import parity, workloads
+from hwregress import workloads
+from hwregress.hardware.telemetry import TelemetrySampler
+from hwregress.judge.stats import summarize
+from hwregress.measure import parity
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
-from hwregress.results import TestRecord
 from hwregress.spark import batch, engine, stream
 from hwregress.spark.predictor import PredictSpec, pixel_statistics
-from hwregress.stats import summarize
-from hwregress.telemetry import TelemetrySampler
-from hwregress.verdicts import Verdict
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 if TYPE_CHECKING:
     from hwregress.plugin.fixture import HwBench

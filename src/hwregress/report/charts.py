@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from markupsafe import Markup, escape
 
-from hwregress import roofline
+from hwregress.hardware import roofline
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")

@@ -1,0 +1,232 @@
+"""A benchmark session's library side: turn measurements into records, judge them against the
+baseline store, apply the baseline lifecycle. Independent of pytest (the plugin drives it)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from hwregress.hardware import roofline
+from hwregress.hardware.devices import device_kind
+from hwregress.judge import evidence, lifecycle
+from hwregress.judge.compare import Figures, Measured, Tolerances, judge, judges_latency
+from hwregress.judge.diagnosis import diagnose
+from hwregress.judge.stats import summarize
+from hwregress.measure.window import Measurement
+from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
+
+
+@dataclass
+class Policy:
+    """Session-wide decisions.
+
+    Attributes:
+        tolerances: see :class:`hwregress.judge.compare.Tolerances`.
+        update_mode: None, ``all``, ``missing``, ``force`` or ``reset`` (``--update-baselines``).
+        require_baselines: a test without a baseline fails.
+        strict_env: an environment change against the baseline fails the test.
+        accept_identity: judge against a baseline recorded on hardware of another identity.
+    """
+
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    update_mode: str | None = None
+    require_baselines: bool = False
+    strict_env: bool = False
+    accept_identity: bool = False
+
+
+class BenchSession:
+    """Baseline look-ups (cached per hardware key) and verdicts for one pytest process."""
+
+    def __init__(self, store: BaselineStore, policy: Policy) -> None:
+        self.store = store
+        self.policy = policy
+        self._files: dict[str, BaselineFile | BaselineError | None] = {}
+        self.roofs: dict[str, dict[str, float]] = {}  # device -> roofs measured in this process (evidence.ceiling_name)
+        self._lock = threading.Lock()
+
+    def baseline_entry(self, hardware_key: str, key: str) -> dict[str, Any] | None:
+        """The stored entry, None when the hardware or the test has none. The file is read once per process;
+        a file that cannot be trusted is remembered as its error.
+
+        Raises:
+            BaselineError: the hardware's file is corrupt or of an unknown version (``key`` None), or this
+                test's entry failed validation (``key`` set); the message names file, key and fix.
+        """
+        with self._lock:
+            if hardware_key not in self._files:
+                try:
+                    self._files[hardware_key] = self.store.load(hardware_key)
+                except BaselineError as error:
+                    self._files[hardware_key] = error
+        loaded = self._files[hardware_key]
+        if isinstance(loaded, BaselineError):
+            raise loaded
+        return None if loaded is None else loaded.entry(key)
+
+    def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> list[str]:
+        """Judge ``record`` against its baseline, fill its verdict, figures and (for a regression) diagnosis,
+        and apply the update policy. Returns the failure sentences (empty: the test passes).
+
+        A figure no hardware can reach (:func:`hwregress.judge.evidence.physics_of`) makes the record ``invalid``
+        before anything is judged or recorded. ``extra_failures`` are checks the caller made itself (device vs
+        CPU accuracy, output parity); they count as a regression before the update policy runs, so an update
+        never absorbs them. A baseline that cannot be written (read-only folder, full disk) fails the test
+        with the file and the reason; the measurement stays on the record. With ``--update-baselines=force``
+        an entry (or a whole file) that cannot be trusted is replaced: the test is judged as new and the
+        unreadable file is moved aside, never deleted.
+
+        Raises:
+            BaselineError: the baselines file or this test's entry cannot be trusted and the update mode is
+                not ``force`` (the record's verdict is ``failed``).
+        """
+        assert record.hardware_key is not None
+        roofs = self.roofs.setdefault(record.device or "", {})
+        impossible = evidence.physics_of(record, roofs)
+        if impossible:
+            return _invalid(record, impossible)
+        if record.family == "ceiling" and record.throughput:
+            roofs[evidence.ceiling_name(record)] = record.throughput
+        entry, replacing = self._entry_for(record, key)
+        judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
+                          self.policy.accept_identity)
+        if extra_failures:
+            judgement.failures[:0] = extra_failures
+            judgement.verdict = Verdict.REGRESSION
+        record.verdict = judgement.verdict
+        apply_figures(record, judgement.figures)
+        failures, notes = list(judgement.failures), list(judgement.notes)
+        if entry is not None:
+            record.baseline_recorded_at = entry.get("recorded_at")
+            if record.verdict == Verdict.REGRESSION:
+                record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs, self._baseline_roofs(record)))
+        elif self.policy.require_baselines and self.policy.update_mode is None:
+            failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
+                            "and --require-baselines is set; record one with --update-baselines")
+        if replacing is not None:
+            notes.append(f"replacing what could not be trusted ({replacing}); an unreadable file is moved aside")
+        self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
+        record.message = " | ".join(failures + notes)
+        return failures
+
+    def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:
+        loaded = self._files.get(record.hardware_key or "")
+        return evidence.baseline_roofs(loaded.entries) if isinstance(loaded, BaselineFile) else {}
+
+    def _entry_for(self, record: TestRecord, key: str) -> tuple[dict[str, Any] | None, BaselineError | None]:
+        """The record's baseline entry, and the error of one that ``--update-baselines=force`` replaces."""
+        assert record.hardware_key is not None
+        try:
+            return self.baseline_entry(record.hardware_key, key), None
+        except BaselineError as error:
+            if self.policy.update_mode not in ("force", "reset"):
+                record.verdict = Verdict.FAILED
+                raise
+            return None, error
+
+    def _update_baseline(self, record: TestRecord, key: str, entry: dict[str, Any] | None, failures: list[str],
+                         notes: list[str], replace_unreadable: bool = False) -> None:
+        assert record.hardware_key is not None
+        action = lifecycle.update_action(self.policy.update_mode, record.verdict, entry is not None)
+        record.baseline_action = action
+        path = self.store.path_for(record.hardware_key)
+        if action == "recorded":
+            try:
+                new_entry = {**lifecycle.make_entry(record, entry, fresh=self.policy.update_mode == "reset"),
+                             **evidence.entry_evidence(record)}
+                self.store.write_entries(record.hardware_key, record.device_name or "", {key: new_entry},
+                                         replace_unreadable)
+            except (OSError, ValueError, BaselineError) as error:
+                record.baseline_action = "write-failed"
+                record.verdict = Verdict.FAILED
+                failures.append(f"{record.test_id}: baseline not recorded in {path}: {error} "
+                                "(check the folder's permissions and free space; the measurement is kept in the results)")
+                return
+            notes.append(f"baseline recorded in {path}")
+        elif action == "kept-regression":
+            notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the new figures")
+        elif action == "kept-unstable":
+            notes.append("baseline kept: the window was unstable; use --update-baselines=force to record it anyway")
+
+
+def _invalid(record: TestRecord, impossible: list[str]) -> list[str]:
+    """Mark ``record`` invalid: a measurement defect, never judged, never recorded as a baseline."""
+    record.verdict = Verdict.INVALID
+    record.baseline_action = "none"
+    failures = [f"{record.test_id}: impossible figure, a measurement defect: {sentence}" for sentence in impossible]
+    record.message = " | ".join(failures)
+    return failures
+
+
+def _measured(record: TestRecord) -> Measured:
+    return Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
+                    record.environment, record.peak_memory_bytes, record.accuracy, record.speedup,
+                    exact_memory=device_kind(record.device or "cpu") == "cuda",
+                    identity=record.details.get("identity") or {},
+                    reference_samples=(record.details.get("cpu_samples")
+                                       or record.details.get("efficiency_reference_samples") or ()),
+                    on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
+                    latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None)
+
+
+def apply_figures(record: TestRecord, figures: Figures) -> None:
+    """Copy a judgement's figures onto the record's fields of the same meaning."""
+    record.ratio, record.threshold, record.p_value = figures.ratio, figures.threshold, figures.p_value
+    record.memory_ratio = figures.memory_ratio
+    record.baseline_throughput = figures.baseline_throughput
+    record.baseline_peak_memory_bytes = figures.baseline_peak_memory_bytes
+    record.baseline_accuracy = figures.baseline_accuracy
+    record.baseline_speedup = figures.baseline_speedup
+    record.baseline_efficiency = figures.baseline_efficiency
+    record.baseline_latency_ms = figures.baseline_latency_ms
+    record.wanted_threshold = figures.wanted_threshold
+    record.env_changes = list(figures.env_changes)
+    record.identity_changes = list(figures.identity_changes)
+
+
+def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
+    """Copy a measurement into ``record``: throughput median/IQR, latency, memory, telemetry, energy,
+    operator tables, FLOPs, achieved TFLOP/s, MFU (against the peak of ``record.device_name`` for
+    ``record.dtype``) and arithmetic intensity."""
+    samples = measurement.throughput_samples
+    summary = summarize(samples)
+    record.samples = samples
+    record.throughput, record.throughput_iqr = summary.median, summary.iqr
+    record.rounds = len(samples)
+    record.steps_per_round = measurement.timing.steps_per_round
+    record.latency_ms = summarize(measurement.timing.step_seconds).median * 1000.0
+    record.peak_memory_bytes = measurement.peak_memory_bytes
+    record.details.update(stable=measurement.timing.stable, extended_rounds=measurement.timing.extended_rounds,
+                          verdict_rounds=measurement.timing.verdict_rounds,
+                          warmup_steps=measurement.timing.warmup_steps, telemetry_series=measurement.telemetry_series)
+    record.telemetry = measurement.telemetry
+    record.health = measurement.health
+    record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
+    if measurement.quantized_layers is not None:
+        record.details["quantized_layers"] = measurement.quantized_layers
+    if measurement.compile is not None:  # the compiling first call, timed apart from the window
+        record.details.update(compile_s=measurement.compile.compile_s, compile_backend=measurement.compile.backend,
+                              frames_compiled=measurement.compile.recompiles)
+    window_samples = measurement.window_work / measurement.work_per_sample
+    samples_per_s = summary.median / measurement.work_per_sample
+    if measurement.work_per_sample != 1:  # text: throughput is in tokens/s; keep samples/s beside it
+        record.details.update(samples_per_s=samples_per_s, tokens_per_sample=measurement.work_per_sample)
+    energy = measurement.telemetry.get("energy_j")
+    if energy:
+        record.energy_j_per_sample = energy / window_samples
+        record.samples_per_joule = window_samples / energy
+    if measurement.profile is not None:
+        record.top_ops = measurement.profile.top_device_ops
+        record.top_cpu_ops = measurement.profile.top_cpu_ops
+        record.op_categories = measurement.profile.categories
+        record.details["profile_steps"] = measurement.profile.steps
+    if measurement.flops_per_sample is not None:
+        record.flops_per_sample = measurement.flops_per_sample
+        record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, samples_per_s)
+        record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32",
+                                  record.details.get("device_facts", {}).get("multiprocessors"))
+        if measurement.bytes_per_sample:
+            record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample
