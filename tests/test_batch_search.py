@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hwregress.measure.batch_search import MaxBatch, OutOfMemoryAtStart, find_max_batch
-from hwregress.measure.window import OutOfMemory
+from hwregress.measure.out_of_memory import OutOfMemory
 
 TORCH_OOM = getattr(torch, "OutOfMemoryError", RuntimeError)
 MIB = 2**20

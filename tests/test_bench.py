@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from hwregress import workloads
+from hwregress.measure.out_of_memory import OutOfMemory, is_out_of_memory
 from hwregress.measure.timing import TimingPlan
-from hwregress.measure.window import OutOfMemory, RunOptions, build_step, is_out_of_memory, run_model
+from hwregress.measure.window import RunOptions, build_step, run_model
 
 TINY = workloads.Workload("tiny-bench", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10)), (3, 4, 4), 10)
 

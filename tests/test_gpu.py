@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from hwregress import workloads
-from hwregress.hardware import telemetry
+from hwregress.hardware.nvml import NvmlDevice, nvml_uuid
 from hwregress.hardware.roofline import NAME_RULES
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure import window as bench
@@ -58,7 +58,7 @@ def test_allocator_peak_is_exact():
 def test_nvml_handle_is_the_gpu_under_test():
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
-        nvml = telemetry._Nvml(f"cuda:{index}")
+        nvml = NvmlDevice(f"cuda:{index}")
         try:
             bus_id = nvml.nvml.nvmlDeviceGetPciInfo(nvml.handle).busId
             uuid = nvml.nvml.nvmlDeviceGetUUID(nvml.handle)
@@ -68,7 +68,7 @@ def test_nvml_handle_is_the_gpu_under_test():
         uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         domain, bus, device = bus_id.split(".")[0].split(":")
         assert (int(domain, 16), int(bus, 16), int(device, 16)) == (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
-        assert uuid == telemetry.nvml_uuid(props)
+        assert uuid == nvml_uuid(props)
 
 
 class _RecordFlags(torch.autograd.Function):

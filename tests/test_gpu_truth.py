@@ -21,12 +21,14 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hwregress import workloads
 from hwregress.hardware import roofline, telemetry
-from hwregress.hardware.devices import PERFORMANCE_RELEVANT, environment_fingerprint, fingerprint_changes
+from hwregress.hardware.devices import environment_fingerprint
+from hwregress.hardware.facts import PERFORMANCE_RELEVANT, fingerprint_changes
+from hwregress.hardware.nvml import NvmlDevice, pci_bus_id
 from hwregress.judge.compare import Measured, Tolerances, judge
-from hwregress.measure import host_reference, parity, profiling
+from hwregress.measure import host_reference, out_of_memory, parity, profiling
 from hwregress.measure import window as bench
 from hwregress.measure.memory import PeakMemoryMeter
-from hwregress.measure.precision import numerics
+from hwregress.measure.precision import numerics, support
 from hwregress.measure.timing import TimingPlan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -259,13 +261,13 @@ def test_dtype_support_follows_the_capability_of_the_device_under_test(monkeypat
     devices = {0: fake_cuda.fake_properties(capability=(9, 0)), 1: fake_cuda.fake_properties("Tesla V100-SXM2-16GB", (7, 0))}
     fake_cuda.install(monkeypatch, devices, current=0)
     for dtype in ("bf16", "tf32"):
-        reason = numerics.dtype_unsupported_reason("cuda:1", dtype)
+        reason = support.dtype_unsupported_reason("cuda:1", dtype)
         assert reason is not None and "7.0" in reason and "8.0" in reason, reason
-        assert numerics.dtype_unsupported_reason("cuda:0", dtype) is None
-    assert numerics.dtype_unsupported_reason("cuda:1", "fp16") is None
+        assert support.dtype_unsupported_reason("cuda:0", dtype) is None
+    assert support.dtype_unsupported_reason("cuda:1", "fp16") is None
     devices[1] = fake_cuda.fake_properties("NVIDIA A100-SXM4-80GB", (8, 0))
-    assert numerics.dtype_unsupported_reason("cuda:1", "bf16") is None
-    assert numerics.dtype_unsupported_reason("cuda:1", "tf32") is None
+    assert support.dtype_unsupported_reason("cuda:1", "bf16") is None
+    assert support.dtype_unsupported_reason("cuda:1", "tf32") is None
 
 
 # -- 6. the NVML handle is the GPU under test, never the NVML index ------------------------------------------
@@ -283,7 +285,7 @@ def machine(monkeypatch):
 
 
 def test_nvml_handle_is_found_by_pci_bus_id(machine):
-    handle = telemetry._Nvml("cuda:1")
+    handle = NvmlDevice("cuda:1")
     assert handle.handle is machine.gpus[2] and machine.index_lookups == []
     assert handle.lookup == "pci bus id 00000000:86:00.0"
     assert handle.sample()["power_w"] == 300.0  # NVML's mW in W
@@ -291,7 +293,7 @@ def test_nvml_handle_is_found_by_pci_bus_id(machine):
 
 def test_nvml_handle_falls_back_to_uuid(machine, monkeypatch):
     fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties(bus=0x99, uuid="bbbb")})
-    handle = telemetry._Nvml("cuda:0")
+    handle = NvmlDevice("cuda:0")
     assert handle.handle is machine.gpus[1] and handle.lookup == "uuid GPU-bbbb"
 
 
@@ -325,9 +327,9 @@ def test_a_counter_that_did_not_advance_falls_back_to_integrated_power(machine):
 
 
 def test_pci_bus_id_is_built_in_nvml_format():
-    assert telemetry.pci_bus_id(fake_cuda.fake_properties(bus=0x86)) == "00000000:86:00.0"
-    assert telemetry.pci_bus_id(type("P", (), {"pci_bus_id": "0000:3b:00.0"})()) == "0000:3B:00.0"
-    assert telemetry.pci_bus_id(object()) is None
+    assert pci_bus_id(fake_cuda.fake_properties(bus=0x86)) == "00000000:86:00.0"
+    assert pci_bus_id(type("P", (), {"pci_bus_id": "0000:3b:00.0"})()) == "0000:3B:00.0"
+    assert pci_bus_id(object()) is None
 
 
 # -- 7. published peaks matched on the full name ---------------------------------------------------------------
@@ -390,17 +392,17 @@ def test_mig_instance_peaks_scale_by_its_share_of_sms_and_memory():
 ])
 def test_library_allocation_failures_are_out_of_memory_and_release_memory(message, monkeypatch):
     released: list[str] = []
-    monkeypatch.setattr(bench, "release_device_memory", released.append)
+    monkeypatch.setattr(out_of_memory, "release_device_memory", released.append)
 
     class Failing(nn.Module):
         def forward(self, x):
             raise RuntimeError(message)
 
     workload = workloads.Workload("failing", Failing, (3, 4, 4), 10)
-    with pytest.raises(bench.OutOfMemory, match="out of memory at batch 64 on cpu"):
+    with pytest.raises(out_of_memory.OutOfMemory, match="out of memory at batch 64 on cpu"):
         bench.run_model(workload, "cpu", "infer", 64, "fp32", FixedTimer(), bench.RunOptions(QUICK, profile_steps=0))
     assert released == ["cpu"]
-    assert not bench.is_out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"))
+    assert not out_of_memory.is_out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"))
 
 
 # -- 9. cudnn.benchmark set for the window, restored after, and recorded ----------------------------------------

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hwregress import workloads
-from hwregress.hardware.devices import describe, parse_device_list, slugify
-from hwregress.measure.precision.numerics import dtype_unsupported_reason
+from hwregress.hardware.devices import describe, parse_device_list
+from hwregress.hardware.facts import slugify
+from hwregress.measure.precision.support import dtype_unsupported_reason
 from hwregress.plugin import matrix
 
 

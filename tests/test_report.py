@@ -13,7 +13,8 @@ from markupsafe import escape
 
 from conftest import table_cells
 from hwregress.report import render, render_merge, write_outputs
-from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, nice_axis, roofline_chart, tick_label
+from hwregress.report.axes import nice_axis, tick_label
+from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, roofline_chart
 from hwregress.store.results import SessionResults, TestRecord, load
 from hwregress.store.verdicts import Verdict
 

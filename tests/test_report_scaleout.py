@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import report_section, svg_charts, table_rows
 from hwregress.report import render
-from hwregress.report.charts import format_value
+from hwregress.report.axes import format_value
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import Verdict
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwregress.hardware.identity import PERFORMANCE_FIELDS
+from hwregress.hardware.facts import PERFORMANCE_FIELDS
 from hwregress.judge import trends
 from hwregress.judge.changepoints import change_points
 from hwregress.judge.trends import STATUSES, analyze, analyze_all, differences

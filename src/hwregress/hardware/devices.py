@@ -17,6 +17,9 @@ from typing import Any
 
 import torch
 
+from hwregress.hardware.facts import device_kind, slugify
+from hwregress.hardware.identity import cpu_hardware_key, this_cpu_identity
+
 SUPPORTED_KINDS = ("cpu", "cuda", "mps")
 
 
@@ -39,12 +42,6 @@ class DeviceInfo:
     hardware_key: str
     total_memory_bytes: int | None
     facts: dict[str, Any] = field(default_factory=dict)
-
-
-def slugify(text: str) -> str:
-    """Lower-case ``text`` and join its alphanumeric runs with ``-`` ("NVIDIA H100 80GB HBM3" ->
-    "nvidia-h100-80gb-hbm3")."""
-    return "-".join(re.findall(r"[a-z0-9]+", text.lower())) or "unknown"
 
 
 def visible_devices() -> list[str]:
@@ -86,11 +83,6 @@ def parse_device_list(text: str, source: str) -> list[str]:
     if not specs:
         raise ValueError(f"{source}: {text!r} names no device; e.g. --devices cuda:0,cpu")
     return list(dict.fromkeys(specs))
-
-
-def device_kind(spec: str) -> str:
-    """``"cuda:1"`` -> ``"cuda"``."""
-    return spec.split(":", 1)[0]
 
 
 def unavailable_reason(spec: str) -> str | None:
@@ -137,8 +129,6 @@ def describe(spec: str) -> DeviceInfo:
         return DeviceInfo(spec, kind, props.name, slugify(props.name), int(props.total_memory), facts)
     if kind == "mps":
         return DeviceInfo(spec, kind, "Apple MPS", slugify(f"apple-mps-{platform.machine()}"), None, {})
-    from hwregress.hardware.identity import cpu_hardware_key, this_cpu_identity  # identity reads devices' helpers
-
     threads = torch.get_num_threads()
     name = cpu_model_name()
     return DeviceInfo(
@@ -214,20 +204,3 @@ def nvidia_driver_version() -> str | None:
             pynvml.nvmlShutdown()
     except Exception:  # NVMLError_LibraryNotFound and friends: no driver here
         return None
-
-
-# Fingerprint fields whose change makes old timings incomparable (driver, CUDA, torch, cuDNN autotuning).
-PERFORMANCE_RELEVANT = ("torch", "cuda", "cudnn", "cudnn_benchmark", "driver")
-
-
-def fingerprint_changes(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human lines for each performance-relevant field that differs, e.g. ``"torch 2.4.0 -> 2.5.1"``.
-
-    A field absent from ``recorded`` (a baseline written before hwregress recorded it) is unknown, not
-    changed; a field recorded as None (e.g. no CUDA then) is compared.
-    """
-    return [
-        f"{key} {recorded.get(key)} -> {current.get(key)}"
-        for key in PERFORMANCE_RELEVANT
-        if key in recorded and recorded.get(key) != current.get(key)
-    ]

@@ -24,24 +24,11 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hwregress.hardware.devices import slugify
-from hwregress.hardware.telemetry import nvml_uuid, pci_bus_id
+from hwregress.hardware.facts import CPU_PERFORMANCE_FIELDS, GPU_PERFORMANCE_FIELDS, ISA_FEATURES, slugify
+from hwregress.hardware.nvml import nvml_uuid, pci_bus_id
 
 HardwareIdentity = dict[str, str | int | float | bool | None]
 
-# ISA features that select different kernels in oneDNN / FBGEMM / ATen (x86) or in KleidiAI / ACL (Arm).
-ISA_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-                "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
-
-CPU_PERFORMANCE_FIELDS = ("cpu_vendor", "cpu_brand", "cpu_family", "cpu_model", "cpu_stepping",
-                          "cpu_physical_cores", "cpu_logical_cores", "torch_threads", "cpu_l2_cache_bytes",
-                          "cpu_l3_cache_bytes", "cpu_max_mhz", *(f"cpu_{f}" for f in ISA_FEATURES))
-GPU_PERFORMANCE_FIELDS = ("gpu_name", "gpu_memory_bytes", "gpu_sm_count", "gpu_compute_capability",
-                          "gpu_power_limit_default_w", "gpu_power_limit_enforced_w", "gpu_max_sm_clock_mhz",
-                          "gpu_max_mem_clock_mhz", "gpu_mig_mode", "gpu_pcie_max_gen", "gpu_pcie_max_width",
-                          "gpu_ecc_mode")
-# Fields whose change makes old timings incomparable; memory size and other facts are kept, not compared.
-PERFORMANCE_FIELDS = CPU_PERFORMANCE_FIELDS + GPU_PERFORMANCE_FIELDS
 
 _PROC_KEYS = {"vendor_id": "cpu_vendor", "model name": "cpu_brand", "cpu family": "cpu_family",
               "model": "cpu_model", "stepping": "cpu_stepping"}
@@ -289,21 +276,6 @@ def gpu_identity(index: int, nvml: Any | None, props: Any | None = None,
             if identity.get(field) is None:
                 identity[field] = _guarded(read)
     return identity
-
-
-def identity_changes(stored: Mapping[str, Any], current: Mapping[str, Any],
-                     fields: tuple[str, ...] = PERFORMANCE_FIELDS) -> list[str]:
-    """``"cpu_family: 25 -> 26"`` for each of ``fields`` that both identities know and that differs.
-
-    A field unknown (absent or None) on either side is not a change: an old baseline without an
-    identity, or a read that failed, must not fail a test.
-    """
-    changes = []
-    for field in fields:
-        before, after = stored.get(field), current.get(field)
-        if before is not None and after is not None and before != after:
-            changes.append(f"{field}: {before} -> {after}")
-    return changes
 
 
 # A brand is specific when it carries a model number ("EPYC 7B13", "Xeon Platinum 8480+", "i9-13900K"):

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwregress.hardware.devices import device_kind
+from hwregress.hardware.nvml import NvmlDevice
 from hwregress.hardware.roofline import name_tokens
-from hwregress.hardware.telemetry import _Nvml
 
 # generation -> (transfer rate in GT/s per lane, payload share of the line encoding, encoding, specification)
 PCIE_GENERATIONS: dict[int, tuple[float, float, str, str]] = {
@@ -167,13 +167,13 @@ def nvlink_published(device_name: str) -> NvLink | None:
     return rule.link if rule is not None else None
 
 
-def _open_nvml(device: str) -> _Nvml | None:
-    """NVML's handle of a CUDA device (found by PCI bus id or UUID, :class:`hwregress.hardware.telemetry._Nvml`),
+def _open_nvml(device: str) -> NvmlDevice | None:
+    """NVML's handle of a CUDA device (found by PCI bus id or UUID, :class:`hwregress.hardware.nvml.NvmlDevice`),
     None off CUDA, without pynvml or a driver, or when no NVML device matches."""
     if device_kind(device) != "cuda":
         return None
     try:
-        return _Nvml(device)
+        return NvmlDevice(device)
     except Exception:  # ImportError (no pynvml), NVMLError_LibraryNotFound (no driver), NvmlLookupError
         return None
 

@@ -7,8 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwregress.hardware.devices import fingerprint_changes
-from hwregress.hardware.identity import identity_changes
+from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge import stats
 from hwregress.store.verdicts import Verdict
 
@@ -59,7 +58,7 @@ class Figures:
         baseline_*: the baseline entry's figures.
         wanted_threshold: what the noise and history bounds asked for when ``max_threshold`` cut it.
         env_changes: ``"torch 2.4.0 -> 2.5.1"`` lines.
-        identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.hardware.identity.identity_changes`).
+        identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.hardware.facts.identity_changes`).
     """
 
     ratio: float | None = None

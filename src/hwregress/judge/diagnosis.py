@@ -4,7 +4,7 @@ baseline and now.
 Order of the rules (a cause that explains the others comes first):
 
 1. contention: other processes on the CPU or GPU, hypervisor steal, a busy machine (:mod:`hwregress.hardware.health`);
-2. a different machine under the same hardware key (:func:`hwregress.hardware.identity.identity_changes`);
+2. a different machine under the same hardware key (:func:`hwregress.hardware.facts.identity_changes`);
 3. GPU throttle reasons this window that the baseline's window did not have;
 4. a degraded machine state (power limit, temperature, PCIe, CPU clocks, memory pressure, ...);
 5. this session's measured ceilings below the baseline's ("the machine itself is N% slower");
@@ -61,7 +61,7 @@ class Evidence:
     Attributes:
         health: this window's :class:`hwregress.hardware.health.CpuHealthProbe` ``result`` merged with
             :func:`hwregress.hardware.health.gpu_health` (fractions, MHz, W, deg C; see there).
-        identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.hardware.identity.identity_changes`).
+        identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.hardware.facts.identity_changes`).
         throttle_reasons / baseline_throttle_reasons: NVML clocks-event reason names seen in each window.
         ceilings / baseline_ceilings: measured roofs by name, e.g. ``{"gemm_bf16_tflops": 780.0,
             "copy_gbs": 3000.0}`` (TFLOP/s, GB/s; higher is better), this session's and the baseline's.

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from hwregress import __version__
-from hwregress.hardware.devices import fingerprint_changes
-from hwregress.hardware.identity import identity_changes
+from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge.compare import judges_latency
 from hwregress.judge.stats import summarize
 from hwregress.store.results import TestRecord

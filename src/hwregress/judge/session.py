@@ -1,5 +1,6 @@
-"""A benchmark session's library side: turn measurements into records, judge them against the
-baseline store, apply the baseline lifecycle. Independent of pytest (the plugin drives it)."""
+"""A benchmark session's library side: judge records against the baseline store and apply the baseline
+lifecycle (a window's measurement is copied onto its record first: :mod:`hwregress.measure.record`). Independent
+of pytest (the plugin drives it) and of torch."""
 
 from __future__ import annotations
 
@@ -7,13 +8,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwregress.hardware import roofline
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
 from hwregress.judge.compare import Figures, Measured, Tolerances, judge, judges_latency
 from hwregress.judge.diagnosis import diagnose
-from hwregress.judge.stats import summarize
-from hwregress.measure.window import Measurement
 from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
@@ -185,48 +183,3 @@ def apply_figures(record: TestRecord, figures: Figures) -> None:
     record.wanted_threshold = figures.wanted_threshold
     record.env_changes = list(figures.env_changes)
     record.identity_changes = list(figures.identity_changes)
-
-
-def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
-    """Copy a measurement into ``record``: throughput median/IQR, latency, memory, telemetry, energy,
-    operator tables, FLOPs, achieved TFLOP/s, MFU (against the peak of ``record.device_name`` for
-    ``record.dtype``) and arithmetic intensity."""
-    samples = measurement.throughput_samples
-    summary = summarize(samples)
-    record.samples = samples
-    record.throughput, record.throughput_iqr = summary.median, summary.iqr
-    record.rounds = len(samples)
-    record.steps_per_round = measurement.timing.steps_per_round
-    record.latency_ms = summarize(measurement.timing.step_seconds).median * 1000.0
-    record.peak_memory_bytes = measurement.peak_memory_bytes
-    record.details.update(stable=measurement.timing.stable, extended_rounds=measurement.timing.extended_rounds,
-                          verdict_rounds=measurement.timing.verdict_rounds,
-                          warmup_steps=measurement.timing.warmup_steps, telemetry_series=measurement.telemetry_series)
-    record.telemetry = measurement.telemetry
-    record.health = measurement.health
-    record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
-    if measurement.quantized_layers is not None:
-        record.details["quantized_layers"] = measurement.quantized_layers
-    if measurement.compile is not None:  # the compiling first call, timed apart from the window
-        record.details.update(compile_s=measurement.compile.compile_s, compile_backend=measurement.compile.backend,
-                              frames_compiled=measurement.compile.recompiles)
-    window_samples = measurement.window_work / measurement.work_per_sample
-    samples_per_s = summary.median / measurement.work_per_sample
-    if measurement.work_per_sample != 1:  # text: throughput is in tokens/s; keep samples/s beside it
-        record.details.update(samples_per_s=samples_per_s, tokens_per_sample=measurement.work_per_sample)
-    energy = measurement.telemetry.get("energy_j")
-    if energy:
-        record.energy_j_per_sample = energy / window_samples
-        record.samples_per_joule = window_samples / energy
-    if measurement.profile is not None:
-        record.top_ops = measurement.profile.top_device_ops
-        record.top_cpu_ops = measurement.profile.top_cpu_ops
-        record.op_categories = measurement.profile.categories
-        record.details["profile_steps"] = measurement.profile.steps
-    if measurement.flops_per_sample is not None:
-        record.flops_per_sample = measurement.flops_per_sample
-        record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, samples_per_s)
-        record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32",
-                                  record.details.get("device_facts", {}).get("multiprocessors"))
-        if measurement.bytes_per_sample:
-            record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from hwregress.hardware.identity import identity_changes
+from hwregress.hardware.facts import identity_changes
 from hwregress.judge.changepoints import SIGNIFICANCE_ALPHA, ChangePoint, change_points, welch_p_value
 from hwregress.store.history import HistoryStore, parse_time
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hwregress.measure.memory import release_device_memory
-from hwregress.measure.window import OutOfMemory, is_out_of_memory
+from hwregress.measure.out_of_memory import OutOfMemory, is_out_of_memory
 
 
 class OutOfMemoryAtStart(OutOfMemory):
@@ -78,7 +78,7 @@ def find_max_batch(try_batch: Callable[[int], None], device: str, limit: int = 4
     """The largest power-of-two batch size for which ``try_batch`` runs on ``device``.
 
     Tries ``start``, ``2 * start``, ``4 * start`` ... up to and including ``limit`` while ``try_batch(b)``
-    returns; the first out-of-memory (:func:`hwregress.measure.window.is_out_of_memory`) ends the search. After every
+    returns; the first out-of-memory (:func:`hwregress.measure.out_of_memory.is_out_of_memory`) ends the search. After every
     try that ran or ran out of memory, ``gc.collect()`` and then ``release(device)`` run (default
     :func:`hwregress.measure.memory.release_device_memory`), so the next try starts from a clean allocator. Doubling
     only, no bisection: see the module docstring for why the figure is a power of two.

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from hwregress.hardware.devices import device_kind, synchronize
+from hwregress.measure.out_of_memory import is_out_of_memory
 
 BACKENDS = ("eager", "inductor", "inductor-max-autotune", "cudagraphs")
 MAX_ERROR_LINES = 5
@@ -191,8 +192,8 @@ def warm_up_compiled(step: Callable[[], None], backend: str, device: str, steps:
         ValueError: unknown ``backend`` or ``steps`` < 1.
         CompileFailed: a compiled backend's call raised anything but an out-of-memory error.
         Exception: under ``eager``, whatever ``step`` raised, unchanged; under any backend, an
-            out-of-memory error (``hwregress.measure.window.is_out_of_memory``), unchanged or, if dynamo wrapped
-            it, the wrapped error itself.
+            out-of-memory error (:func:`hwregress.measure.out_of_memory.is_out_of_memory`), unchanged or, if
+            dynamo wrapped it, the wrapped error itself.
     """
     _check_backend(backend)
     if steps < 1:
@@ -230,8 +231,6 @@ def _timed_call(step: Callable[[], None], device: str, clock: Callable[[], float
 def _warmup_failure(error: Exception, backend: str) -> BaseException:
     """The exception to raise for ``error``: itself for eager, the out-of-memory error for OOMs,
     else a :class:`CompileFailed`."""
-    from hwregress.measure.window import is_out_of_memory  # bench wires this module in: a top-level import would be circular
-
     if backend == "eager":
         return error
     cause = underlying_error(error)

@@ -8,28 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 from hwregress.hardware.devices import device_kind, synchronize
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure import compilation, memory_guard, profiling
-from hwregress.measure.memory import PeakMemoryMeter, release_device_memory
+from hwregress.measure.memory import PeakMemoryMeter
+from hwregress.measure.out_of_memory import OutOfMemory, out_of_memory_released
 from hwregress.measure.precision import quantization
 from hwregress.measure.precision.numerics import ELEMENT_BYTES, STEP_MODES, autocast, grad_scaler, precision, tf32_flags
 from hwregress.measure.timing import RoundTimer, Timing, TimingPlan, VerdictCheck, in_work_units, measure
 from hwregress.workloads import Inputs, Workload, forward, import_torchvision, make_batch
-
-T = TypeVar("T")
-
-
-class OutOfMemory(Exception):
-    """The batch did not fit; the message reads "out of memory at batch 512 on cuda:0"."""
 
 
 @dataclass(frozen=True)
@@ -105,27 +99,6 @@ class Measurement:
         return self.work_per_step * self.timing.steps_per_round * len(self.timing.round_seconds)
 
 
-# Messages of allocation failures inside cuBLAS and cuDNN: the caching allocator had no room for a
-# handle or workspace, or cuDNN's algorithm search found no algorithm whose workspace fits (torch raises
-# "Unable to find a valid cuDNN algorithm to run convolution" then). They are out-of-memory conditions
-# that surface as plain RuntimeErrors.
-LIBRARY_OOM_MARKERS = ("cublas_status_alloc_failed", "cudnn_status_alloc_failed",
-                       "unable to find a valid cudnn algorithm")
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """True for CUDA/MPS/CPU allocation failures: ``torch.OutOfMemoryError`` (and its older spellings),
-    ``MemoryError``, RuntimeErrors that say "out of memory" or "can't allocate memory", and cuBLAS/cuDNN
-    allocation failures (see ``LIBRARY_OOM_MARKERS``)."""
-    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
-    if isinstance(error, MemoryError) or (oom_type and isinstance(error, oom_type)):
-        return True
-    if not isinstance(error, RuntimeError):
-        return False
-    text = str(error).lower()
-    return "out of memory" in text or "can't allocate memory" in text or any(m in text for m in LIBRARY_OOM_MARKERS)
-
-
 def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: Inputs,
                labels: torch.Tensor, device: str, dtype: str) -> Callable[[], None]:
     """The step function of ``mode``: ``train`` = zero grads, forward, loss, backward, SGD step (with
@@ -193,28 +166,6 @@ def run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype
     prepare_process(device)
     return out_of_memory_released(lambda: _run_model(workload, device, mode, batch_size, dtype, timer, options, context),
                                   device, batch_size)
-
-
-def out_of_memory_released(measure: Callable[[], T], device: str, batch_size: int) -> T:
-    """``measure()``; an allocation failure (:func:`is_out_of_memory`) becomes :class:`OutOfMemory` ("out of memory
-    at batch 512 on cuda:0") after the device's memory is released.
-
-    Raises:
-        OutOfMemory: ``measure`` ran out of memory; device memory has been released.
-    """
-    failed_oom = False
-    try:
-        return measure()
-    except Exception as error:
-        if not is_out_of_memory(error):
-            raise
-        failed_oom = True  # leave the except block first: its traceback pins the tensors
-    finally:
-        gc.collect()
-    if failed_oom:
-        release_device_memory(device)
-        raise OutOfMemory(f"out of memory at batch {batch_size} on {device}")
-    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 """The hwregress pytest plugin: the hooks, and only the hooks. Each role lives in its own module, like
 pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 
-- :mod:`~hwregress.plugin.options`: command-line options and ini twins, validated into ``Settings``;
+- :mod:`~hwregress.plugin.options`: command-line options and ini twins; :mod:`~hwregress.plugin.settings`:
+  their values validated into ``Settings``;
 - :mod:`~hwregress.plugin.parametrize`: the matrix every hardware test is parametrized over;
 - :mod:`~hwregress.plugin.fixture`: the ``hwbench`` fixture and the pytest-benchmark bridge;
 - :mod:`~hwregress.plugin.record`: the one record per test, settled on the worker that ran it;
@@ -21,6 +22,7 @@ from hwregress.plugin import options, record, spark, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.fixture import SESSION_KEY, hwbench
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
+from hwregress.plugin.settings import build_settings
 from hwregress.store.baselines import BaselineStore
 
 __all__ = ["hwbench", "pytest_generate_tests"]
@@ -51,7 +53,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name in MARKERS:
         config.addinivalue_line("markers", f"{name}: hwregress test family or device marker")
-    settings = config.stash[SETTINGS_KEY] = options.build_settings(config)
+    settings = config.stash[SETTINGS_KEY] = build_settings(config)
     config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy)
     xdist.register(config)
     if not xdist.is_worker(config):

@@ -21,8 +21,8 @@ import pytest
 
 from hwregress.hardware.devices import describe, environment_fingerprint, unavailable_reason
 from hwregress.plugin import ci
-from hwregress.plugin.options import Settings
 from hwregress.plugin.record import REPORT_ATTRIBUTE
+from hwregress.plugin.settings import Settings
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import DeadSession, Journal, archive_dead_journals
 from hwregress.store.results import SessionResults, TestRecord

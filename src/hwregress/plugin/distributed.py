@@ -11,7 +11,7 @@ import statistics
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -20,6 +20,7 @@ from hwregress.hardware import interconnect
 from hwregress.hardware.devices import device_kind
 from hwregress.judge.stats import summarize
 from hwregress.measure import host_reference
+from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import node_gpus
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import holding_devices, session_temp
@@ -33,16 +34,13 @@ from hwregress.store.atomic import safe_file_name
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
-if TYPE_CHECKING:
-    from hwregress.plugin.fixture import HwBench
-
 SESSION_STORE_KEY = pytest.StashKey[SessionStore]()
 
 
 class DistributedBench:
     """Runs one test's distributed jobs for :class:`hwregress.plugin.fixture.HwBench`."""
 
-    def __init__(self, bench: HwBench) -> None:
+    def __init__(self, bench: BenchContext) -> None:
         self.bench = bench
         self.settings = bench.settings
         self.topology: Topology = bench.settings.topology

@@ -16,15 +16,17 @@ from hwregress.hardware import interconnect, roofline
 from hwregress.hardware.devices import describe, device_kind, environment_fingerprint
 from hwregress.hardware.identity import device_identity
 from hwregress.judge.compare import window_check
-from hwregress.judge.session import BenchSession, fill_measurement
+from hwregress.judge.session import BenchSession
 from hwregress.judge.stats import summarize
 from hwregress.measure import ceilings, host_reference, parity
 from hwregress.measure.batch_search import find_max_batch
 from hwregress.measure.compilation import CompileFailed
 from hwregress.measure.llm.window import run_llm
+from hwregress.measure.out_of_memory import OutOfMemory
 from hwregress.measure.precision.numerics import LLM_MODES
+from hwregress.measure.record import fill_measurement
 from hwregress.measure.timing import RoundTimer, TimingPlan, VerdictCheck, default_timer
-from hwregress.measure.window import Measurement, OutOfMemory, RunOptions, batch_probe, run_model
+from hwregress.measure.window import Measurement, RunOptions, batch_probe, run_model
 from hwregress.plugin.distributed import DistributedBench
 from hwregress.plugin.matrix import MAX_BATCH, MAX_BATCH_LIMIT, variant_suffix
 from hwregress.plugin.parametrize import settings

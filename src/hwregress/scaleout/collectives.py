@@ -25,7 +25,7 @@ from hwregress.scaleout.rank_timing import max_over_ranks
 
 if TYPE_CHECKING:
     from hwregress.scaleout.job import JobSpec
-    from hwregress.scaleout.worker import RankContext
+    from hwregress.scaleout.rank import RankContext
 
 CPU_SIZES = tuple(4**k * 1024 for k in range(0, 8))  # 1 KiB .. 16 MiB by 4x
 GPU_SIZES = tuple(4**k * 1024 for k in range(0, 11))  # 1 KiB .. 1 GiB by 4x

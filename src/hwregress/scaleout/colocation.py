@@ -19,7 +19,7 @@ from hwregress.workloads import get, make_batch
 
 if TYPE_CHECKING:
     from hwregress.scaleout.job import JobSpec
-    from hwregress.scaleout.worker import RankContext
+    from hwregress.scaleout.rank import RankContext
 
 MPS_PROCESS_NAMES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 FINISHED_KEY = "hwregress/colocated/finished"

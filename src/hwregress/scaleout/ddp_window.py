@@ -21,7 +21,7 @@ from hwregress.workloads import get, make_batch
 
 if TYPE_CHECKING:
     from hwregress.scaleout.job import JobSpec
-    from hwregress.scaleout.worker import RankContext
+    from hwregress.scaleout.rank import RankContext
 
 
 def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:

@@ -8,6 +8,7 @@ This module is the face: importing it registers the built-in families, and ``Wor
     from hwregress.workloads import Workload, register
 """
 
+from hwregress.workloads import transformers  # noqa: F401  (registers bert_base, gpt2, ...; transformers loads lazily)
 from hwregress.workloads.registry import (
     CONVOLUTIONAL,
     CPU_TIER,

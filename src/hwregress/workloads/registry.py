@@ -232,5 +232,3 @@ def batch_size_of(inputs: Inputs) -> int:
 
 for _name in ZOO:
     register(Workload(_name, _torchvision_factory(_name), source="torchvision", convolutional=_name in CONVOLUTIONAL))
-
-from hwregress.workloads import transformers as transformer_workloads  # noqa: E402,F401  (registers bert_base, gpt2, ...; transformers loads lazily)

@@ -24,10 +24,11 @@ from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure import profiling
 from hwregress.measure.llm.decode import Clock, DecodeTiming, decode_rounds, prefill_rounds
 from hwregress.measure.memory import PeakMemoryMeter
+from hwregress.measure.out_of_memory import out_of_memory_released
 from hwregress.measure.precision import quantization
 from hwregress.measure.precision.numerics import precision
 from hwregress.measure.timing import Timing, TimingPlan, relative_iqr
-from hwregress.measure.window import Measurement, guard_host_memory, out_of_memory_released, prepare_process
+from hwregress.measure.window import Measurement, guard_host_memory, prepare_process
 from hwregress.workloads import Workload, make_batch
 
 # output tokens per sequence and round: with 10 rounds, 150 (CPU) to 630 (CUDA) per-token times for the percentiles

@@ -41,7 +41,8 @@ AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 MIN_CAPABILITY = {"tf32": (8, 0), "bf16": (8, 0), "fp16": (5, 3)}
 
 
-def _check_dtype(dtype: str) -> None:
+def check_dtype(dtype: str) -> None:
+    """Raises ``KeyError`` naming the known dtypes when ``dtype`` is not one of :data:`DTYPES`."""
     if dtype not in ELEMENT_BYTES:
         raise KeyError(f"unknown dtype {dtype!r}; use {', '.join(DTYPES)}")
 
@@ -55,7 +56,7 @@ def tf32_flags(dtype: str) -> Iterator[None]:
     Raises:
         KeyError: unknown ``dtype``.
     """
-    _check_dtype(dtype)
+    check_dtype(dtype)
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = dtype == "tf32"
     try:
@@ -72,7 +73,7 @@ def autocast(device: str, dtype: str) -> Iterator[None]:
     Raises:
         KeyError: unknown ``dtype``.
     """
-    _check_dtype(dtype)
+    check_dtype(dtype)
     if dtype in AUTOCAST_DTYPES:
         with torch.autocast(device_type=device_kind(device), dtype=AUTOCAST_DTYPES[dtype]):
             yield
@@ -106,36 +107,3 @@ def cuda_index(spec: str) -> int:
     """The CUDA device index of ``spec`` (``"cuda:1"`` -> 1); ``"cuda"`` alone is the current device."""
     index = torch.device(spec).index
     return torch.cuda.current_device() if index is None else index
-
-
-def dtype_unsupported_reason(spec: str, dtype: str, mode: str = "infer") -> str | None:
-    """None if ``dtype`` runs natively on ``spec`` in ``mode``, else why not (``int8``/``fp8``:
-    :func:`hwregress.measure.precision.quantization.unsupported_reason`).
-
-    On CUDA the answer comes from the compute capability of the device under test (see
-    ``MIN_CAPABILITY``), not from ``torch.cuda.is_bf16_supported()``, which asks about the *current*
-    device and counts emulation as support (bf16 "runs" on a V100 or T4).
-
-    Raises:
-        KeyError: unknown ``dtype``.
-    """
-    _check_dtype(dtype)
-    kind = device_kind(spec)
-    if dtype == "fp32":
-        return None
-    if dtype in ("int8", "fp8"):
-        from hwregress.measure.precision import quantization
-
-        return quantization.unsupported_reason(dtype, spec, mode)
-    if dtype == "tf32" and kind != "cuda":
-        return f"tf32 is a CUDA tensor-core mode; {spec} has none"
-    if kind == "cuda":
-        major, minor = torch.cuda.get_device_capability(cuda_index(spec))
-        needed = MIN_CAPABILITY[dtype]
-        if (major, minor) < needed:
-            return (f"{spec} has compute capability {major}.{minor}; native {dtype} needs "
-                    f"{needed[0]}.{needed[1]} or newer (below it torch emulates {dtype})")
-        return None
-    if kind == "cpu" and dtype == "fp16":
-        return "fp16 autocast on the CPU is emulated and not a meaningful benchmark; use bf16"
-    return None
