@@ -26,8 +26,24 @@ from hwregress.plugin.settings import build_settings
 from hwregress.store.baselines import BaselineStore
 
 __all__ = ["hwbench", "pytest_generate_tests"]
-MARKERS = ("cpu", "gpu", "mps", "train", "infer", "prefill", "decode", "throughput", "parity", "speedup", "ceiling",
-           "scaling", "colocated", "spark")
+MARKERS = {
+    "cpu": "runs on the CPU device",
+    "gpu": "runs on a CUDA device",
+    "mps": "runs on an Apple MPS device",
+    "train": "times a training step (forward, loss, backward, optimizer step)",
+    "infer": "times an inference-mode forward pass",
+    "prefill": "times a causal LM's prompt pass (tokens/s)",
+    "decode": "times autoregressive generation with a KV cache (output tokens/s, per-token latency)",
+    "throughput": "a timed benchmark asserted against the baseline's throughput and peak memory",
+    "parity": "accuracy or output parity against the CPU fp32 reference",
+    "speedup": "GPU/CPU throughput ratio measured in one session",
+    "ceiling": "measures the device's roof (GEMM TFLOP/s, memory bandwidth)",
+    "scaling": "data-parallel training over world sizes (opt-in: --world-sizes or -m scaling)",
+    "colocated": "training processes sharing one device (opt-in: --colocate or -m colocated)",
+    "spark": "inference on Apache Spark, batch and streaming (opt-in: needs the spark extra and Java 17+)",
+}
+# the suite's test modules are imported by the repository's bench_tests/ re-exports: keep pytest's assert messages
+pytest.register_assert_rewrite("hwregress.suite")
 
 
 class HookSpecs:
@@ -51,8 +67,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name in MARKERS:
-        config.addinivalue_line("markers", f"{name}: hwregress test family or device marker")
+    for name, description in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
     settings = config.stash[SETTINGS_KEY] = build_settings(config)
     config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy)
     xdist.register(config)

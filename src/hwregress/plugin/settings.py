@@ -17,7 +17,16 @@ from hwregress.judge.lifecycle import UPDATE_MODES
 from hwregress.judge.session import Policy
 from hwregress.measure.timing import TimingPlan
 from hwregress.plugin.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, validate
-from hwregress.plugin.options import list_of, number_of, optional_number_of, path_of, source_of, switch_of, value_of, was_given
+from hwregress.plugin.options import (
+    list_of,
+    number_of,
+    optional_number_of,
+    path_of,
+    source_of,
+    switch_of,
+    value_of,
+    was_given,
+)
 from hwregress.scaleout.topology import Topology
 from hwregress.spark.engine import parse_conf
 from hwregress.spark.settings import SparkSettings

@@ -12,6 +12,7 @@ counted in tokens/s (``batch_size * seq_len`` per step); samples/s is kept besid
 from __future__ import annotations
 
 import functools
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ GPU_TIER: dict[str, tuple[str, ...] | None] = {**dict.fromkeys(ZOO), "bert_base"
                                               "deit_small": None, "gpt2": None, "llama_1b": None}
 
 
+# the extra of hwregress that installs each optional package a workload family needs (pip install 'hwregress[llm]')
+EXTRAS = {"transformers": "llm", "torchao": "quant"}
 INPUT_KINDS = ("images", "tokens")
 TASKS = ("classification", "causal-lm")
 
@@ -74,6 +77,8 @@ class Workload:
         convolutional: whether ``channels_last`` applies (convolutional image models).
         default_contexts: tokens per sample per device kind (``{"cpu": 128}``), where ``seq_len`` would be too
             slow; the context is on the test id (``ctx128``).
+        requires: the optional Python packages ``build`` imports (``("transformers",)``); a test of a workload
+            whose package is missing is skipped as ``unsupported`` (:meth:`unavailable_reason`).
     """
 
     name: str
@@ -90,6 +95,7 @@ class Workload:
     parity_tolerance: Mapping[str, float] = field(default_factory=dict)
     convolutional: bool = False
     default_contexts: Mapping[str, int] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.input_kind not in INPUT_KINDS:
@@ -112,6 +118,18 @@ class Workload:
     def modes(self) -> tuple[str, ...]:
         """The modes this workload runs: train and infer; causal LMs also prefill and decode."""
         return ("train", "infer", "prefill", "decode") if self.task == "causal-lm" else ("train", "infer")
+
+    def unavailable_reason(self) -> str | None:
+        """Why this workload cannot be built here, None when it can: the packages of :attr:`requires` that are
+        not installed, with the command that installs them, e.g. ``"bert_base needs the Python package
+        transformers: pip install 'hwregress[llm]'"``. Nothing is imported to find out."""
+        missing = [package for package in self.requires if importlib.util.find_spec(package) is None]
+        if not missing:
+            return None
+        extras = sorted({EXTRAS[package] for package in missing if package in EXTRAS})
+        install = f"'hwregress[{','.join(extras)}]'" if extras else " ".join(missing)
+        packages = "package" if len(missing) == 1 else "packages"
+        return f"{self.name} needs the Python {packages} {', '.join(missing)}: pip install {install}"
 
     def context_for(self, device_kind: str) -> int | None:
         """Tokens per sample on a device kind: ``default_contexts`` there, else ``seq_len``; None for images."""

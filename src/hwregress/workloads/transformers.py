@@ -78,6 +78,7 @@ from hwregress.workloads.registry import Workload, causal_lm_loss
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 ATTN_IMPLEMENTATION = "sdpa"
+REQUIRES = ("transformers",)  # a workload built here is skipped, naming the llm extra, where transformers is missing
 PARITY_TOLERANCE: Mapping[str, float] = {"fp32": 2e-3, "tf32": 3e-2, "bf16": 1e-1, "fp16": 5e-2}
 
 ENCODER_BATCHES: Mapping[str, Mapping[str, tuple[int, ...]]] = {
@@ -164,7 +165,7 @@ def import_transformers() -> ModuleType:
     try:
         import transformers
     except ImportError as error:
-        raise ImportError("the transformers workloads need the transformers package: pip install transformers") from error
+        raise ImportError("the transformers workloads need the transformers package: pip install 'hwregress[llm]'") from error
     return transformers
 
 
@@ -260,14 +261,14 @@ def build_llama_small() -> nn.Module:
 
 def _encoder(name: str, make: Callable[[], nn.Module], vocab_size: int, source: str) -> Workload:
     return Workload(name, offline_build(name, make), num_classes=2, input_kind="tokens", seq_len=128, vocab_size=vocab_size,
-                    source=source, default_batches=ENCODER_BATCHES, parity_tolerance=PARITY_TOLERANCE)
+                    source=source, default_batches=ENCODER_BATCHES, parity_tolerance=PARITY_TOLERANCE, requires=REQUIRES)
 
 
 def _causal_lm(name: str, make: Callable[[], nn.Module], seq_len: int, vocab_size: int, source: str,
                batches: Mapping[str, Mapping[str, tuple[int, ...]]]) -> Workload:
     return Workload(name, offline_build(name, make), num_classes=vocab_size, loss=causal_lm_loss, input_kind="tokens",
                     seq_len=seq_len, vocab_size=vocab_size, task="causal-lm", source=source, default_batches=batches,
-                    parity_tolerance=PARITY_TOLERANCE, default_contexts=CPU_CONTEXT)
+                    parity_tolerance=PARITY_TOLERANCE, default_contexts=CPU_CONTEXT, requires=REQUIRES)
 
 
 _WORKLOADS: tuple[Workload, ...] = (
@@ -275,7 +276,7 @@ _WORKLOADS: tuple[Workload, ...] = (
     _encoder("roberta_base", build_roberta_base, 50265, "transformers RobertaConfig (roberta-base shape)"),
     Workload("deit_small", offline_build("deit_small", build_deit_small), input_shape=(3, 224, 224), num_classes=1000,
              source="transformers DeiTConfig (deit-small-patch16-224 shape)", default_batches=VISION_BATCHES,
-             parity_tolerance=PARITY_TOLERANCE),
+             parity_tolerance=PARITY_TOLERANCE, requires=REQUIRES),
     _causal_lm("gpt2", build_gpt2, 512, 50257, "transformers GPT2Config (gpt2 124M shape)", GPT2_BATCHES),
     _causal_lm("llama_1b", build_llama_1b, 512, 128256, "transformers LlamaConfig (Llama 3.2 1B shape)", LLAMA_1B_BATCHES),
     _causal_lm("llama_small", build_llama_small, 256, 32000, "transformers LlamaConfig (scaled-down Llama, 40.5M)",
