@@ -48,7 +48,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         assert baseline is not None
         stamps = sorted(str(e.get("recorded_at") or "") for e in baseline.entries.values())
         span = f"{stamps[0]} .. {stamps[-1]}" if stamps else "-"
-        print(f"{key:<40} {baseline.device_name[:32]:<32} {len(baseline.entries):>7} {len(baseline.bad_entries):>4}  {span}")
+        print(f"{key:<40} {baseline.device_name[:32]:<32} {len(baseline.entries):>7} "
+              f"{len(baseline.bad_entries):>4}  {span}")
         errors.extend(baseline.bad_entries.values())
     return report_errors(errors)
 
@@ -88,7 +89,8 @@ class DiffRow:
     basis: str
 
 
-def diff_row(key: str, a: dict[str, Any], b: dict[str, Any], tolerance: float | None, tolerances: Tolerances) -> DiffRow:
+def diff_row(key: str, a: dict[str, Any], b: dict[str, Any], tolerance: float | None,
+             tolerances: Tolerances) -> DiffRow:
     """Compare entry ``b`` against reference entry ``a`` with the rule the tests use: the starting tolerance
     of :func:`hwregress.judge.compare.starting_tolerance` (``tolerance`` when given, else A's device default, raised to
     the cap while A holds fewer than three sessions), then, with samples on both sides, ``stats.compare(b samples,
@@ -106,7 +108,8 @@ def diff_row(key: str, a: dict[str, Any], b: dict[str, Any], tolerance: float | 
         return DiffRow(key, median_a, median_b, result.ratio, result.threshold, p_value, result.direction, "samples")
     if median_a and median_b is not None:
         ratio = median_b / median_a
-        return DiffRow(key, median_a, median_b, ratio, tolerance, None, _direction(ratio - 1, tolerance), "medians only")
+        direction = _direction(ratio - 1, tolerance)
+        return DiffRow(key, median_a, median_b, ratio, tolerance, None, direction, "medians only")
     accuracy_a, accuracy_b = a.get("accuracy"), b.get("accuracy")
     if isinstance(accuracy_a, (int, float)) and isinstance(accuracy_b, (int, float)):
         direction = _direction(accuracy_b - accuracy_a, tolerances.accuracy_margin)
@@ -153,8 +156,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     a_keys = {k.split(":", 1)[1] if strip else k: v for k, v in a.items()}
     b_keys = {k.split(":", 1)[1] if strip else k: v for k, v in b.items()}
     tolerances = Tolerances()
-    rows = [diff_row(key, a_keys[key], b_keys[key], args.tolerance, tolerances) for key in sorted(set(a_keys) & set(b_keys))]
-    given = f"--tolerance {args.tolerance:.1%}" if args.tolerance is not None else "the device default (CPU 15%, else 5%)"
+    rows = [diff_row(key, a_keys[key], b_keys[key], args.tolerance, tolerances)
+            for key in sorted(set(a_keys) & set(b_keys))]
+    given = (f"--tolerance {args.tolerance:.1%}" if args.tolerance is not None
+             else "the device default (CPU 15%, else 5%)")
     print(f"A = {label_a}\nB = {label_b}\nratio = B/A; threshold: at least {given}, the cap while A holds fewer than "
           "three sessions, more where A's noise or history asks for it")
     print(f"{'test':<52} {'A':>11} {'B':>11} {'B/A':>7} {'thresh':>7} {'p':>8}  {'direction':<11} basis")
@@ -186,6 +191,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
             sub.add_argument("a", help="the reference: baselines file, hardware key or results.json")
             sub.add_argument("b", help="the candidate: baselines file, hardware key or results.json")
             sub.add_argument("--tolerance", type=fraction, default=None,
-                             help="relative change that counts at least (default: the tests' own: 0.15 on CPUs, 0.05 else)")
+                             help="relative change that counts at least "
+                                  "(default: the tests' own: 0.15 on CPUs, 0.05 else)")
             sub.add_argument("--fail-on", choices=sorted(FAIL_ON), default=None,
                              help="exit 1 when any test's direction matches (regression, improvement or any)")

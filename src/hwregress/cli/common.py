@@ -108,7 +108,8 @@ def fmt(value: Any) -> str:
 
 def history_store(directory: Path) -> HistoryStore:
     if not directory.is_dir():
-        raise CliError(directory, "no such history folder", "give the --history-dir a session wrote (default reports/history)")
+        raise CliError(directory, "no such history folder",
+                       "give the --history-dir a session wrote (default reports/history)")
     return HistoryStore(directory)
 
 

@@ -11,7 +11,8 @@ from typing import Any
 from hwregress.cli.common import CliError, fraction, history_store
 from hwregress.store.history import parse_time
 
-HISTORY_FAIL_ON = {"regression": {"regression", "drift"}, "drift": {"drift"}, "any": {"regression", "drift", "improvement"}}
+HISTORY_FAIL_ON = {"regression": {"regression", "drift"}, "drift": {"drift"},
+                   "any": {"regression", "drift", "improvement"}}
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -23,7 +24,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     known = store.hardware_keys()
     unknown = [key for key in args.key or () if key not in known]
     if unknown:
-        raise CliError(args.dir, f"no history for hardware key {', '.join(unknown)}", f"known: {', '.join(known) or 'none'}")
+        raise CliError(args.dir, f"no history for hardware key {', '.join(unknown)}",
+                       f"known: {', '.join(known) or 'none'}")
     trends, warnings = load_trends(store, args.key or None, tolerance=args.tolerance)
     trends = [t for t in trends if args.test is None or args.test in t.test_id]
     if args.since is not None:
@@ -32,7 +34,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"hwregress: warning: {warning}", file=sys.stderr)
     if not trends:
         raise CliError(args.dir, "no test in the history matches" + (f" --test {args.test!r}" if args.test else "")
-                       + (f" since {args.since.isoformat()}" if args.since else ""), "check the filters, or run a session first")
+                       + (f" since {args.since.isoformat()}" if args.since else ""),
+                       "check the filters, or run a session first")
     for trend in trends:
         print("\n".join(trend_table(trend, args.since, args.last)), end="\n\n")
     print(status_counts(trends))
@@ -45,7 +48,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 def _since(text: str) -> Any:
     moment = parse_time(text)
     if moment is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date or time; use ISO 8601, e.g. 2026-11-01 or 2026-11-01T03:00")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date or time; use ISO 8601, e.g. 2026-11-01 or 2026-11-01T03:00")
     return moment
 
 
@@ -65,7 +69,8 @@ def _tolerance(text: str) -> float:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """The ``history`` command."""
     history = commands.add_parser("history", help="per test its recent sessions, change points and drift")
-    history.add_argument("--dir", type=Path, default=Path("reports/history"), help="history folder (default: %(default)s)")
+    history.add_argument("--dir", type=Path, default=Path("reports/history"),
+                         help="history folder (default: %(default)s)")
     history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
     history.add_argument("--test", help="only tests whose id contains this text")
     history.add_argument("--since", type=_since,
@@ -74,5 +79,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--tolerance", type=_tolerance, default=0.05,
                          help="smallest level change that sets a status (default: %(default)s)")
     history.add_argument("--fail-on", choices=sorted(HISTORY_FAIL_ON), default=None,
-                         help="exit 1 when a test's latest segment is a regression or drift (regression), a drift, or any change")
+                         help="exit 1 when a test's latest segment is a regression or drift (regression), "
+                              "a drift, or any change")
     history.set_defaults(handler=cmd_history)

@@ -28,7 +28,8 @@ def trend_table(trend: Trend, since: _dt.datetime | None = None, last: int | Non
     if last is not None:
         shown = shown[-last:]
     lines = [f"{trend.hardware_key}  {trend.test_id}  ({trend.unit}, {len(trend.rows)} sessions)", f"  {trend.summary}",
-             f"  {'':2}{'session (UTC)':<26} {'median':>10} {'IQR':>9} {'n':>4}  {'verdict':<14} {'hwregress':<10} change"]
+             f"  {'':2}{'session (UTC)':<26} {'median':>10} {'IQR':>9} {'n':>4}  {'verdict':<14} "
+             f"{'hwregress':<10} change"]
     lines += [_session_line(row, changes.get(index)) for index, row in shown]
     hidden = len(trend.rows) - len(shown)
     if hidden:

@@ -72,5 +72,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     render = report.add_parser("render", help="render one results.json, or the journal of an unfinished session")
     render.add_argument("source", help="results.json or results-*-unfinished.jsonl")
     render.add_argument("-o", "--output", required=True, help="the HTML file to write")
-    render.add_argument("--history-dir", type=Path, action="append", default=[], help="add trend charts from this history folder")
+    render.add_argument("--history-dir", type=Path, action="append", default=[],
+                        help="add trend charts from this history folder")
     render.set_defaults(handler=cmd_render)

@@ -27,11 +27,13 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("--devices", "hwregress_devices", None, "devices: cpu, cuda, cuda:N, mps (default: all visible)", True),
-    Option("--models", "hwregress_models", None, "models (default: per device; CPU: a few small ones, GPU: the zoo)", True),
+    Option("--models", "hwregress_models", None, "models (default: per device; CPU: a few small ones, GPU: the zoo)",
+           True),
     Option("--workloads", "hwregress_workloads", None,
            "modules to import that register workloads of your own (installed plugins load by entry point)", True),
     Option("--batch-sizes", "hwregress_batch_sizes", None,
-           "batch sizes for every mode, or max: the largest power of two that fits (default: per workload, device, mode)",
+           "batch sizes for every mode, or max: the largest power of two that fits "
+           "(default: per workload, device, mode)",
            True),
     Option("--modes", "hwregress_modes", None,
            "modes: train, infer, and for causal LMs prefill, decode (default: each model's tier modes)", True),
@@ -41,7 +43,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--memory-format", "hwregress_memory_format", "contiguous",
            "memory formats: contiguous, channels_last (convolutional models)", True),
     Option("--world-sizes", "hwregress_world_sizes", None,
-           "ranks of the scaling family's jobs (default: powers of two up to the GPUs x nodes; CPU: 1, 2 per node)", True),
+           "ranks of the scaling family's jobs (default: powers of two up to the GPUs x nodes; CPU: 1, 2 per node)",
+           True),
     Option("--colocate", "hwregress_colocate", None,
            "co-located process groups, MODEL+MODEL[+...] (default: two processes of one small model per device)", True),
     Option("--nnodes", "hwregress_nnodes", "1", "nodes every distributed job spans (run the same command on each)"),
@@ -51,7 +54,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--dist-timeout", "hwregress_dist_timeout", "300",
            "seconds a distributed job's rank may go without progress before the test fails and the job is ended"),
     Option("--spark-master", "hwregress_spark_master", None,
-           "master URL of the spark family's session: local[N], spark://HOST:PORT, yarn, k8s://... (default: local[cores])"),
+           "master URL of the spark family's session: local[N], spark://HOST:PORT, yarn, k8s://... "
+           "(default: local[cores])"),
     Option("--spark-rows", "hwregress_spark_rows", None,
            "rows of the spark family's batch data set (default: CPU 2048, GPU 16384)"),
     Option("--spark-stream-rate", "hwregress_spark_stream_rate", None,
@@ -61,11 +65,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),
     Option("--report-dir", "hwregress_report_dir", "reports", "folder for results.json and report.html"),
     Option("--history-dir", "hwregress_history_dir", None,
-           "folder of the session history, one <hardware-key>.jsonl (default: <report-dir>/history); keep it between CI runs"),
+           "folder of the session history, one <hardware-key>.jsonl (default: <report-dir>/history); "
+           "keep it between CI runs"),
     Option("--summary-md", "hwregress_summary_md", None, "also write the Markdown job summary to this file"),
     Option("--tolerance", "hwregress_tolerance", None,
-           "throughput loss tolerated, fraction (raised by measured noise; default 0.05 on accelerators, 0.15 on the CPU)"),
-    Option("--max-threshold", "hwregress_max_threshold", "0.25", "no noise or history bound raises the threshold past this"),
+           "throughput loss tolerated, fraction "
+           "(raised by measured noise; default 0.05 on accelerators, 0.15 on the CPU)"),
+    Option("--max-threshold", "hwregress_max_threshold", "0.25",
+           "no noise or history bound raises the threshold past this"),
     Option("--memory-tolerance", "hwregress_memory_tolerance", "0.10", "peak-memory growth tolerated, fraction"),
     Option("--rounds", "hwregress_rounds", "10", "timed rounds per test (>= 5 for significance at alpha 0.01)"),
     Option("--warmup", "hwregress_warmup", "3", "untimed warmup steps"),
@@ -75,7 +82,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--confirm-time", "hwregress_confirm_time", "10",
            "seconds of timed rounds a window leaning to a regression runs before it is judged (within --time-budget)"),
     Option("--telemetry-interval", "hwregress_telemetry_interval", "0.1", "telemetry sampling interval, seconds"),
-    Option("--profile-steps", "hwregress_profile_steps", "3", "steps in the separate profiled window (0: no profile, no FLOPs)"),
+    Option("--profile-steps", "hwregress_profile_steps", "3",
+           "steps in the separate profiled window (0: no profile, no FLOPs)"),
     Option("--cudnn-benchmark", "hwregress_cudnn_benchmark", "on",
            "torch.backends.cudnn.benchmark during every window: on (what training jobs run) or off; fingerprinted"),
 )
@@ -140,7 +148,8 @@ def list_of(config: pytest.Config, ini: str) -> list[str] | None:
     parts = raw if isinstance(raw, list) else [raw]
     entries = [entry.strip() for part in parts for entry in str(part).replace(",", " ").split()]
     if not entries:
-        raise pytest.UsageError(f"{source}={raw!r} names nothing; give at least one value or leave it out for the default")
+        raise pytest.UsageError(f"{source}={raw!r} names nothing; give at least one value or leave it out for the "
+                                "default")
     repeated = sorted({entry for entry in entries if entries.count(entry) > 1})
     if repeated:
         raise pytest.UsageError(f"{source}={raw!r} names {', '.join(repeated)} more than once; list each value once")

@@ -101,7 +101,8 @@ def _spark(config: pytest.Config) -> SparkSettings:
         raise pytest.UsageError(str(error)) from None
     master = value_of(config, "hwregress_spark_master")[0]
     if master is not None and not str(master).strip():
-        raise pytest.UsageError(f"{source_of(config, 'hwregress_spark_master')} is empty; give a master URL or leave it out "
+        raise pytest.UsageError(f"{source_of(config, 'hwregress_spark_master')} is empty; give a master URL or "
+                                "leave it out "
                                 "for local[cores]")
     return SparkSettings(
         master=str(master).strip() if master is not None else None, conf=conf,
@@ -128,7 +129,8 @@ def _selection(config: pytest.Config, nnodes: int) -> Selection:
     modes = list_of(config, "hwregress_modes")
     dtypes = list_of(config, "hwregress_dtypes")
     batch_sizes = _batch_sizes(config)
-    selection = Selection(devices, models, batch_sizes, modes, dtypes or [], list_of(config, "hwregress_compile") or ["eager"],
+    selection = Selection(devices, models, batch_sizes, modes, dtypes or [],
+                          list_of(config, "hwregress_compile") or ["eager"],
                           list_of(config, "hwregress_memory_format") or ["contiguous"], _world_sizes(config),
                           _colocate(config), nnodes, _opted_in(config))
     try:
@@ -184,8 +186,8 @@ def _topology(config: pytest.Config) -> Topology:
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
     if topology.multi_node and getattr(config.option, "numprocesses", None):
-        raise pytest.UsageError(f"--nnodes {nnodes} runs in one pytest process per node: drop -n (pytest-xdist), so every "
-                                "node runs the same tests in the same order")
+        raise pytest.UsageError(f"--nnodes {nnodes} runs in one pytest process per node: drop -n (pytest-xdist), "
+                                "so every node runs the same tests in the same order")
     return topology
 
 
@@ -202,15 +204,16 @@ def _timing_plan(config: pytest.Config) -> TimingPlan:
 def _policy(config: pytest.Config) -> Policy:
     update = config.getoption("hwregress_update")
     if update is not None and update not in UPDATE_MODES:
-        raise pytest.UsageError(f"--update-baselines={update!r}: use one of {', '.join(UPDATE_MODES)} (or no value for all)")
+        raise pytest.UsageError(f"--update-baselines={update!r}: use one of {', '.join(UPDATE_MODES)} "
+                                "(or no value for all)")
     given = value_of(config, "hwregress_tolerance")[0] is not None
     tolerance = number_of(config, "hwregress_tolerance", float, 0.0, 0.99) if given else None
     defaults = Tolerances()
     max_threshold = number_of(config, "hwregress_max_threshold", float, 0.01, 0.99)
     highest = tolerance if tolerance is not None else defaults.cpu_throughput
     if max_threshold < highest:
-        raise pytest.UsageError(f"{source_of(config, 'hwregress_max_threshold')}={max_threshold} is below the tolerance "
-                                f"{highest}; the cap must be at least the tolerance")
+        raise pytest.UsageError(f"{source_of(config, 'hwregress_max_threshold')}={max_threshold} is below the "
+                                f"tolerance {highest}; the cap must be at least the tolerance")
     tolerances = Tolerances(throughput=defaults.throughput if tolerance is None else tolerance,
                             cpu_throughput=defaults.cpu_throughput if tolerance is None else tolerance,
                             max_threshold=max_threshold,
@@ -231,8 +234,9 @@ def _devices(config: pytest.Config) -> list[str]:
     visible = visible_devices()
     missing = [d for d in devices if d not in visible]
     if missing:
-        raise pytest.UsageError(f"{source}: {', '.join(missing)} not visible on this machine (visible: {', '.join(visible)}); "
-                                "drop it, or check CUDA_VISIBLE_DEVICES and the driver")
+        raise pytest.UsageError(f"{source}: {', '.join(missing)} not visible on this machine "
+                                f"(visible: {', '.join(visible)}); drop it, or check CUDA_VISIBLE_DEVICES and the "
+                                "driver")
     return devices
 
 

@@ -112,7 +112,8 @@ def check_entry(entry: Any) -> str | None:
     (``batch_size``, ``n``, ``steps_per_round``) non-negative integers or null; figures (``median``,
     ``latency_ms``, ``peak_memory_bytes``, ``accuracy``, ...) finite non-negative numbers or null;
     ``samples`` and ``history`` lists of finite positive numbers; ``session_samples`` a list of such lists;
-    ``environment``, ``identity``, ``telemetry_means`` and ``health`` objects; ``top_ops`` and ``throttle_reasons`` lists.
+    ``environment``, ``identity``, ``telemetry_means`` and ``health`` objects; ``top_ops`` and ``throttle_reasons``
+    lists.
     Other keys are accepted unchecked (a newer hwregress may add them).
     """
     if not isinstance(entry, dict):
