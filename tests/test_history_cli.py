@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hwregress.cli import main
-from hwregress.cli.history_table import CHANGE_MARK
+from hwregress.report.history_table import CHANGE_MARK
 from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import Verdict

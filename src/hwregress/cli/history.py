@@ -17,8 +17,8 @@ HISTORY_FAIL_ON = {"regression": {"regression", "drift"}, "drift": {"drift"},
 
 def cmd_history(args: argparse.Namespace) -> int:
     """``history``: per test its recent sessions with change points marked; exit 1 on ``--fail-on``."""
-    from hwregress.cli.history_table import recorded_since, status_counts, trend_table
     from hwregress.judge.trends import load_trends
+    from hwregress.report.history_table import recorded_since, status_counts, trend_table
 
     store = history_store(args.dir)
     known = store.hardware_keys()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.hardware.nvml import NvmlDevice
 from hwregress.hardware.roofline import name_tokens
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.hardware.health import CpuHealthProbe
 from hwregress.hardware.nvml import NvmlDevice
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure.memory import PeakMemoryMeter
 from hwregress.measure.precision.numerics import TENSOR_DTYPES, precision

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hwregress.hardware.devices import device_kind, synchronize
+from hwregress.hardware.devices import synchronize
+from hwregress.hardware.facts import device_kind
 from hwregress.measure.out_of_memory import is_out_of_memory
 
 BACKENDS = ("eager", "inductor", "inductor-max-autotune", "cudagraphs")

@@ -8,7 +8,7 @@ from types import TracebackType
 import psutil
 import torch
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 
 
 class PeakMemoryMeter:

@@ -18,7 +18,8 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, sdpa_backward_flop_count, sdpa_flop_count
 
-from hwregress.hardware.devices import device_kind, synchronize
+from hwregress.hardware.devices import synchronize
+from hwregress.hardware.facts import device_kind
 from hwregress.workloads import Inputs, forward
 
 COMPUTE_HINTS = ("conv", "mm", "matmul", "linear", "gemm", "bmm", "attention", "sdpa", "baddbmm")

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import torch
 
-from hwregress.hardware.devices import device_kind, synchronize
+from hwregress.hardware.devices import synchronize
+from hwregress.hardware.facts import device_kind
 from hwregress.judge.stats import relative_iqr
 
 

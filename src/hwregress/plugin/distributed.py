@@ -17,7 +17,7 @@ import pytest
 
 from hwregress import workloads
 from hwregress.hardware import interconnect
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.judge.stats import summarize
 from hwregress.measure import host_reference
 from hwregress.plugin.context import BenchContext

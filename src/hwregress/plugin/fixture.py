@@ -13,7 +13,8 @@ import pytest
 
 from hwregress import workloads
 from hwregress.hardware import interconnect, roofline
-from hwregress.hardware.devices import describe, device_kind, environment_fingerprint
+from hwregress.hardware.devices import describe, environment_fingerprint
+from hwregress.hardware.facts import device_kind
 from hwregress.hardware.identity import device_identity
 from hwregress.judge.compare import window_check
 from hwregress.judge.session import BenchSession

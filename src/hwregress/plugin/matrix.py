@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwregress import workloads
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.measure.compilation import BACKENDS
 from hwregress.measure.precision.numerics import DTYPES, MEMORY_FORMATS, MODES, STEP_MODES
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from hwregress.hardware.devices import device_kind, synchronize
+from hwregress.hardware.devices import synchronize
+from hwregress.hardware.facts import device_kind
 from hwregress.measure.memory import PeakMemoryMeter
 from hwregress.measure.timing import TimingPlan, default_timer, measure
 from hwregress.measure.window import build_step, prepare_process

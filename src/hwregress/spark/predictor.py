@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from hwregress import workloads
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.measure.precision.numerics import precision
 
 DIGIT_SIDE = 8

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.spark.engine import EngineConfig, default_master
 
 # rows of the batch data set: the 1,797 digits repeated to a few thousand, more where a pass is fast

@@ -4,7 +4,7 @@ Units: throughput in ``unit`` (samples/s for models, TFLOP/s or GB/s for ceiling
 memory in bytes, energy in J, power in W, accuracy as a fraction. ``samples`` always means the per-round
 throughput observations of the timed window.
 
-The contract of ``results.json`` is the JSON Schema ``hwregress/schemas/results.schema.json``.
+The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/results.schema.json``.
 
 Format history (``schema_version``), in the manner of pyperf's:
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from hwregress.hardware.devices import device_kind, synchronize
+from hwregress.hardware.devices import synchronize
+from hwregress.hardware.facts import device_kind
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure import profiling
 from hwregress.measure.llm.decode import Clock, DecodeTiming, decode_rounds, prefill_rounds

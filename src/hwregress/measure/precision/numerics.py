@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import torch
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8", "fp8")  # int8/fp8: quantized Linear layers (hwregress.measure.precision.quantization)
 STEP_MODES = ("train", "infer")  # a timed step of any model

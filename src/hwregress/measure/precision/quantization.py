@@ -29,7 +29,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.measure.precision.numerics import MODES, cuda_index
 
 QUANTIZED_DTYPES = ("int8", "fp8")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from hwregress.hardware.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.measure.precision import quantization
 from hwregress.measure.precision.numerics import MIN_CAPABILITY, check_dtype, cuda_index
 
