@@ -4,7 +4,7 @@
     python scripts/changepoint_comparison.py [--series 200] [--seed 1]
 
 Detectors:
-- ``ruptures PELT``: :func:`hwregress.changepoints.change_points` (PELT, L1 cost on log medians, penalty
+- ``ruptures PELT``: :func:`hwregress.judge.changepoints.change_points` (PELT, L1 cost on log medians, penalty
   3 sigma ln k), what hwregress uses.
 - ``E-Divisive``: MongoDB's ``signal_processing_algorithms.energy_statistics.e_divisive`` (Matteson &
   James 2014) with the defaults its change-point service uses (p = 0.05, 100 permutations), on the same log
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hwregress.changepoints import change_points
+from hwregress.judge.changepoints import change_points
 
 
 def _e_divisive(values: Sequence[float]) -> list[int]:

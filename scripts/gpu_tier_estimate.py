@@ -1,7 +1,7 @@
 """Estimate how long the default GPU tier (``pytest -m gpu --update-baselines``) takes on one H100, per family.
 
 An estimate, not a measurement (no GPU was lent to the session that wrote it). The cost model and every assumption
-live in :mod:`hwregress.tier_estimate` (its ``Assumptions`` dataclass documents each number and its source); this
+live in :mod:`hwregress.plugin.tier_estimate` (its ``Assumptions`` dataclass documents each number and its source); this
 script prints the table, checks that the cases it sums are the ones pytest collects, and re-measures the per-model
 facts on the machine it runs on.
 
@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hwregress import matrix, tier_estimate
+from hwregress.plugin import matrix, tier_estimate
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
     python scripts/history_power.py [--series 200] [--seed 1]
 
 Each series is a run of session medians with relative normal noise around 100 samples/s, times one day apart,
-analysed by :func:`hwregress.trends.analyze` at its default tolerance (5%). Rows after a step carry the verdict
+analysed by :func:`hwregress.judge.trends.analyze` at its default tolerance (5%). Rows after a step carry the verdict
 ``regression`` (the per-run threshold saw it); drifting rows all ``pass``; the baseline is the first session's
 level (or absent: judged against the series itself). Prints one Markdown row per scenario: the share of series
 with each status, and for steps the share whose change point lies within one session of the true one.
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hwregress.trends import STATUSES, analyze
+from hwregress.judge.trends import STATUSES, analyze
 
 START = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
 

@@ -1,4 +1,4 @@
-"""Detection power and A/A false-alarm rate of ``hwregress.stats.compare`` on synthetic data.
+"""Detection power and A/A false-alarm rate of ``hwregress.judge.stats.compare`` on synthetic data.
 
 Each trial draws, around a level of 1000 (any unit, higher is better):
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hwregress import stats
+from hwregress.judge import stats
 
 LEVEL = 1000.0
 NOISES = (0.01, 0.03, 0.10)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+pytest_plugins = ["pytester"]  # the self-tests only: never in the hardware suite's own runs
+
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support" / "selftest_support.py"
 
@@ -66,6 +68,16 @@ settings.register_profile("hwregress", deadline=None, print_blob=True)
 settings.load_profile("hwregress")
 
 SELFTEST_TIMEOUT_S = 600
+SELFTEST_MARKERS = {
+    "browser": "self-test that drives a headless Chromium",
+    "slow": "self-test that takes more than a few seconds",
+    "gpu": "self-test that needs a CUDA device",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in SELFTEST_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

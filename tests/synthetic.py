@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from hwregress.history import HISTORY_ROW_VERSION, HistoryStore
-from hwregress.results import SessionResults, TestRecord
-from hwregress.verdicts import Verdict
+from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
+from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.verdicts import Verdict
 
 MODELS = ("resnet18", "mobilenet_v3_small", "vit_b_16", "bert", "gpt2")
 MODES = ("train", "infer")

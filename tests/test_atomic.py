@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from hwregress import baselines
-from hwregress.atomic import NotARegularFileError, atomic_write_json, atomic_write_text, read_regular_file
+from hwregress.store import baselines
+from hwregress.store.atomic import NotARegularFileError, atomic_write_json, atomic_write_text, read_regular_file
 
 
 def _mode(path) -> int:

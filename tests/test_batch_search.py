@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from hwregress.batch_search import MaxBatch, OutOfMemoryAtStart, find_max_batch
-from hwregress.bench import OutOfMemory
+from hwregress.measure.batch_search import MaxBatch, OutOfMemoryAtStart, find_max_batch
+from hwregress.measure.out_of_memory import OutOfMemory
 
 TORCH_OOM = getattr(torch, "OutOfMemoryError", RuntimeError)
 MIB = 2**20

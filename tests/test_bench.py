@@ -7,10 +7,11 @@ import torch
 from torch import nn
 
 from hwregress import workloads
-from hwregress.bench import OutOfMemory, RunOptions, build_step, is_out_of_memory, run_model
-from hwregress.results import TestRecord
-from hwregress.session import fill_measurement
-from hwregress.timing import TimingPlan
+from hwregress.measure.out_of_memory import OutOfMemory, is_out_of_memory
+from hwregress.measure.record import fill_measurement
+from hwregress.measure.timing import TimingPlan
+from hwregress.measure.window import RunOptions, build_step, run_model
+from hwregress.store.results import TestRecord
 
 TINY = workloads.Workload("tiny-bench", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10)), (3, 4, 4), 10)
 
@@ -71,7 +72,7 @@ def test_out_of_memory_is_reported_with_batch_and_device():
 
 
 def test_a_compiled_run_pays_the_compilers_set_up_untimed_once_then_compiles_cold(monkeypatch):
-    from hwregress import compilation
+    from hwregress.measure import compilation
 
     monkeypatch.setattr(compilation, "_PRIMED", set())
     monkeypatch.setattr(compilation, "compile_model", lambda model, backend: torch.compile(model, backend="eager"))

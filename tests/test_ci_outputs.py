@@ -11,10 +11,11 @@ import jsonschema
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwregress import ci, schemas
+from hwregress.plugin import ci
 from hwregress.plugin.record import JUNIT_PROPERTIES
-from hwregress.results import SessionResults, TestRecord
-from hwregress.verdicts import Verdict
+from hwregress.store import schemas
+from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.verdicts import Verdict
 
 TRAIN_ID = "bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs4-fp32]"
 SHORT_PROPERTIES = {f"hwregress.{name}" for name in JUNIT_PROPERTIES}

@@ -6,10 +6,10 @@ import json
 import subprocess
 import sys
 
-from hwregress.baselines import BaselineStore
 from hwregress.cli import main
 from hwregress.report import write_outputs
-from hwregress.results import SessionResults, TestRecord
+from hwregress.store.baselines import BaselineStore
+from hwregress.store.results import SessionResults, TestRecord
 
 
 def _store(tmp_path):
@@ -230,8 +230,8 @@ def _entry(level: float, sessions: int, cpu: bool) -> dict:
 
 
 def test_diff_judges_with_the_tests_rule_provisional_cap_and_cpu_tolerance():
-    from hwregress.cli import diff_row
-    from hwregress.compare import Tolerances
+    from hwregress.cli.baselines import diff_row
+    from hwregress.judge.compare import Tolerances
 
     tolerances = Tolerances()
     # a CPU baseline of one session: provisional, only a change beyond the 25% cap counts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hwregress.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, Tolerances, judge
 
 ENV = {"torch": "2.13.0", "cuda": None, "cudnn": None, "driver": None, "python": "3.11.7"}
 BASE = {"samples": [100.0, 101, 99, 100.5, 99.5, 100, 100.2, 99.8], "peak_memory_bytes": 1000 * 2**20,
@@ -73,9 +73,9 @@ def test_speedup_against_baseline():
 
 
 def test_session_never_records_a_failed_extra_check(tmp_path):
-    from hwregress.baselines import BaselineStore
-    from hwregress.results import TestRecord
-    from hwregress.session import BenchSession, Policy
+    from hwregress.judge.session import BenchSession, Policy
+    from hwregress.store.baselines import BaselineStore
+    from hwregress.store.results import TestRecord
 
     store = BaselineStore(tmp_path)
     session = BenchSession(store, Policy(update_mode="all"))
@@ -134,9 +134,9 @@ def test_nothing_to_compare_without_two_compile_times():
 
 
 def test_a_session_records_a_refused_compile_comparison_and_stores_the_cache_state(tmp_path):
-    from hwregress.baselines import BaselineStore
-    from hwregress.results import TestRecord
-    from hwregress.session import BenchSession, Policy
+    from hwregress.judge.session import BenchSession, Policy
+    from hwregress.store.baselines import BaselineStore
+    from hwregress.store.results import TestRecord
 
     store = BaselineStore(tmp_path)
     store.write_entries("cpu", "cpu", {"throughput/x": dict(BASE, compile_s=0.1, compile_cache="warm")})

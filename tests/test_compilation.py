@@ -1,4 +1,4 @@
-"""The compilation axis on the CPU: backends, compile-time accounting, failures (hwregress.compilation).
+"""The compilation axis on the CPU: backends, compile-time accounting, failures (hwregress.measure.compilation).
 
 Most tests compile with dynamo's cheap ``"eager"`` backend (tracing only, no code generation) and pass
 the suite backend label that decides error handling; only one test pays for a real inductor compile.
@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from hwregress import compilation
-from hwregress.compilation import (
+from hwregress.measure import compilation
+from hwregress.measure.compilation import (
     BACKENDS,
     MAX_ERROR_LINES,
     CompileFailed,
@@ -209,7 +209,7 @@ def cache_hits_so_far() -> int:
 
 
 def compile_like_the_suite(model: nn.Module, inputs: torch.Tensor) -> tuple[CompileTiming, int]:
-    """What ``hwregress.bench`` does for one compiled test, and the cache hits torch counted meanwhile."""
+    """What ``hwregress.measure.window`` does for one compiled test, and the cache hits torch counted meanwhile."""
     compilation.reset()
     compiled = compile_model(model, "inductor")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-import hwregress.decode as decode
-from hwregress.decode import DecodeTiming, decode_rounds, prefill_rounds
+import hwregress.measure.llm.decode as decode
+from hwregress.measure.llm.decode import DecodeTiming, decode_rounds, prefill_rounds
 from hwregress.workloads import import_torchvision
 
 

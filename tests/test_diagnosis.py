@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hwregress.diagnosis import Evidence, diagnose
+from hwregress.judge.diagnosis import Evidence, diagnose
 
 CONTENDED = {"other_cpu_fraction": 0.85, "logical_cores": 2}
 

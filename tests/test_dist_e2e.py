@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from conftest import REPO, HwProject
-from hwregress.dist.launch import JOB_VARIABLE
+from hwregress.scaleout.launch import JOB_VARIABLE
 
 DIST = ["--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "4", "--profile-steps", "2"]
 

@@ -25,14 +25,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from hwregress.dist import driver, launch
-from hwregress.dist.ddp_window import ddp_buckets
-from hwregress.dist.failure_text import describe_ranks, split_stack_dump
-from hwregress.dist.job import JobSpec, status_path, write_status
-from hwregress.dist.rank_timing import agree_on_max, max_over_ranks
-from hwregress.dist.session_store import NodeMismatch, SessionStore, SessionStoreError
-from hwregress.dist.topology import Topology
-from hwregress.timing import Timing, TimingPlan, measure
+from hwregress.measure.timing import Timing, TimingPlan, measure
+from hwregress.scaleout import driver, launch
+from hwregress.scaleout.ddp_window import ddp_buckets
+from hwregress.scaleout.failure_text import describe_ranks, split_stack_dump
+from hwregress.scaleout.job import JobSpec, status_path, write_status
+from hwregress.scaleout.rank_timing import agree_on_max, max_over_ranks
+from hwregress.scaleout.session_store import NodeMismatch, SessionStore, SessionStoreError
+from hwregress.scaleout.topology import Topology
 
 MISSING_ERROR_FILE = "/nonexistent/hwregress/error.json"  # a rank killed by a signal writes no error file
 
@@ -75,7 +75,7 @@ class ScriptedRoundTimer:
 
 
 class MaxOverThreads:
-    """``agree(value)`` for :func:`hwregress.timing.measure` across threads, as ranks would all-reduce: every
+    """``agree(value)`` for :func:`hwregress.measure.timing.measure` across threads, as ranks would all-reduce: every
     party's value meets at a barrier and each gets the maximum (the barrier's timeout turns a disagreement on how
     many decisions there are, which would hang real ranks, into an error)."""
 

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwregress.compare import Measured, Tolerances, judge
-from hwregress.dist import figures
-from hwregress.dist.collectives import bus_bandwidth_gbps, message_sizes
-from hwregress.dist.comm_profile import communication_share, is_communication, union_us
-from hwregress.dist.job import JobSpec, read_statuses, write_status
-from hwregress.dist.launch import describe_failures, stalled_ranks
-from hwregress.dist.topology import Topology, default_world_sizes, parse_endpoint, ranks_per_node, threads_per_rank
-from hwregress.verdicts import Verdict
+from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.scaleout import figures
+from hwregress.scaleout.collectives import bus_bandwidth_gbps, message_sizes
+from hwregress.scaleout.comm_profile import communication_share, is_communication, union_us
+from hwregress.scaleout.job import JobSpec, read_statuses, write_status
+from hwregress.scaleout.launch import describe_failures, stalled_ranks
+from hwregress.scaleout.topology import Topology, default_world_sizes, parse_endpoint, ranks_per_node, threads_per_rank
+from hwregress.store.verdicts import Verdict
 
 
 # -- topology ----------------------------------------------------------------------------------------
@@ -234,8 +234,8 @@ def test_efficiency_within_the_threshold_passes_and_a_noisy_reference_widens_it(
 
 
 def test_an_entry_judges_against_the_median_efficiency_of_its_sessions_and_learns_their_drift():
-    from hwregress.lifecycle import make_entry
-    from hwregress.results import TestRecord
+    from hwregress.judge.lifecycle import make_entry
+    from hwregress.store.results import TestRecord
 
     entry = None
     for efficiency in (0.66, 0.61, 0.70):
@@ -250,7 +250,7 @@ def test_an_entry_judges_against_the_median_efficiency_of_its_sessions_and_learn
 
 
 def test_a_step_that_spends_more_of_its_time_in_collectives_is_named_as_the_cause():
-    from hwregress.diagnosis import Evidence, diagnose
+    from hwregress.judge.diagnosis import Evidence, diagnose
 
     slower = diagnose(Evidence(comm_share=0.23, baseline_comm_share=0.13))
     assert slower == ["communication took 23% of the step, 13% at the baseline: the collectives or the interconnect "
@@ -261,7 +261,7 @@ def test_a_step_that_spends_more_of_its_time_in_collectives_is_named_as_the_caus
 
 def test_the_energy_per_sample_counts_each_device_once():
     from hwregress.plugin.distributed import _fill_telemetry
-    from hwregress.results import TestRecord
+    from hwregress.store.results import TestRecord
 
     def rank(device, energy):
         return {"device": device, "telemetry": {"energy_j": energy}, "health": {"other_cpu_fraction": 0.0},

@@ -12,12 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from hwregress import bench, telemetry, workloads
-from hwregress.memory import PeakMemoryMeter
-from hwregress.numerics import tf32_flags
-from hwregress.roofline import NAME_RULES
-from hwregress.telemetry import TelemetrySampler
-from hwregress.timing import CudaEventTimer
+from hwregress import workloads
+from hwregress.hardware.nvml import NvmlDevice, nvml_uuid
+from hwregress.hardware.roofline import NAME_RULES
+from hwregress.hardware.telemetry import TelemetrySampler
+from hwregress.measure import window as bench
+from hwregress.measure.memory import PeakMemoryMeter
+from hwregress.measure.precision.numerics import tf32_flags
+from hwregress.measure.timing import CudaEventTimer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 N = 8192
@@ -56,7 +58,7 @@ def test_allocator_peak_is_exact():
 def test_nvml_handle_is_the_gpu_under_test():
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
-        nvml = telemetry._Nvml(f"cuda:{index}")
+        nvml = NvmlDevice(f"cuda:{index}")
         try:
             bus_id = nvml.nvml.nvmlDeviceGetPciInfo(nvml.handle).busId
             uuid = nvml.nvml.nvmlDeviceGetUUID(nvml.handle)
@@ -66,7 +68,7 @@ def test_nvml_handle_is_the_gpu_under_test():
         uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         domain, bus, device = bus_id.split(".")[0].split(":")
         assert (int(domain, 16), int(bus, 16), int(device, 16)) == (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
-        assert uuid == telemetry.nvml_uuid(props)
+        assert uuid == nvml_uuid(props)
 
 
 class _RecordFlags(torch.autograd.Function):

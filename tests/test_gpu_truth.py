@@ -21,12 +21,19 @@ from fakes.nvml import FakeGpu, FakeNvml
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from hwregress import bench, evidence, health, host_reference, numerics, parity, profiling, roofline, telemetry, workloads
-from hwregress.compare import Measured, Tolerances, judge
-from hwregress.devices import PERFORMANCE_RELEVANT, environment_fingerprint, fingerprint_changes
-from hwregress.memory import PeakMemoryMeter
-from hwregress.results import TestRecord
-from hwregress.timing import TimingPlan
+from hwregress import workloads
+from hwregress.hardware import health, roofline, telemetry
+from hwregress.hardware.devices import environment_fingerprint
+from hwregress.hardware.facts import PERFORMANCE_RELEVANT, fingerprint_changes
+from hwregress.hardware.nvml import NvmlDevice, pci_bus_id
+from hwregress.judge import evidence
+from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.measure import host_reference, out_of_memory, parity, profiling
+from hwregress.measure import window as bench
+from hwregress.measure.memory import PeakMemoryMeter
+from hwregress.measure.precision import numerics, support
+from hwregress.measure.timing import TimingPlan
+from hwregress.store.results import TestRecord
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001, budget_s=0.5)
@@ -237,7 +244,7 @@ def test_concurrent_callers_share_one_cpu_measurement(tmp_path):
 
 def test_another_process_reuses_the_measurement(tmp_path):
     host_reference.measured_once("alexnet/train/bs4/fp32", lambda: [5.0, 6.0], tmp_path)
-    script = ("import sys; from pathlib import Path; from hwregress.host_reference import measured_once\n"
+    script = ("import sys; from pathlib import Path; from hwregress.measure.host_reference import measured_once\n"
               "def fail(): raise SystemExit('measured again')\n"
               "print(measured_once('alexnet/train/bs4/fp32', fail, Path(sys.argv[1])))")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
@@ -258,13 +265,13 @@ def test_dtype_support_follows_the_capability_of_the_device_under_test(monkeypat
     devices = {0: fake_cuda.fake_properties(capability=(9, 0)), 1: fake_cuda.fake_properties("Tesla V100-SXM2-16GB", (7, 0))}
     fake_cuda.install(monkeypatch, devices, current=0)
     for dtype in ("bf16", "tf32"):
-        reason = numerics.dtype_unsupported_reason("cuda:1", dtype)
+        reason = support.dtype_unsupported_reason("cuda:1", dtype)
         assert reason is not None and "7.0" in reason and "8.0" in reason, reason
-        assert numerics.dtype_unsupported_reason("cuda:0", dtype) is None
-    assert numerics.dtype_unsupported_reason("cuda:1", "fp16") is None
+        assert support.dtype_unsupported_reason("cuda:0", dtype) is None
+    assert support.dtype_unsupported_reason("cuda:1", "fp16") is None
     devices[1] = fake_cuda.fake_properties("NVIDIA A100-SXM4-80GB", (8, 0))
-    assert numerics.dtype_unsupported_reason("cuda:1", "bf16") is None
-    assert numerics.dtype_unsupported_reason("cuda:1", "tf32") is None
+    assert support.dtype_unsupported_reason("cuda:1", "bf16") is None
+    assert support.dtype_unsupported_reason("cuda:1", "tf32") is None
 
 
 # -- 6. the NVML handle is the GPU under test, never the NVML index ------------------------------------------
@@ -282,7 +289,7 @@ def machine(monkeypatch):
 
 
 def test_nvml_handle_is_found_by_pci_bus_id(machine):
-    handle = telemetry._Nvml("cuda:1")
+    handle = NvmlDevice("cuda:1")
     assert handle.handle is machine.gpus[2] and machine.index_lookups == []
     assert handle.lookup == "pci bus id 00000000:86:00.0"
     assert handle.sample()["power_w"] == 300.0  # NVML's mW in W
@@ -290,7 +297,7 @@ def test_nvml_handle_is_found_by_pci_bus_id(machine):
 
 def test_nvml_handle_falls_back_to_uuid(machine, monkeypatch):
     fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties(bus=0x99, uuid="bbbb")})
-    handle = telemetry._Nvml("cuda:0")
+    handle = NvmlDevice("cuda:0")
     assert handle.handle is machine.gpus[1] and handle.lookup == "uuid GPU-bbbb"
 
 
@@ -324,9 +331,9 @@ def test_a_counter_that_did_not_advance_falls_back_to_integrated_power(machine):
 
 
 def test_pci_bus_id_is_built_in_nvml_format():
-    assert telemetry.pci_bus_id(fake_cuda.fake_properties(bus=0x86)) == "00000000:86:00.0"
-    assert telemetry.pci_bus_id(type("P", (), {"pci_bus_id": "0000:3b:00.0"})()) == "0000:3B:00.0"
-    assert telemetry.pci_bus_id(object()) is None
+    assert pci_bus_id(fake_cuda.fake_properties(bus=0x86)) == "00000000:86:00.0"
+    assert pci_bus_id(type("P", (), {"pci_bus_id": "0000:3b:00.0"})()) == "0000:3B:00.0"
+    assert pci_bus_id(object()) is None
 
 
 # -- 7. published peaks matched on the full name ---------------------------------------------------------------
@@ -389,17 +396,17 @@ def test_mig_instance_peaks_scale_by_its_share_of_sms_and_memory():
 ])
 def test_library_allocation_failures_are_out_of_memory_and_release_memory(message, monkeypatch):
     released: list[str] = []
-    monkeypatch.setattr(bench, "release_device_memory", released.append)
+    monkeypatch.setattr(out_of_memory, "release_device_memory", released.append)
 
     class Failing(nn.Module):
         def forward(self, x):
             raise RuntimeError(message)
 
     workload = workloads.Workload("failing", Failing, (3, 4, 4), 10)
-    with pytest.raises(bench.OutOfMemory, match="out of memory at batch 64 on cpu"):
+    with pytest.raises(out_of_memory.OutOfMemory, match="out of memory at batch 64 on cpu"):
         bench.run_model(workload, "cpu", "infer", 64, "fp32", FixedTimer(), bench.RunOptions(QUICK, profile_steps=0))
     assert released == ["cpu"]
-    assert not bench.is_out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"))
+    assert not out_of_memory.is_out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"))
 
 
 # -- 9. cudnn.benchmark set for the window, restored after, and recorded ----------------------------------------
@@ -445,7 +452,7 @@ def mig_machine(monkeypatch):
 
 def test_mig_instance_handle_is_found_by_its_mig_uuid_before_the_bus_id(mig_machine, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUID)
-    handle = telemetry._Nvml("cuda:0")
+    handle = NvmlDevice("cuda:0")
     instance = mig_machine.gpus[0].mig_devices[1]
     assert handle.handle is instance and handle.lookup == f"mig uuid {MIG_UUID}"
     assert mig_machine.gpus[0].lookups == []  # the whole GPU's bus id was never asked
@@ -453,13 +460,13 @@ def test_mig_instance_handle_is_found_by_its_mig_uuid_before_the_bus_id(mig_mach
 
 def test_mig_uuid_comes_from_torch_when_the_name_says_mig(mig_machine, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert telemetry._Nvml("cuda:0").handle is mig_machine.gpus[0].mig_devices[1]
+    assert NvmlDevice("cuda:0").handle is mig_machine.gpus[0].mig_devices[1]
 
 
 def test_mig_instance_is_found_among_its_gpus_instances_where_uuid_lookup_refuses(mig_machine, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUID)
     mig_machine.mig_uuid_lookup = False  # a driver whose nvmlDeviceGetHandleByUUID knows GPUs only
-    handle = telemetry._Nvml("cuda:0")
+    handle = NvmlDevice("cuda:0")
     assert handle.handle is mig_machine.gpus[0].mig_devices[1]
     assert handle.lookup == f"mig uuid {MIG_UUID} among the MIG devices of the GPU at pci bus id 00000000:18:00.0"
 
@@ -490,7 +497,7 @@ def test_old_architectures_read_instantaneous_power(monkeypatch):
     volta = FakeGpu("00000000:18:00.0", "GPU-volta", 250_000, architecture=FakeNvml.NVML_DEVICE_ARCH_VOLTA)
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([volta]))
     fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties(bus=0x18)})
-    assert telemetry._Nvml("cuda:0").power_averaging_s == 0.0
+    assert NvmlDevice("cuda:0").power_averaging_s == 0.0
 
 
 class JobRoot:

@@ -1,7 +1,7 @@
 """A gross drop is never green, whatever the baseline's history holds (issue 21, item 1), and a window whose verdict
 leans to a regression is confirmed over a longer window before it is judged (item 2).
 
-The histories are built through the real baseline lifecycle (:class:`hwregress.session.BenchSession` with
+The histories are built through the real baseline lifecycle (:class:`hwregress.judge.session.BenchSession` with
 ``--update-baselines`` modes ``all``, ``force`` and ``reset``, changed software stacks that start an entry afresh),
 so pooled samples, session quantiles and the drift history are those a user's file would hold."""
 
@@ -17,13 +17,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hwregress import stats
-from hwregress.baselines import BaselineStore
-from hwregress.compare import Tolerances, verdict_settled, window_check
-from hwregress.results import TestRecord
-from hwregress.session import BenchSession, Policy
-from hwregress.timing import Timing, TimingPlan, in_work_units, measure
-from hwregress.verdicts import Verdict
+from hwregress.judge import stats
+from hwregress.judge.compare import Tolerances
+from hwregress.judge.session import BenchSession, Policy
+from hwregress.judge.window_verdict import verdict_settled, window_check
+from hwregress.measure.timing import Timing, TimingPlan, in_work_units, measure
+from hwregress.store.baselines import BaselineStore
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 KEY = "throughput/tiny/infer/bs8/fp32"
 IDENTITY = {"cpu_vendor": "AuthenticAMD", "cpu_brand": "AMD EPYC", "cpu_family": 25, "cpu_model": 17,
@@ -105,7 +106,7 @@ def test_a_latency_beyond_the_cap_is_red_for_any_latency_history(history, rise):
     entry = {"samples": [10.0] * 10, "latency_ms": float(np.median(history)), "latency_history": history,
              "identity": IDENTITY}
     tolerances = Tolerances()
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     measured = Measured("t", [10.0] * 10, "images/s", True, {}, identity=IDENTITY, on_cpu=True,
                         latency_ms=entry["latency_ms"] * rise)
@@ -114,7 +115,7 @@ def test_a_latency_beyond_the_cap_is_red_for_any_latency_history(history, rise):
 
 def test_a_gross_drop_in_an_unstable_window_still_fails():
     entry = {"samples": [100.0] * 5 + [101.0] * 5, "identity": IDENTITY}
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     measured = Measured("t", [30.0, 70.0, 20.0, 74.0, 60.0], "samples/s", False, {}, identity=IDENTITY, on_cpu=True)
     judgement = judge(measured, entry, Tolerances())
@@ -181,7 +182,7 @@ def test_a_slow_phase_of_the_host_is_outlasted_and_the_session_passes():
     assert timing.verdict_rounds > 0 and len(timing.round_seconds) > 10
     samples = [8.0 / s for s in timing.step_seconds]
     record = _record(samples)
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())
     assert judged.verdict == Verdict.PASS, (judged.figures.ratio, record)
@@ -191,7 +192,7 @@ def test_a_real_slowdown_stays_red_after_the_confirmation_and_costs_only_the_con
     check = window_check(BASELINE, IDENTITY, Tolerances(), True, 10.0)
     timing = _window([0.04] + [8.0 / 100.0] * 1000, check)  # half the speed, for good
     assert 10.0 <= sum(timing.round_seconds) < 10.0 + 0.2  # stopped once confirmed, long before the 30 s budget
-    from hwregress.compare import Measured, judge
+    from hwregress.judge.compare import Measured, judge
 
     samples = [8.0 / s for s in timing.step_seconds]
     judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())
@@ -240,7 +241,7 @@ class ScriptedCollectives:
 
 @pytest.fixture
 def scripted_job(monkeypatch):
-    from hwregress.dist import collectives
+    from hwregress.scaleout import collectives
 
     def install(per_op_seconds: list[float]) -> ScriptedCollectives:
         job = ScriptedCollectives(per_op_seconds)
@@ -254,7 +255,7 @@ def scripted_job(monkeypatch):
 
 
 def _allreduce_spec(verdict):
-    from hwregress.dist.job import JobSpec
+    from hwregress.scaleout.job import JobSpec
 
     plan = {"warmup_steps": 1, "rounds": 10, "min_round_s": 0.1, "max_rel_iqr": 0.5, "budget_s": 30.0, "confirm_s": 10.0}
     return JobSpec(kind="allreduce", device_kind="cpu", world_size=2, nnodes=1, ranks_per_node=2, run_id="r",
@@ -271,8 +272,9 @@ def test_the_all_reduce_ceiling_outlasts_a_slow_phase_instead_of_judging_ten_sho
     """Found on the 2-core VM: an A/A session judged the gloo all-reduce a 35% regression from ten rounds of one
     16 MiB all-reduce each. Its judged window now follows the session's plan and the open verdict, like every
     other judged window: a slow phase (0.65 of the baseline) is outlasted, and the verdict over all rounds passes."""
-    from hwregress.compare import Measured, judge, window_terms
-    from hwregress.dist.collectives import judged_window
+    from hwregress.judge.compare import Measured, judge
+    from hwregress.judge.window_verdict import window_terms
+    from hwregress.scaleout.collectives import judged_window
 
     slow, usual = BUS_GB / 0.80, BUS_GB / 1.23
     scripted_job([slow] * 12 + [usual] * 10_000)  # the calibration round, then ~10 rounds in the slow phase
@@ -286,8 +288,9 @@ def test_the_all_reduce_ceiling_outlasts_a_slow_phase_instead_of_judging_ten_sho
 
 
 def test_the_all_reduce_ceiling_stays_red_when_the_link_really_slowed(scripted_job):
-    from hwregress.compare import Measured, judge, window_terms
-    from hwregress.dist.collectives import judged_window
+    from hwregress.judge.compare import Measured, judge
+    from hwregress.judge.window_verdict import window_terms
+    from hwregress.scaleout.collectives import judged_window
 
     scripted_job([BUS_GB / 0.6])
     terms = window_terms(ALLREDUCE_BASELINE, IDENTITY, Tolerances(), True, 10.0)
@@ -300,7 +303,7 @@ def test_the_all_reduce_ceiling_stays_red_when_the_link_really_slowed(scripted_j
 
 
 def test_without_a_baseline_the_all_reduce_window_keeps_the_planned_rounds(scripted_job):
-    from hwregress.dist.collectives import judged_window
+    from hwregress.scaleout.collectives import judged_window
 
     scripted_job([BUS_GB / 1.2])
     window = judged_window(torch.ones(ALLREDUCE_MB), _allreduce_spec(None), "cpu")

@@ -17,8 +17,8 @@ from collections import namedtuple
 import psutil
 import pytest
 
-from hwregress import health
-from hwregress.dist import colocation, launch, rank_timing
+from hwregress.hardware import gpu_health, health
+from hwregress.scaleout import colocation, launch, rank_timing
 
 CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
 ProcTimes = namedtuple("ProcTimes", "user system children_user children_system")
@@ -191,7 +191,7 @@ class FakeNvml:
 
 
 def test_healthy_gpu_has_no_findings():
-    state = health.gpu_health("h", FakeNvml(pids=(100,)), our_pids={100})
+    state = gpu_health.gpu_health("h", FakeNvml(pids=(100,)), our_pids={100})
     assert state["gpu_other_processes"] == [] and state["gpu_pids_comparable"] is True
     assert health.findings(state) == []
 
@@ -199,7 +199,7 @@ def test_healthy_gpu_has_no_findings():
 def test_gpu_findings():
     nvml = FakeNvml(pids=(100, 4242), persistence=0, pending=1, remap=(0, 2, 1, 1), ecc=3, enforced=350_000,
                     gen=3, width=8, temperature=87)
-    state = health.gpu_health("h", nvml, our_pids={100})
+    state = gpu_health.gpu_health("h", nvml, our_pids={100})
     text = " | ".join(health.findings(state))
     for expected in ("another compute process on the GPU during the window (pids 4242)", "remapping failed",
                      "waiting to be remapped", "3 uncorrected ECC errors", "350 W enforced vs 700 W default",
@@ -210,15 +210,15 @@ def test_gpu_findings():
 
 
 def test_gpu_pids_from_another_namespace():
-    lone = health.gpu_health("h", FakeNvml(pids=(7,)), our_pids={100})
+    lone = gpu_health.gpu_health("h", FakeNvml(pids=(7,)), our_pids={100})
     assert lone["gpu_pids_comparable"] is False
     assert health.findings(lone) == []  # the one process listed is probably us
-    shared = health.gpu_health("h", FakeNvml(pids=(7, 8)), our_pids={100})
+    shared = gpu_health.gpu_health("h", FakeNvml(pids=(7, 8)), our_pids={100})
     assert "2 compute processes on the GPU" in health.findings(shared)[0]
 
 
 def test_gpu_read_errors_cost_one_field():
-    state = health.gpu_health("h", FakeNvml(remap=NotSupported("Not Supported")), our_pids={100})
+    state = gpu_health.gpu_health("h", FakeNvml(remap=NotSupported("Not Supported")), our_pids={100})
     assert state["row_remap_pending"] is None and "row_remap_pending" in state["errors"]
     assert state["temperature_c"] == 60
 
@@ -257,8 +257,8 @@ def _orphan_spinner() -> int:
 
 RANK = """
 import json
-from hwregress.dist.launch import job_owner
-from hwregress.health import CpuHealthProbe
+from hwregress.scaleout.launch import job_owner
+from hwregress.hardware.health import CpuHealthProbe
 probe = CpuHealthProbe(process=job_owner())  # job_health_probe's, without importing torch
 with probe:
     pass
@@ -341,7 +341,7 @@ class MpsNvml(FakeNvml):
 
 
 def test_mps_clients_are_recorded_and_a_stranger_among_them_is_contention():
-    state = health.gpu_health("h", MpsNvml(mps_pids=(100, 101, 555)), our_pids={100, 101})
+    state = gpu_health.gpu_health("h", MpsNvml(mps_pids=(100, 101, 555)), our_pids={100, 101})
     assert [p["pid"] for p in state["gpu_mps_processes"]] == [100, 101, 555]
     assert [p["pid"] for p in state["gpu_mps_other_processes"]] == [555]
     assert state["gpu_mps_active"] is True
@@ -355,7 +355,7 @@ def test_our_mps_clients_alone_are_no_contention_and_the_mps_server_is_not_a_str
     shutil.copy(shutil.which("sleep"), server_binary)
     server = subprocess.Popen([str(server_binary), "60"])
     try:
-        state = health.gpu_health("h", MpsNvml(pids=(server.pid,), mps_pids=(100, 101)), our_pids={100, 101})
+        state = gpu_health.gpu_health("h", MpsNvml(pids=(server.pid,), mps_pids=(100, 101)), our_pids={100, 101})
     finally:
         server.kill()
         server.wait()
@@ -365,7 +365,7 @@ def test_our_mps_clients_alone_are_no_contention_and_the_mps_server_is_not_a_str
 
 
 def test_a_pynvml_without_the_mps_query_costs_that_field_only():
-    state = health.gpu_health("h", FakeNvml(pids=(100,)), our_pids={100})
+    state = gpu_health.gpu_health("h", FakeNvml(pids=(100,)), our_pids={100})
     assert state["gpu_mps_processes"] is None and "mps_processes" in state["errors"]
     assert state["gpu_other_processes"] == [] and health.findings(state) == []
 

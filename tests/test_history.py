@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwregress import __version__
-from hwregress import history as history_module
-from hwregress.history import HISTORY_ROW_VERSION, HistoryStore, installed_packages, package_hash, row_from_record
-from hwregress.results import TestRecord
-from hwregress.verdicts import Verdict
+from hwregress.store import history as history_module
+from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore, installed_packages, package_hash, row_from_record
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 TIME = "2026-03-01T02:00:00+00:00"
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from hwregress.cli import main
-from hwregress.history import HISTORY_ROW_VERSION, HistoryStore
-from hwregress.history_table import CHANGE_MARK
-from hwregress.results import SessionResults, TestRecord
-from hwregress.verdicts import Verdict
+from hwregress.report.history_table import CHANGE_MARK
+from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
+from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.verdicts import Verdict
 
 TEST_ID = "bench_tests/test_throughput.py::test_train[tiny-bs4-fp32]"
 OTHER_TEST_ID = "bench_tests/test_throughput.py::test_infer[tiny-bs4-fp32]"

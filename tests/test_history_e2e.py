@@ -9,7 +9,7 @@ import sys
 
 import jsonschema
 
-from hwregress import schemas
+from hwregress.store import schemas
 
 SLOW = {"HWREGRESS_SELFTEST_SLOWDOWN": "1.5", "HWREGRESS_SELFTEST_TORCH": "9.9.9"}
 TRAIN = "test_throughput[cpu-tiny-train-bs4-fp32]"

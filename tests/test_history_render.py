@@ -24,10 +24,10 @@ from synthetic import (
 )
 
 from hwregress.cli import main
-from hwregress.history import HISTORY_ROW_VERSION
-from hwregress.report import charts
+from hwregress.judge.trends import analyze, analyze_all, has_changed
+from hwregress.report import charts, trend_chart
 from hwregress.report.dashboard import build_dashboard, facets_of, render_dashboard, session_ratios
-from hwregress.trends import analyze, analyze_all, has_changed
+from hwregress.store.history import HISTORY_ROW_VERSION
 
 CPU_KEY, H100_KEY, H200_KEY = (machine[0] for machine in MACHINES)
 
@@ -199,7 +199,7 @@ def test_facets_of_rows_written_before_the_history_kept_the_test_identity():
 
 def test_a_long_hardware_key_is_cut_to_fit_the_legend():
     long_key = MACHINES[2][0]
-    chart = charts.trend_chart([charts.TrendSeries(long_key, [charts.TrendPoint(0, 1.0), charts.TrendPoint(1, 2.0)])],
+    chart = trend_chart.trend_chart([trend_chart.TrendSeries(long_key, [trend_chart.TrendPoint(0, 1.0), trend_chart.TrendPoint(1, 2.0)])],
                                "t" * 200, "y")
     legend = re.search(r'class="legend"><title>([^<]*)</title>([^<]*)</text>', str(chart))
     shown = legend.group(2)

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from hwregress import identity
+from hwregress.hardware import facts, identity
 
 EPYC_ZEN3 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -86,7 +86,7 @@ def test_cpu_identity_never_raises():
     found = identity.cpu_identity(proc_cpuinfo="garbage without colons\n\x00", lscpu="L2 cache: lots",
                                   py_cpuinfo=broken)
     assert found["cpu_family"] is None and found["cpu_l2_cache_bytes"] is None
-    assert set(identity.CPU_PERFORMANCE_FIELDS) <= set(found)
+    assert set(facts.CPU_PERFORMANCE_FIELDS) <= set(found)
 
 
 def test_this_cpu_identity_is_a_fresh_copy():
@@ -171,8 +171,8 @@ def test_gpu_identity_without_nvml_or_torch():
 def test_identity_changes_only_for_fields_known_on_both_sides():
     stored = {"cpu_family": 25, "cpu_model": 1, "cpu_avx512f": False, "cpu_l3_cache_bytes": None, "memory_gib": 8}
     current = {"cpu_family": 26, "cpu_model": 1, "cpu_avx512f": True, "cpu_l3_cache_bytes": 2**25, "memory_gib": 16}
-    assert identity.identity_changes(stored, current) == ["cpu_family: 25 -> 26", "cpu_avx512f: False -> True"]
-    assert identity.identity_changes({}, current) == []  # an old baseline without an identity
+    assert facts.identity_changes(stored, current) == ["cpu_family: 25 -> 26", "cpu_avx512f: False -> True"]
+    assert facts.identity_changes({}, current) == []  # an old baseline without an identity
 
 
 @pytest.mark.parametrize(("fields", "suffix", "key"), [

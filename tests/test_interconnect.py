@@ -11,9 +11,10 @@ import torch
 from fakes import cuda as fake_cuda
 from fakes.nvml import FakeGpu, FakeNvml
 
-from hwregress import ceilings, interconnect
-from hwregress.ceilings import CeilingMeasurement, CeilingSpec, CeilingUnsupported
-from hwregress.timing import CudaEventTimer, HostClockTimer, TimingPlan
+from hwregress.hardware import interconnect
+from hwregress.measure import ceilings
+from hwregress.measure.ceilings import CeilingMeasurement, CeilingSpec, CeilingUnsupported
+from hwregress.measure.timing import CudaEventTimer, HostClockTimer, TimingPlan
 
 QUICK = TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001, budget_s=0.5)
 

@@ -15,7 +15,7 @@ from filelock import FileLock, Timeout
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hwregress.journal import (
+from hwregress.store.journal import (
     LEGACY_NAME,
     Journal,
     JournalError,
@@ -24,14 +24,14 @@ from hwregress.journal import (
     load_journal,
     record_problem,
 )
-from hwregress.results import SessionResults, TestRecord
+from hwregress.store.results import SessionResults, TestRecord
 
 # A child session driven line by line over stdin/stdout: no sleeps, no timing assumptions.
 CHILD = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from hwregress.journal import Journal, archive_dead_journals
-    from hwregress.results import TestRecord
+    from hwregress.store.journal import Journal, archive_dead_journals
+    from hwregress.store.results import TestRecord
     report = Path(sys.argv[1])
     journal = None
     for line in sys.stdin:

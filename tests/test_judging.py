@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from hwregress.baselines import BaselineStore
-from hwregress.compare import Measured, Tolerances, judge
-from hwregress.results import TestRecord
-from hwregress.session import BenchSession, Policy
-from hwregress.verdicts import Verdict
+from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.session import BenchSession, Policy
+from hwregress.store.baselines import BaselineStore
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 STEADY = [100.0, 101, 99, 100.5, 99.5, 100, 100.2, 99.8, 100.1, 99.9]
 IDENTITY = {"cpu_vendor": "AuthenticAMD", "cpu_brand": "AMD EPYC", "cpu_family": 26, "cpu_model": 2,

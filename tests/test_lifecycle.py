@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hwregress.lifecycle import HISTORY_LENGTH, make_entry, update_action
-from hwregress.results import TestRecord
+from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry, update_action
+from hwregress.store.results import TestRecord
 
 
 @pytest.mark.parametrize(("mode", "verdict", "has_entry", "action"), [
@@ -51,7 +51,7 @@ def test_history_restarts_on_a_new_software_stack():
 
 
 def test_entry_pools_the_last_sessions_and_starts_afresh_on_a_new_stack_or_reset():
-    from hwregress.lifecycle import POOLED_SESSIONS
+    from hwregress.judge.lifecycle import POOLED_SESSIONS
 
     entry = None
     for median in range(1, POOLED_SESSIONS + 3):

@@ -12,12 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from hwregress import llm_bench, numerics, profiling
-from hwregress.bench import RunOptions, build_step, run_model
-from hwregress.compare import judges_latency
-from hwregress.decode import decode_rounds
-from hwregress.llm_bench import run_llm
-from hwregress.timing import TimingPlan
+from hwregress.judge.compare import judges_latency
+from hwregress.measure import profiling
+from hwregress.measure.llm import window as llm_bench
+from hwregress.measure.llm.decode import decode_rounds
+from hwregress.measure.llm.window import run_llm
+from hwregress.measure.precision import numerics
+from hwregress.measure.timing import TimingPlan
+from hwregress.measure.window import RunOptions, build_step, run_model
 from hwregress.workloads import Workload, causal_lm_loss, make_batch
 
 VOCAB, CONTEXT = 128, 8
@@ -25,7 +27,7 @@ PLAN = TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001)
 
 
 def _tiny_llama() -> nn.Module:
-    from hwregress.transformer_workloads import import_transformers
+    from hwregress.workloads.transformers import import_transformers
 
     transformers = import_transformers()
     torch.manual_seed(0)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hwregress import matrix, workloads
-from hwregress.devices import describe, parse_device_list, slugify
-from hwregress.numerics import dtype_unsupported_reason
+from hwregress import workloads
+from hwregress.hardware.devices import describe, parse_device_list
+from hwregress.hardware.facts import slugify
+from hwregress.measure.precision.support import dtype_unsupported_reason
+from hwregress.plugin import matrix
 
 
 def test_cpu_defaults_are_the_small_tier():

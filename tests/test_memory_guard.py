@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwregress.memory_guard import GUARDED_BATCH, Headroom, extrapolate, host_headroom, refusal
+from hwregress.measure.memory_guard import GUARDED_BATCH, Headroom, extrapolate, host_headroom, refusal
 
 MIB = 2**20
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hwregress import parity, workloads
+from hwregress import workloads
+from hwregress.measure import parity
 
 
 def test_digits_split_is_real_and_fixed():

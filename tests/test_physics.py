@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hwregress.physics import physics_violations
+from hwregress.judge.physics import physics_violations
 
 CASES = [
     # (fields, expected substrings; empty: no violation)

@@ -10,7 +10,10 @@ import torch
 from fakes import torchao as fake_torchao
 from torch import nn
 
-from hwregress import profiling, quantization, roofline, workloads
+from hwregress import workloads
+from hwregress.hardware import roofline
+from hwregress.measure import profiling
+from hwregress.measure.precision import quantization
 
 # torchvision's model cards (weights docs) publish "GFLOPS" at 224x224 that are multiply-adds.
 PUBLISHED_GMACS = {"resnet18": 1.81, "alexnet": 0.71, "vgg16": 15.47}

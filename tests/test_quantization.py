@@ -15,8 +15,14 @@ from fakes import cuda as fake_cuda
 from fakes import torchao as fake_torchao
 from torch import nn
 
-from hwregress import quantization
-from hwregress.quantization import PARITY_TOLERANCE, QUANTIZED_DTYPES, quantize, quantized_linear_count, unsupported_reason
+from hwregress.measure.precision import quantization
+from hwregress.measure.precision.quantization import (
+    PARITY_TOLERANCE,
+    QUANTIZED_DTYPES,
+    quantize,
+    quantized_linear_count,
+    unsupported_reason,
+)
 from hwregress.workloads import import_torchvision
 
 TORCHAO_MODULES = ("torchao", "torchao.quantization")

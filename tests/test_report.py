@@ -13,9 +13,10 @@ from markupsafe import escape
 
 from conftest import table_cells
 from hwregress.report import render, render_merge, write_outputs
-from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, nice_axis, roofline_chart, tick_label
-from hwregress.results import SessionResults, TestRecord, load
-from hwregress.verdicts import Verdict
+from hwregress.report.axes import nice_axis, tick_label
+from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, roofline_chart
+from hwregress.store.results import SessionResults, TestRecord, load
+from hwregress.store.verdicts import Verdict
 
 META = {"hostname": "box", "started_at": "s", "finished_at": "f", "duration_s": 1.0, "args": ["-m", "cpu"],
         "hardware": [{"device": "cpu", "name": "AMD EPYC", "hardware_key": "amd-epyc-2t", "total_memory_bytes": 2**34,

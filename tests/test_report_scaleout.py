@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from conftest import report_section, svg_charts, table_rows
 from hwregress.report import render
-from hwregress.report.charts import format_value
-from hwregress.results import SessionResults, TestRecord
-from hwregress.verdicts import Verdict
+from hwregress.report.axes import format_value
+from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.verdicts import Verdict
 
 META = {"hostname": "box", "started_at": "s", "finished_at": "f", "duration_s": 1.0, "args": ["-m", "cpu"],
         "hardware": [], "baseline_dir": "baselines"}

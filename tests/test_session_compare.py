@@ -1,4 +1,4 @@
-"""``report compare`` and ``report merge``: two sessions judged with the verdict gate's statistics (hwregress.session_compare),
+"""``report compare`` and ``report merge``: two sessions judged with the verdict gate's statistics (hwregress.judge.session_compare),
 on synthetic 120-test sessions with known injected slowdowns, memory growth and telemetry; the page and the exit codes."""
 
 from __future__ import annotations
@@ -13,13 +13,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synthetic import MACHINES, synthetic_session, synthetic_test_id, write_session
 
-from hwregress import stats
 from hwregress.cli import main
-from hwregress.compare import Tolerances
+from hwregress.judge import stats
+from hwregress.judge.compare import Tolerances
+from hwregress.judge.session_compare import (
+    NOT_COMPARED,
+    compare_records,
+    compare_sessions,
+    throughput_change,
+    tolerances_for,
+)
 from hwregress.report.compare_view import render_compare
-from hwregress.results import SessionResults, TestRecord
-from hwregress.session_compare import NOT_COMPARED, compare_records, compare_sessions, throughput_change, tolerances_for
-from hwregress.verdicts import Verdict
+from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.verdicts import Verdict
 
 SLOW = 5  # the test made twice as slow in B
 

@@ -23,18 +23,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import REPO
-from hwregress import bench as hw_bench
 from hwregress import workloads
-from hwregress.compare import Measured, Tolerances, judge, judges_latency
-from hwregress.lifecycle import HISTORY_LENGTH, make_entry
-from hwregress.matrix import Selection, case_id, cases
+from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
+from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry
+from hwregress.judge.session import _measured
+from hwregress.measure import out_of_memory as hw_oom
+from hwregress.measure.timing import TimingPlan
+from hwregress.plugin.matrix import Selection, case_id, cases
 from hwregress.plugin.record import HwSkip
-from hwregress.results import TestRecord
-from hwregress.session import _measured
 from hwregress.spark import batch, engine, predictor, stream
 from hwregress.spark.settings import DEFAULT_STREAM_SECONDS, SparkSettings
-from hwregress.timing import TimingPlan
-from hwregress.verdicts import Verdict
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 
 # -- engine: Java ----------------------------------------------------------------------------------------------------
@@ -726,7 +726,7 @@ def test_the_predict_function_builds_its_model_on_the_tasks_gpu_with_the_tasks_c
     ("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access was encountered", None),
 ])
 def test_a_worker_traceback_is_out_of_memory_by_its_exception_line(text, line):
-    assert hw_bench.out_of_memory_in_traceback(text) == line
+    assert hw_oom.out_of_memory_in_traceback(text) == line
 
 
 def _spark_bench(monkeypatch, tmp_path, master: str | None = None):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwregress import stats
+from hwregress.judge import stats
 
 samples_strategy = st.lists(st.floats(min_value=1.0, max_value=1e6, allow_nan=False), min_size=5, max_size=30)
 

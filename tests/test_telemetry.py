@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from hwregress.telemetry import TelemetrySampler, _Nvml, decode_reasons
+from hwregress.hardware.nvml import NvmlDevice as _Nvml
+from hwregress.hardware.telemetry import TelemetrySampler, decode_reasons
 
 
 def test_cpu_window_samples_host_metrics_and_says_why_no_gpu():

@@ -1,6 +1,6 @@
 """The default GPU tier within 10 minutes on one H100: its matrix (one llama_1b batch per serving mode), output
 parity's CPU reference computed once per model and session, models drawn on the device, and the estimate of the
-tier's fixed costs (hwregress.tier_estimate) under its documented assumptions."""
+tier's fixed costs (hwregress.plugin.tier_estimate) under its documented assumptions."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from fakes import cuda as fake_cuda
 from torch import nn
 
 from conftest import REPO
-from hwregress import matrix, parity, tier_estimate, workloads
-from hwregress.matrix import Selection
+from hwregress import workloads
+from hwregress.measure import parity
+from hwregress.plugin import matrix, tier_estimate
+from hwregress.plugin.matrix import Selection
 
 
 def test_default_gpu_matrix_has_one_llama_1b_batch_per_serving_mode(monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hwregress.timing import HostClockTimer, TimingPlan, measure
+from hwregress.measure.timing import HostClockTimer, TimingPlan, measure
 
 
 class ScriptedTimer:

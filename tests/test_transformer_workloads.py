@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from hwregress import transformer_workloads, workloads
-from hwregress.transformer_workloads import PARITY_TOLERANCE, TRANSFORMER_WORKLOADS
+from hwregress import workloads
+from hwregress.workloads import transformers as transformer_workloads
+from hwregress.workloads.transformers import PARITY_TOLERANCE, TRANSFORMER_WORKLOADS
 
 # name -> (input_kind, seq_len, vocab_size, task, num_classes, published parameter count)
 DECLARED = {
@@ -222,7 +223,7 @@ def test_a_hub_download_inside_a_build_raises_a_runtime_error_naming_the_workloa
 
 def test_importing_the_module_switches_the_hub_offline():
     environment = {key: value for key, value in os.environ.items() if key not in transformer_workloads.OFFLINE_VARIABLES}
-    script = ("import hwregress.transformer_workloads, os, huggingface_hub.constants as constants; "
+    script = ("import hwregress.workloads.transformers, os, huggingface_hub.constants as constants; "
               "print(os.environ['HF_HUB_OFFLINE'], os.environ['TRANSFORMERS_OFFLINE'], constants.HF_HUB_OFFLINE)")
     result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["1", "1", "True"]
@@ -231,6 +232,6 @@ def test_importing_the_module_switches_the_hub_offline():
 def test_offline_is_enforced_when_the_hub_library_was_imported_first():
     environment = {key: value for key, value in os.environ.items() if key not in transformer_workloads.OFFLINE_VARIABLES}
     script = ("import huggingface_hub.constants as constants; before = constants.HF_HUB_OFFLINE; "
-              "import hwregress.transformer_workloads; print(before, constants.HF_HUB_OFFLINE)")
+              "import hwregress.workloads.transformers; print(before, constants.HF_HUB_OFFLINE)")
     result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "True"]

@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwregress.report.charts import MARGIN, PLOT_H, PLOT_W, TrendMark, TrendPoint, TrendSeries, trend_chart
+from hwregress.report.charts import MARGIN, PLOT_H, PLOT_W
+from hwregress.report.trend_chart import TrendMark, TrendPoint, TrendSeries, trend_chart
 
 SVG = "{http://www.w3.org/2000/svg}"
 

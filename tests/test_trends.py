@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwregress import trends
-from hwregress.changepoints import change_points
-from hwregress.identity import PERFORMANCE_FIELDS
-from hwregress.trends import STATUSES, analyze, analyze_all, differences
+from hwregress.hardware.facts import PERFORMANCE_FIELDS
+from hwregress.judge import trends
+from hwregress.judge.changepoints import change_points
+from hwregress.judge.trends import STATUSES, analyze, analyze_all, differences
 
 START = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 LEVEL = 1000.0  # samples/s

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hwregress import workload_plugins, workloads
-from hwregress.workload_plugins import WorkloadPluginError, import_modules, load_entry_points
+from hwregress import workloads
+from hwregress.workloads import plugins as workload_plugins
+from hwregress.workloads import registry
+from hwregress.workloads.plugins import WorkloadPluginError, import_modules, load_entry_points
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "custom_workload"
@@ -28,12 +30,12 @@ TEST_MODULES = ("custom_workload_example", "fake_plugin_module", "fake_plugin_ca
 @pytest.fixture(autouse=True)
 def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Snapshot and restore the workload registry, the entry point cache and the test modules in sys.modules."""
-    registry = dict(workloads._REGISTRY)
+    saved = dict(registry._REGISTRY)
     monkeypatch.setattr(workload_plugins, "_LOADED", {})
     saved_modules = {name: sys.modules.pop(name) for name in TEST_MODULES if name in sys.modules}
     yield
-    workloads._REGISTRY.clear()
-    workloads._REGISTRY.update(registry)
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
     for name in TEST_MODULES:
         sys.modules.pop(name, None)
     sys.modules.update(saved_modules)
@@ -159,7 +161,7 @@ def test_module_with_missing_dependency_is_told_apart_from_missing_module(
 
 
 # in the new venv: load the entry points and print what was loaded and registered
-_PROBE = ("import json; from hwregress import workload_plugins, workloads; "
+_PROBE = ("import json; from hwregress.workloads import plugins as workload_plugins; from hwregress import workloads; "
           "loaded = workload_plugins.load_entry_points(); "
           "print(json.dumps({'loaded': loaded, 'names': workloads.names(), "
           "'input_shape': workloads.get('example_mlp').input_shape}))")

@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from hwregress import schemas
+from hwregress.store import schemas
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_workload"
 

@@ -94,7 +94,7 @@ def _failing_backend(graph_module, example_inputs):
 
 def pytest_configure(config):
     if os.environ.get("HWREGRESS_SELFTEST_COMPILE_FAIL"):
-        from hwregress import compilation
+        from hwregress.measure import compilation
 
         def compile_failing(model, backend):
             return model if backend == "eager" else torch.compile(model, backend=_failing_backend)
@@ -108,12 +108,12 @@ def pytest_configure(config):
         fixture.environment_fingerprint = lambda *args, **kwargs: {**real(*args, **kwargs), "torch": torch_version}
     host_bytes = os.environ.get("HWREGRESS_SELFTEST_HOST_BYTES")
     if host_bytes:
-        from hwregress import memory_guard
+        from hwregress.measure import memory_guard
 
         memory_guard.host_headroom = lambda: memory_guard.Headroom(int(host_bytes), "injected host memory")
     busy = os.environ.get("HWREGRESS_SELFTEST_BUSY")
     if busy:
-        from hwregress import health, telemetry
+        from hwregress.hardware import health, telemetry
 
         class BusyProbe(health.CpuHealthProbe):
             def __exit__(self, *exc_info):
@@ -123,7 +123,7 @@ def pytest_configure(config):
         telemetry.CpuHealthProbe = BusyProbe
     full = os.environ.get("HWREGRESS_SELFTEST_ENOSPC", "").split(",")
     if "journal" in full:
-        from hwregress import journal
+        from hwregress.store import journal
 
         journal.Journal.append = _disk_full
     if "results" in full:
@@ -133,7 +133,7 @@ def pytest_configure(config):
 
 
 def _tiny_lm():
-    from hwregress.transformer_workloads import import_transformers
+    from hwregress.workloads.transformers import import_transformers
 
     transformers = import_transformers()
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=97, n_positions=64)

@@ -1,7 +1,8 @@
 """The hwregress pytest plugin: the hooks, and only the hooks. Each role lives in its own module, like
 pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 
-- :mod:`~hwregress.plugin.options`: command-line options and ini twins, validated into ``Settings``;
+- :mod:`~hwregress.plugin.options`: command-line options and ini twins; :mod:`~hwregress.plugin.settings`:
+  their values validated into ``Settings``;
 - :mod:`~hwregress.plugin.parametrize`: the matrix every hardware test is parametrized over;
 - :mod:`~hwregress.plugin.fixture`: the ``hwbench`` fixture and the pytest-benchmark bridge;
 - :mod:`~hwregress.plugin.record`: the one record per test, settled on the worker that ran it;
@@ -15,23 +16,40 @@ from collections.abc import Generator
 
 import pytest
 
-from hwregress.baselines import BaselineStore
+from hwregress.judge.session import BenchSession
+from hwregress.measure.timing import RoundTimer
 from hwregress.plugin import options, record, spark, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.fixture import SESSION_KEY, hwbench, release_cpu_references
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
-from hwregress.session import BenchSession
-from hwregress.timing import RoundTimer
+from hwregress.plugin.settings import build_settings
+from hwregress.store.baselines import BaselineStore
 
 __all__ = ["hwbench", "pytest_generate_tests"]
-MARKERS = ("cpu", "gpu", "mps", "train", "infer", "prefill", "decode", "throughput", "parity", "speedup", "ceiling",
-           "scaling", "colocated", "spark")
+MARKERS = {
+    "cpu": "runs on the CPU device",
+    "gpu": "runs on a CUDA device",
+    "mps": "runs on an Apple MPS device",
+    "train": "times a training step (forward, loss, backward, optimizer step)",
+    "infer": "times an inference-mode forward pass",
+    "prefill": "times a causal LM's prompt pass (tokens/s)",
+    "decode": "times autoregressive generation with a KV cache (output tokens/s, per-token latency)",
+    "throughput": "a timed benchmark asserted against the baseline's throughput and peak memory",
+    "parity": "accuracy or output parity against the CPU fp32 reference",
+    "speedup": "GPU/CPU throughput ratio measured in one session",
+    "ceiling": "measures the device's roof (GEMM TFLOP/s, memory bandwidth)",
+    "scaling": "data-parallel training over world sizes (opt-in: --world-sizes or -m scaling)",
+    "colocated": "training processes sharing one device (opt-in: --colocate or -m colocated)",
+    "spark": "inference on Apache Spark, batch and streaming (opt-in: needs the spark extra and Java 17+)",
+}
+# the suite's test modules are imported by the repository's bench_tests/ re-exports: keep pytest's assert messages
+pytest.register_assert_rewrite("hwregress.suite")
 
 
 class HookSpecs:
     @pytest.hookspec(firstresult=True)
     def pytest_hwregress_round_timer(self, config: pytest.Config, device: str) -> RoundTimer | None:
-        """Return the :class:`hwregress.timing.RoundTimer` for ``device``, or None for the default (CUDA
+        """Return the :class:`hwregress.measure.timing.RoundTimer` for ``device``, or None for the default (CUDA
         events on CUDA, synchronized host clock elsewhere). Self-tests use it to inject a known clock."""
 
 
@@ -49,9 +67,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name in MARKERS:
-        config.addinivalue_line("markers", f"{name}: hwregress test family or device marker")
-    settings = config.stash[SETTINGS_KEY] = options.build_settings(config)
+    for name, description in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+    settings = config.stash[SETTINGS_KEY] = build_settings(config)
     config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy)
     xdist.register(config)
     if not xdist.is_worker(config):

@@ -4,7 +4,7 @@ session's outputs (``results.json``, the HTML report, the Markdown job summary) 
 Registered on the controller only, never on an xdist worker. It builds nothing: each record comes whole on
 its report (:mod:`hwregress.plugin.record`). Every record is appended to this session's own journal as it
 arrives, with the test that is running, so a session that dies before its end leaves what it finished and the
-test it died in on disk; a later session archives only journals whose owner is gone (:mod:`hwregress.journal`).
+test it died in on disk; a later session archives only journals whose owner is gone (:mod:`hwregress.store.journal`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from hwregress import ci
-from hwregress.devices import describe, environment_fingerprint, unavailable_reason
-from hwregress.history import HistoryStore
-from hwregress.journal import DeadSession, Journal, archive_dead_journals
-from hwregress.plugin.options import Settings
+from hwregress.hardware.devices import describe, environment_fingerprint, unavailable_reason
+from hwregress.plugin import ci
 from hwregress.plugin.record import REPORT_ATTRIBUTE
-from hwregress.results import SessionResults, TestRecord
-from hwregress.verdicts import NOTEWORTHY
+from hwregress.plugin.settings import Settings
+from hwregress.store.history import HistoryStore
+from hwregress.store.journal import DeadSession, Journal, archive_dead_journals
+from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.verdicts import NOTEWORTHY
 
 
 class Collector:
@@ -98,8 +98,8 @@ class Collector:
         """Append this session's measured tests to the history, then analyse their trends for the report."""
         from filelock import Timeout
 
+        from hwregress.judge.trends import load_trends
         from hwregress.report.history_view import HistorySection
-        from hwregress.trends import load_trends
 
         store = HistoryStore(directory)
         session_id = self.journal.session if self.journal is not None else f"{socket.gethostname()}-{os.getpid()}"

@@ -1,4 +1,4 @@
-"""The pytest side of the distributed families: build a job for the test, run it (:mod:`hwregress.dist.launch`),
+"""The pytest side of the distributed families: build a job for the test, run it (:mod:`hwregress.scaleout.launch`),
 turn its ranks' reports into the test's record, and a failed, hung or out-of-memory rank into the test's verdict.
 
 On several nodes every node's session runs the job; node 0's records the figures, the others record that they
@@ -11,29 +11,29 @@ import statistics
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
-from hwregress import host_reference, interconnect, workloads
-from hwregress.atomic import safe_file_name
-from hwregress.baselines import entry_key
-from hwregress.devices import device_kind
-from hwregress.dist import collectives, figures
-from hwregress.dist.colocation import mps_status
-from hwregress.dist.job import JobSpec
-from hwregress.dist.launch import DistributedJobError, RankOutOfMemory, run_job
-from hwregress.dist.session_store import NodeMismatch, SessionStore, SessionStoreError
-from hwregress.dist.topology import Topology, ranks_per_node, threads_per_rank
-from hwregress.matrix import node_gpus
+from hwregress import workloads
+from hwregress.hardware import interconnect
+from hwregress.hardware.facts import device_kind
+from hwregress.judge.stats import summarize
+from hwregress.measure import host_reference
+from hwregress.plugin.context import BenchContext
+from hwregress.plugin.matrix import node_gpus
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import holding_devices, session_temp
-from hwregress.results import TestRecord
-from hwregress.stats import summarize
-from hwregress.verdicts import Verdict
-
-if TYPE_CHECKING:
-    from hwregress.plugin.fixture import HwBench
+from hwregress.scaleout import collectives, figures
+from hwregress.scaleout.colocation import mps_status
+from hwregress.scaleout.job import JobSpec
+from hwregress.scaleout.launch import DistributedJobError, RankOutOfMemory, run_job
+from hwregress.scaleout.session_store import NodeMismatch, SessionStore, SessionStoreError
+from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
+from hwregress.store.atomic import safe_file_name
+from hwregress.store.baselines import entry_key
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 SESSION_STORE_KEY = pytest.StashKey[SessionStore]()
 
@@ -41,7 +41,7 @@ SESSION_STORE_KEY = pytest.StashKey[SessionStore]()
 class DistributedBench:
     """Runs one test's distributed jobs for :class:`hwregress.plugin.fixture.HwBench`."""
 
-    def __init__(self, bench: HwBench) -> None:
+    def __init__(self, bench: BenchContext) -> None:
         self.bench = bench
         self.settings = bench.settings
         self.topology: Topology = bench.settings.topology

@@ -11,28 +11,33 @@ from typing import Any
 
 import pytest
 
-from hwregress import ceilings, host_reference, interconnect, parity, roofline, workloads
-from hwregress.atomic import safe_file_name
-from hwregress.baselines import BaselineError, entry_key
-from hwregress.batch_search import find_max_batch
-from hwregress.bench import Measurement, OutOfMemory, RunOptions, batch_probe, run_model
-from hwregress.compare import check_from_terms, window_terms
-from hwregress.compilation import CompileFailed
-from hwregress.devices import describe, device_kind, environment_fingerprint
-from hwregress.identity import device_identity
-from hwregress.llm_bench import run_llm
-from hwregress.matrix import MAX_BATCH, MAX_BATCH_LIMIT, variant_suffix
-from hwregress.numerics import LLM_MODES
+from hwregress import workloads
+from hwregress.hardware import interconnect, roofline
+from hwregress.hardware.devices import describe, environment_fingerprint
+from hwregress.hardware.facts import device_kind
+from hwregress.hardware.identity import device_identity
+from hwregress.judge.session import BenchSession
+from hwregress.judge.stats import summarize
+from hwregress.judge.window_verdict import check_from_terms, window_terms
+from hwregress.measure import ceilings, host_reference, parity
+from hwregress.measure.batch_search import find_max_batch
+from hwregress.measure.compilation import CompileFailed
+from hwregress.measure.llm.window import run_llm
+from hwregress.measure.out_of_memory import OutOfMemory
+from hwregress.measure.precision.numerics import LLM_MODES
+from hwregress.measure.record import fill_measurement
+from hwregress.measure.timing import RoundTimer, TimingPlan, VerdictCheck, default_timer
+from hwregress.measure.window import Measurement, RunOptions, batch_probe, run_model
 from hwregress.plugin.distributed import DistributedBench
+from hwregress.plugin.matrix import MAX_BATCH, MAX_BATCH_LIMIT, variant_suffix
 from hwregress.plugin.parametrize import family_of, settings
 from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.spark import SparkBench
 from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
-from hwregress.results import TestRecord
-from hwregress.session import BenchSession, fill_measurement
-from hwregress.stats import summarize
-from hwregress.timing import RoundTimer, TimingPlan, VerdictCheck, default_timer
-from hwregress.verdicts import Verdict
+from hwregress.store.atomic import safe_file_name
+from hwregress.store.baselines import BaselineError, entry_key
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
 CPU_REFERENCES_KEY = pytest.StashKey[parity.CpuReferences]()
@@ -76,7 +81,7 @@ class HwBench:
 
     def _max_batch(self, record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
                    memory_format: str) -> int:
-        """The largest power-of-two batch that fits (:mod:`hwregress.batch_search`); the search is in the record,
+        """The largest power-of-two batch that fits (:mod:`hwregress.measure.batch_search`); the search is in the record,
         and the baseline of ``bsmax`` keeps the batch it found."""
         limit = MAX_BATCH_LIMIT.get(device_kind(device), MAX_BATCH_LIMIT["cpu"])
         try:
@@ -91,7 +96,7 @@ class HwBench:
 
     def _llm(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
              context: int) -> None:
-        """A prefill or decode window (:mod:`hwregress.llm_bench`): prompt tokens/s (prefill) or the decode steps'
+        """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode steps'
         tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
         ``details.llm``."""
         try:
@@ -121,7 +126,7 @@ class HwBench:
 
     def _cpu_reference(self, record: TestRecord, model: str, batch_size: int, dtype: str) -> list[float]:
         """The CPU side of a speedup, measured once per session and shared by every worker under a lock, so
-        workers never run it at the same time with every core (``hwregress.host_reference``)."""
+        workers never run it at the same time with every core (``hwregress.measure.host_reference``)."""
         # the CPU side of a GPU-sized batch is slow: one warmup step and the minimum of rounds
         cpu_plan = dataclasses.replace(self.settings.plan, warmup_steps=1, rounds=5)
 
@@ -166,7 +171,7 @@ class HwBench:
 
     @staticmethod
     def _published_link(record: TestRecord, name: str, device: str) -> None:
-        """The published bandwidth of the link a bus ceiling crosses (:mod:`hwregress.interconnect`), and the link."""
+        """The published bandwidth of the link a bus ceiling crosses (:mod:`hwregress.hardware.interconnect`), and the link."""
         roof = interconnect.published_roof(name, device, record.device_name or "")
         if roof is not None:
             record.details.update(published=roof[0], published_source=roof[1])
@@ -251,11 +256,11 @@ class HwBench:
 
     def _window_check(self, record: TestRecord, key: str) -> VerdictCheck | None:
         """What keeps the timed window open while its verdict against the baseline entry ``key`` is undecided
-        (:func:`hwregress.compare.window_check`); None without a trustworthy entry (judged after the window)."""
+        (:func:`hwregress.judge.window_verdict.window_check`); None without a trustworthy entry (judged after the window)."""
         return check_from_terms(self.window_terms(record, key))
 
     def window_terms(self, record: TestRecord, key: str) -> dict[str, Any] | None:
-        """The JSON-able terms of :meth:`_window_check` (:func:`hwregress.compare.window_terms`), for a window that
+        """The JSON-able terms of :meth:`_window_check` (:func:`hwregress.judge.window_verdict.window_terms`), for a window that
         runs in a scale-out job's ranks."""
         assert record.hardware_key is not None
         try:

@@ -1,6 +1,6 @@
 """One record per test, built on the worker that ran it.
 
-The ``hwbench`` fixture puts the test's :class:`~hwregress.results.TestRecord` in ``item.stash`` as soon as it
+The ``hwbench`` fixture puts the test's :class:`~hwregress.store.results.TestRecord` in ``item.stash`` as soon as it
 knows the test's identity and fills it as the measurement proceeds. :func:`finish` (called from the
 ``pytest_runtest_makereport`` wrapper) settles the verdict from the test's outcome — a structured skip
 (:class:`HwSkip`) carries its own verdict, a crash becomes ``failed`` — and attaches the record, as plain JSON,
@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 import pytest
 
 from hwregress.plugin.parametrize import family_of
-from hwregress.results import TestRecord
-from hwregress.verdicts import Verdict
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 RECORD_KEY = pytest.StashKey[TestRecord]()
 REPORT_ATTRIBUTE = "hwregress_record"

@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
-from hwregress import parity, workloads
-from hwregress.bench import is_out_of_memory, out_of_memory_in_traceback
+from hwregress import workloads
+from hwregress.hardware.telemetry import TelemetrySampler
+from hwregress.judge.stats import summarize
+from hwregress.measure import parity
+from hwregress.measure.out_of_memory import is_out_of_memory, out_of_memory_in_traceback
+from hwregress.plugin.context import BenchContext
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
-from hwregress.results import TestRecord
 from hwregress.spark import batch, engine, stream
 from hwregress.spark.predictor import PredictSpec, pixel_statistics
-from hwregress.stats import summarize
-from hwregress.telemetry import TelemetrySampler
-from hwregress.verdicts import Verdict
-
-if TYPE_CHECKING:
-    from hwregress.plugin.fixture import HwBench
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 ENGINE_KEY = pytest.StashKey["SparkEngine"]()
 LOST_SHOWN = 20  # ids of lost or repeated images a record lists
@@ -56,7 +55,7 @@ def stop_engine(config: pytest.Config) -> None:
 class SparkBench:
     """Runs one ``spark`` test for :class:`hwregress.plugin.fixture.HwBench`."""
 
-    def __init__(self, bench: HwBench) -> None:
+    def __init__(self, bench: BenchContext) -> None:
         self.bench = bench
         self.settings = bench.settings.spark
 

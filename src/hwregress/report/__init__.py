@@ -16,14 +16,15 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 
-from hwregress import __version__, roofline
-from hwregress.atomic import atomic_write_json, atomic_write_text
+from hwregress import __version__
+from hwregress.hardware import roofline
 from hwregress.report import charts
 from hwregress.report.history_view import HistorySection
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY, scaleout_context
 from hwregress.report.spark_view import spark_context
-from hwregress.results import SessionResults, TestRecord, machine_label
-from hwregress.verdicts import Verdict, verdict_rank
+from hwregress.store.atomic import atomic_write_json, atomic_write_text
+from hwregress.store.results import SessionResults, TestRecord, machine_label
+from hwregress.store.verdicts import Verdict, verdict_rank
 
 ROOFLINE_METHOD = (
     "Arithmetic intensity = FLOPs per sample (torch.utils.flop_counter, 2 x multiply-adds) / estimated bytes "
@@ -103,7 +104,7 @@ CEILING_SIZE_NAMES = {"copy": "copy", "h2d": "host→device", "d2h": "device→h
 
 
 def _ceiling_size(record: TestRecord) -> str:
-    """What a ceiling row's ``batch_size`` holds (``hwregress.ceilings.CeilingSpec.size``): the matrix
+    """What a ceiling row's ``batch_size`` holds (``hwregress.measure.ceilings.CeilingSpec.size``): the matrix
     side n for GEMM (``GEMM 4096³``), the buffer bytes for copies (``copy 256 MiB``, ``host→device 1 GiB``,
     ``device→host 1 GiB``, ``GPU→GPU 1 GiB``) and the largest message of an all-reduce (``all-reduce 64 MiB``)."""
     size = record.batch_size
@@ -223,7 +224,7 @@ def _roofline_charts(records: list[TestRecord]) -> list[Any]:
 
 def _roofs(records: list[TestRecord], device: str) -> list[charts.Roof]:
     """The roofs of one device from this session's ceilings (GEMM TFLOP/s, device copy GB/s) and the
-    published table (``hwregress.roofline.published_peak``)."""
+    published table (``hwregress.hardware.roofline.published_peak``)."""
     gemm = {r.dtype: r.throughput for r in records if r.device == device and r.family == "ceiling"
             and r.model == "gemm" and r.throughput}
     copy = [r.throughput for r in records if r.device == device and r.family == "ceiling" and r.model == "copy" and r.throughput]
@@ -252,9 +253,9 @@ def render_merge(sessions: Iterable[SessionResults], history: HistorySection | N
     """Several machines' results side by side: one row per test identity, one column per machine with
     its throughput and its ratio to the first machine that ran the test (the seed studies' K40 / P100 /
     V100 table, for whatever hardware the user has), judged against it with the gate's statistics
-    (:func:`hwregress.session_compare.throughput_change`); ``history`` adds trend charts, one series per hardware key."""
-    from hwregress.compare import Tolerances
-    from hwregress.session_compare import throughput_change
+    (:func:`hwregress.judge.session_compare.throughput_change`); ``history`` adds trend charts, one series per hardware key."""
+    from hwregress.judge.compare import Tolerances
+    from hwregress.judge.session_compare import throughput_change
 
     sessions = list(sessions)
     labels = [machine_label(s) for s in sessions]

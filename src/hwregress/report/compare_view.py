@@ -1,5 +1,5 @@
 """The page of ``python -m hwregress report compare A.json B.json``: session B judged against session A test by test
-(:mod:`hwregress.session_compare`), each test's per-round samples of both sessions on one axis, memory, energy and
+(:mod:`hwregress.judge.session_compare`), each test's per-round samples of both sessions on one axis, memory, energy and
 telemetry side by side, and what differs between the machines and environments."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from hwregress import __version__
+from hwregress.judge.session_compare import NOT_COMPARED, SessionComparison, TestComparison
+from hwregress.judge.stats import summarize
 from hwregress.report import _environment, charts
-from hwregress.session_compare import NOT_COMPARED, SessionComparison, TestComparison
-from hwregress.stats import summarize
 
 STRIP_WIDTH, STRIP_HEIGHT = 300, 50
 STRIP_MARGIN = {"left": 24, "right": 20, "top": 4, "bottom": 16}  # room for the row names and the edge tick labels
@@ -25,8 +25,8 @@ def render_compare(comparison: SessionComparison, labels: Sequence[str], sources
     """The comparison page as HTML text.
 
     Args:
-        comparison: B against A (:func:`hwregress.session_compare.compare_sessions`).
-        labels: the machine label of A and of B (:func:`hwregress.results.machine_label`).
+        comparison: B against A (:func:`hwregress.judge.session_compare.compare_sessions`).
+        labels: the machine label of A and of B (:func:`hwregress.store.results.machine_label`).
         sources: the paths of the two results files, as given.
         meta: the two sessions' ``meta`` (host name, finish time).
     """
@@ -55,7 +55,7 @@ def _row(test: TestComparison) -> dict[str, Any]:
 
 def sample_strip(a: Sequence[Any], b: Sequence[Any], unit: str) -> Markup:
     """The per-round samples of A (upper row) and B (lower row) as dots on one linear axis with round ticks
-    (:func:`hwregress.report.charts.nice_axis`), each session's median a vertical bar. Figures that cannot be
+    (:func:`hwregress.report.axes.nice_axis`), each session's median a vertical bar. Figures that cannot be
     drawn are left out; empty Markup when neither side has one."""
     rows = {name: [float(v) for v in values if charts._plottable(v, log=False)] for name, values in (("A", a), ("B", b))}
     everything = [v for values in rows.values() for v in values]

@@ -2,9 +2,9 @@
 and a few lines of JavaScript, no network) over every hardware key of a history folder.
 
 Per test the y values are each session's median over the baseline median that session was judged against (a
-session without a baseline: over the median of the first :data:`hwregress.trends.REFERENCE_SESSIONS` sessions), so
+session without a baseline: over the median of the first :data:`hwregress.judge.trends.REFERENCE_SESSIONS` sessions), so
 machines of different speed share one axis and 1.0 is "as the baseline". Tests whose history moved
-(:func:`hwregress.trends.has_changed`: a regression, drift, improvement, accepted level or a significant change point)
+(:func:`hwregress.judge.trends.has_changed`: a regression, drift, improvement, accepted level or a significant change point)
 are expanded: a trend chart with one series per hardware key, change points marked, and the change table of the
 report's History section (first bad session and what changed). The others are one row each with a sparkline.
 
@@ -24,10 +24,10 @@ from typing import Any
 from markupsafe import Markup
 
 from hwregress import __version__
-from hwregress.history_table import status_counts
-from hwregress.report import _environment, charts
+from hwregress.judge.trends import DEFAULT_TOLERANCE, REFERENCE_SESSIONS, STATUSES, Trend, has_changed
+from hwregress.report import _environment, charts, trend_chart
+from hwregress.report.history_table import status_counts
 from hwregress.report.history_view import CHART_SESSIONS, STATUS_BADGE, TrendView, trend_views
-from hwregress.trends import DEFAULT_TOLERANCE, REFERENCE_SESSIONS, STATUSES, Trend, has_changed
 
 FACETS = (("key", "hardware key"), ("device", "device"), ("model", "model"), ("family", "family"), ("status", "status"))
 UNKNOWN = "–"
@@ -74,7 +74,7 @@ def render_dashboard(trends: Sequence[Trend], warnings: Sequence[str] = (), dirs
     """The dashboard page as HTML text.
 
     Args:
-        trends: the analysed histories (:func:`hwregress.trends.load_trends`), any number of keys and tests.
+        trends: the analysed histories (:func:`hwregress.judge.trends.load_trends`), any number of keys and tests.
         warnings: lines skipped while reading, shown as banners (at most 20).
         dirs: the history folders read, named on the page.
         tolerance: the smallest level change that set a status (fraction), named in the legend.
@@ -112,7 +112,7 @@ def ratio_chart(test_id: str, trends: list[Trend]) -> Markup:
     """The trend chart of one test id's ratios to the baseline, one series per hardware key, the latest
     :data:`hwregress.report.history_view.CHART_SESSIONS` sessions, significant change points marked, 1.0 dashed."""
     series = [_ratio_series(trend) for trend in trends]
-    return charts.trend_chart(series, f"{test_id.rsplit('::', 1)[-1]}: median / baseline", "median / baseline")
+    return trend_chart.trend_chart(series, f"{test_id.rsplit('::', 1)[-1]}: median / baseline", "median / baseline")
 
 
 def facets_of(trend: Trend) -> dict[str, str]:
@@ -135,17 +135,17 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def _ratio_series(trend: Trend) -> charts.TrendSeries:
+def _ratio_series(trend: Trend) -> trend_chart.TrendSeries:
     skipped = max(0, len(trend.rows) - CHART_SESSIONS)
     references = _references(trend)[skipped:]
-    points = [charts.TrendPoint(index, row["median"] / reference, _scaled(row.get("q1"), reference),
+    points = [trend_chart.TrendPoint(index, row["median"] / reference, _scaled(row.get("q1"), reference),
                                 _scaled(row.get("q3"), reference),
                                 f"{row['time']}, {row.get('verdict', '?')}, median {charts.format_value(row['median'])} "
                                 f"{trend.unit}")
               for index, (row, reference) in enumerate(zip(trend.rows[skipped:], references, strict=True))]
-    marks = [charts.TrendMark(item.change.index - skipped, f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
+    marks = [trend_chart.TrendMark(item.change.index - skipped, f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
              for item in trend.changes if item.change.index > skipped and item.change.significant]
-    return charts.TrendSeries(trend.hardware_key, points, 1.0, marks)
+    return trend_chart.TrendSeries(trend.hardware_key, points, 1.0, marks)
 
 
 def _scaled(value: Any, reference: float) -> float | None:

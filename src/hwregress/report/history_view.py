@@ -14,8 +14,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from hwregress.report.charts import TrendMark, TrendPoint, TrendSeries, trend_chart
-from hwregress.trends import DEFAULT_TOLERANCE, STATUSES, FirstBad, Trend
+from hwregress.judge.trends import DEFAULT_TOLERANCE, STATUSES, FirstBad, Trend
+from hwregress.report.trend_chart import TrendMark, TrendPoint, TrendSeries, trend_chart
 
 CHART_SESSIONS = 60  # the chart shows the latest sessions; the analysis uses every one
 STATUS_BADGE = {"regression": "regression", "drift": "unstable", "improvement": "improvement", "accepted": "new",

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from hwregress.results import TestRecord
+from hwregress.store.results import TestRecord
 
 NUMBER_LIMIT = 10**300  # an int figure beyond this is not a measurement; it counts as not recorded
 

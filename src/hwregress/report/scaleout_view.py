@@ -1,7 +1,7 @@
 """The report's scale-out section: data-parallel scaling over world sizes, the all-reduce bus bandwidth curve and
 co-located training processes on one device.
 
-Records read (``hwregress.results.TestRecord``):
+Records read (``hwregress.store.results.TestRecord``):
 
 - ``family="scaling"``: ``throughput`` is the global median (all ranks) in ``unit`` (samples/s or tokens/s),
   ``efficiency`` = T(W) / (W x T(1)) with T(1) the same session's world-size-1 throughput, and
@@ -28,7 +28,7 @@ from markupsafe import Markup
 
 from hwregress.report import charts
 from hwregress.report.record_values import details, mapping, number, sort_key, text
-from hwregress.results import TestRecord
+from hwregress.store.results import TestRecord
 
 SCALING_FAMILY = "scaling"
 COLOCATED_FAMILY = "colocated"

@@ -1,7 +1,7 @@
 """The report's Spark section: batch inference on Spark against plain torch, and Structured Streaming's rate,
 latency distribution and exactly-once count.
 
-Records read (``hwregress.results.TestRecord`` with ``family="spark"`` and a ``details["spark"]`` mapping; the
+Records read (``hwregress.store.results.TestRecord`` with ``family="spark"`` and a ``details["spark"]`` mapping; the
 pipeline is ``details["spark"]["pipeline"]``, else the record's ``mode``):
 
 - ``batch``: ``throughput`` is Spark's median images/s over full passes of a cached DataFrame, ``efficiency`` the
@@ -30,7 +30,7 @@ from markupsafe import Markup
 
 from hwregress.report import charts
 from hwregress.report.record_values import details, mapping, number, sort_key, text
-from hwregress.results import TestRecord
+from hwregress.store.results import TestRecord
 
 SPARK_FAMILY = "spark"
 CDF_SERIES = "fraction of images"

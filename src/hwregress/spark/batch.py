@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from hwregress.measure.timing import TimingPlan
 from hwregress.spark.predictor import Predictor, PredictSpec, digit_pixels, digit_rows, predict_udf, row_schema
-from hwregress.timing import TimingPlan
 
 MIN_PASSES = 5
 

@@ -5,7 +5,7 @@ two differ only by Spark.
 A row carries one digit of ``sklearn.datasets.load_digits()`` (8x8 grey levels 0-16, as 64 float32 in [0, 1])
 and its id; the predict function upsamples it (bilinear) to the model's input, repeats it over the channels and
 standardizes it with the data set's mean and standard deviation, as the parity tests do
-(:func:`hwregress.parity.real_images`), then runs the model and returns the top-1 class and its logit. The
+(:func:`hwregress.measure.parity.real_images`), then runs the model and returns the top-1 class and its logit. The
 upsampling runs on the executor's device, like the decoding of a compressed image: shipping 600 KB float rows
 (3x224x224) through Arrow would measure copies that exist only because the data set is small.
 """
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from hwregress import workloads
-from hwregress.devices import device_kind
-from hwregress.numerics import precision
+from hwregress.hardware.facts import device_kind
+from hwregress.measure.precision.numerics import precision
 
 DIGIT_SIDE = 8
 DIGIT_PIXELS = DIGIT_SIDE * DIGIT_SIDE

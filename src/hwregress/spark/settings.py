@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hwregress.devices import device_kind
+from hwregress.hardware.facts import device_kind
 from hwregress.spark import engine
 from hwregress.spark.engine import EngineConfig
 

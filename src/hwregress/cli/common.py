@@ -1,0 +1,123 @@
+"""What every subcommand of ``python -m hwregress`` shares: the one-line user error (:class:`CliError`), reading
+inputs (a results file checked record by record, a regular file refused otherwise), writing outputs atomically and
+never over an input, and the argument types."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hwregress.store import results as results_module
+from hwregress.store.atomic import atomic_write_text, describe_kind, read_regular_file
+from hwregress.store.history import HistoryStore
+from hwregress.store.journal import dataclass_values, record_problem
+
+RESULTS_FIX = "give a results.json written by hwregress, or re-run the session that wrote it"
+
+
+class CliError(Exception):
+    """A user error, printed as ``hwregress: <file>: <what> (<fix>)``; exit status 2."""
+
+    def __init__(self, file: str | os.PathLike[str], what: str, fix: str) -> None:
+        what = str(what)
+        prefix = f"{file}: "
+        while what.startswith(prefix):  # messages from the library already name the file: say it once
+            what = what[len(prefix):]
+        super().__init__(f"{file}: {what} ({fix})")
+
+
+def require_regular(path: Path, what: str) -> None:
+    """Refuse a missing path, a folder or a device before anything tries to read it."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise CliError(path, f"cannot open: {error.strerror or error}", f"give the path of {what}") from None
+    if not stat.S_ISREG(mode):
+        raise CliError(path, f"is {describe_kind(mode)}, not a file", f"give the path of {what}")
+
+
+def load_results(path: Path) -> results_module.SessionResults:
+    """A results file, every record of it checked against the types :class:`TestRecord` declares."""
+    require_regular(path, "a results.json")
+    try:
+        session = results_module.load(path)
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as error:
+        raise CliError(path, str(error) or type(error).__name__, RESULTS_FIX) from None
+    for index, record in enumerate(session.records):
+        problem = record_problem(dataclass_values(record))
+        if problem is not None:
+            raise CliError(path, f"record {index} ({record.test_id}) is malformed: {problem}", RESULTS_FIX)
+    return session
+
+
+def is_results_file(path: Path) -> bool:
+    try:
+        data = json.loads(read_regular_file(path))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "records" in data and "entries" not in data
+
+
+def output_path(output: str, inputs: Sequence[str]) -> Path:
+    """Where to write: a file path that is none of the inputs, through any link or relative spelling."""
+    if not output.strip():
+        raise CliError("-o", "the output path is empty", "give the HTML file to write, e.g. -o report.html")
+    path = Path(output)
+    if path.is_dir():
+        raise CliError(path, "is a folder", f"give a file inside it, e.g. -o {path / 'report.html'}")
+    for source in inputs:
+        if _same_file(path, Path(source)):
+            raise CliError(output, f"is the input {source}", "choose another -o: an output never overwrites an input")
+    return path
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    if os.path.realpath(first) == os.path.realpath(second):
+        return True
+    try:
+        return os.path.samefile(first, second)  # hard links
+    except OSError:
+        return False
+
+
+def write_output(path: Path, text: str) -> None:
+    try:
+        atomic_write_text(path, text)
+    except OSError as error:
+        raise CliError(path, f"cannot be written: {error.strerror or error}",
+                       "check the folder exists, is writable and has free space") from None
+
+
+def report_errors(errors: Sequence[str]) -> int:
+    for error in errors:
+        print(f"hwregress: {error}", file=sys.stderr)
+    return 2 if errors else 0
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def history_store(directory: Path) -> HistoryStore:
+    if not directory.is_dir():
+        raise CliError(directory, "no such history folder",
+                       "give the --history-dir a session wrote (default reports/history)")
+    return HistoryStore(directory)
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in [0, 1), e.g. 0.05 for 5%")
+    return value

@@ -1,0 +1,59 @@
+"""``python -m hwregress report compare A.json B.json -o diff.html [--fail-on regression]``: session B judged against
+session A test by test with the gate's statistics (:mod:`hwregress.judge.session_compare`), as a page and a summary line.
+
+Exit status: 0, or 1 when a test's verdict matches ``--fail-on`` (``regression``, ``improvement`` or ``any``),
+2 on a user error (one line on stderr, as every ``python -m hwregress`` command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from hwregress.cli.baselines import FAIL_ON
+from hwregress.cli.common import CliError, fraction, load_results, output_path, write_output
+
+
+def add_compare_parser(report: Any) -> argparse.ArgumentParser:
+    """Add ``compare`` to the ``report`` subcommands (``report``'s ``add_subparsers()`` object); returns its parser."""
+
+    compare = report.add_parser("compare", help="session B judged against session A, test by test, as one page")
+    compare.add_argument("a", help="the reference session's results.json")
+    compare.add_argument("b", help="the candidate session's results.json, judged against A")
+    compare.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    compare.add_argument("--fail-on", choices=sorted(FAIL_ON), default=None,
+                         help="exit 1 when any test's verdict of B against A matches (regression, improvement or any)")
+    compare.add_argument("--tolerance", type=fraction, default=None,
+                         help="throughput change that counts at least (default: the tests' own, 0.15 on CPUs, 0.05 else)")
+    compare.add_argument("--max-threshold", type=fraction, default=None,
+                         help="the cap of the threshold, which a one-session reference starts from (default: 0.25)")
+    compare.add_argument("--accept-identity", action="store_true",
+                         help="judge tests whose hardware identity differs between A and B instead of 'other-hardware'")
+    compare.set_defaults(handler=cmd_compare)
+    return compare
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``report compare``: write the page, print the counts and each test that matches ``--fail-on`` (stderr)."""
+    from hwregress.judge.session_compare import compare_sessions, tolerances_for
+    from hwregress.report.compare_view import render_compare
+    from hwregress.store.results import machine_label
+
+    output = output_path(args.output, [args.a, args.b])
+    sessions = [load_results(Path(args.a)), load_results(Path(args.b))]
+    try:
+        tolerances = tolerances_for(args.tolerance, args.max_threshold)
+    except ValueError as error:
+        raise CliError("--max-threshold", str(error), "give a cap at least the tolerance, e.g. --max-threshold 0.25") from None
+    comparison = compare_sessions(*sessions, tolerances=tolerances, accept_identity=args.accept_identity)
+    write_output(output, render_compare(comparison, [machine_label(s) for s in sessions], [args.a, args.b],
+                                         [s.meta for s in sessions]))
+    counts = ", ".join(f"{count} {verdict}" for verdict, count in comparison.counts().items()) or "no test in both"
+    print(f"wrote {output} ({len(comparison.tests)} tests in both sessions: {counts})")
+    failing = comparison.matching(FAIL_ON[args.fail_on]) if args.fail_on else []
+    for test in failing:
+        ratio = f" (B/A {test.throughput.ratio:.3f})" if test.throughput is not None else ""
+        print(f"hwregress: {test.verdict}: {test.test_id}{ratio}", file=sys.stderr)
+    return 1 if failing else 0

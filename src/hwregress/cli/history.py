@@ -1,0 +1,94 @@
+"""``python -m hwregress history``: per test its recent sessions from a history folder, with change points marked,
+and the status of its latest segment (regression, drift, improvement); exit 1 on ``--fail-on``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from hwregress.cli.common import CliError, fraction, history_store
+from hwregress.cli.history_actions import add_history_actions
+from hwregress.store.history import parse_time
+
+HISTORY_FAIL_ON = {"regression": {"regression", "drift"}, "drift": {"drift"},
+                   "any": {"regression", "drift", "improvement"}}
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """``history``: per test its recent sessions with change points marked; exit 1 on ``--fail-on``."""
+    from hwregress.cli.history_actions import check_actions, history_json, render_dashboard_file, with_status
+    from hwregress.judge.trends import load_trends
+    from hwregress.report.history_table import recorded_since, status_counts, trend_table
+
+    check_actions(args)
+    store = history_store(args.dir)
+    known = store.hardware_keys()
+    unknown = [key for key in args.key or () if key not in known]
+    if unknown:
+        raise CliError(args.dir, f"no history for hardware key {', '.join(unknown)}",
+                       f"known: {', '.join(known) or 'none'}")
+    trends, warnings = load_trends(store, args.key or None, tolerance=args.tolerance)
+    trends = [t for t in trends if args.test is None or args.test in t.test_id]
+    if args.since is not None:
+        trends = [t for t in trends if any(recorded_since(row, args.since) for row in t.rows)]
+    for warning in warnings:
+        print(f"hwregress: warning: {warning}", file=sys.stderr)
+    if not trends:
+        raise CliError(args.dir, "no test in the history matches" + (f" --test {args.test!r}" if args.test else "")
+                       + (f" since {args.since.isoformat()}" if args.since else ""),
+                       "check the filters, or run a session first")
+    trends = with_status(trends, args.status)
+    if args.action == "render":
+        return render_dashboard_file(args, trends, warnings)
+    if args.format == "json":
+        print(history_json(trends, warnings, str(args.dir), args.tolerance))
+    else:
+        for trend in trends:
+            print("\n".join(trend_table(trend, args.since, args.last)), end="\n\n")
+        print(status_counts(trends) if trends else f"0 tests with status {', '.join(args.status)}")
+    failing = [t for t in trends if args.fail_on and t.status in HISTORY_FAIL_ON[args.fail_on]]
+    for trend in failing:
+        print(f"hwregress: {trend.status}: {trend.hardware_key} {trend.test_id}: {trend.summary}", file=sys.stderr)
+    return 1 if failing else 0
+
+
+def _since(text: str) -> Any:
+    moment = parse_time(text)
+    if moment is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date or time; use ISO 8601, e.g. 2026-11-01 or 2026-11-01T03:00")
+    return moment
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+def _tolerance(text: str) -> float:
+    value = fraction(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0, e.g. 0.05 for 5%")
+    return value
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """The ``history`` command."""
+    history = commands.add_parser("history", help="per test its recent sessions, change points and drift")
+    history.add_argument("--dir", type=Path, default=Path("reports/history"),
+                         help="history folder (default: %(default)s)")
+    history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
+    history.add_argument("--test", help="only tests whose id contains this text")
+    history.add_argument("--since", type=_since,
+                         help="only sessions at or after this date (ISO 8601, UTC); the analysis uses all")
+    history.add_argument("--last", type=_positive, default=10, help="sessions shown per test (default: %(default)s)")
+    history.add_argument("--tolerance", type=_tolerance, default=0.05,
+                         help="smallest level change that sets a status (default: %(default)s)")
+    history.add_argument("--fail-on", choices=sorted(HISTORY_FAIL_ON), default=None,
+                         help="exit 1 when a test's latest segment is a regression or drift (regression), "
+                              "a drift, or any change")
+    history.set_defaults(handler=cmd_history)
+    add_history_actions(history)

@@ -1,0 +1,107 @@
+"""What ``python -m hwregress history`` adds to its table: ``--status`` (keep the tests of some statuses),
+``--format json`` (the analysis as one JSON document on stdout) and the ``render`` action (the static dashboard,
+:mod:`hwregress.report.dashboard`)::
+
+    python -m hwregress history [--dir reports/history] [--status regression|drift|changed|...]... [--format text|json]
+    python -m hwregress history render [--dir reports/history] -o dashboard.html [the same filters]
+
+``history --dir X`` (no action) keeps printing the table. The filters (``--key``, ``--test``, ``--since``,
+``--status``) select the same tests for the table, the JSON and the dashboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from hwregress.cli.common import CliError, output_path, write_output
+from hwregress.judge.trends import STATUSES, Trend, has_changed
+from hwregress.store.results import _finite  # NaN and infinity as null, as results.json writes them
+
+CHANGED = "changed"  # --status changed: every test whose history moved (hwregress.judge.trends.has_changed)
+STATUS_CHOICES = (*STATUSES, CHANGED)
+FORMATS = ("text", "json")
+JSON_FORMAT_VERSION = 1
+
+
+def add_history_actions(history: argparse.ArgumentParser) -> None:
+    """Add the ``render`` action, ``-o``, ``--status`` and ``--format`` to the ``history`` parser. The action is an
+    optional positional, so ``history --dir X`` and ``history render --dir X -o F`` (or ``--dir X render``) parse."""
+    history.add_argument("action", nargs="?", choices=("render",), default=None,
+                         help="render: write the static HTML dashboard of the history to -o (default: print the table)")
+    history.add_argument("-o", "--output", help="the HTML file `history render` writes")
+    history.add_argument("--status", action="append", choices=STATUS_CHOICES,
+                         help="only tests of this status (repeatable); 'changed': every test whose history moved "
+                              "(regression, drift, improvement, accepted, or a significant change point)")
+    history.add_argument("--format", choices=FORMATS, default="text",
+                         help="text: the table (default); json: the analysis as one JSON document on stdout")
+
+
+def check_actions(args: argparse.Namespace) -> None:
+    """Refuse options that do not go together, before anything is read.
+
+    Raises:
+        hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, or ``render --format json``.
+    """
+
+    if args.action == "render" and not args.output:
+        raise CliError("history render", "needs the HTML file to write", "give -o dashboard.html")
+    if args.action != "render" and args.output:
+        raise CliError("-o", "only `history render` writes a file", "add the action: python -m hwregress history render ...")
+    if args.action == "render" and args.format != "text":
+        raise CliError("--format", f"{args.format} is for the table, not the dashboard", "leave --format out with render")
+
+
+def with_status(trends: Sequence[Trend], statuses: Sequence[str] | None) -> list[Trend]:
+    """The trends whose status is one of ``statuses`` (``changed``: :func:`hwregress.judge.trends.has_changed`); all
+    of them when ``statuses`` is empty or None."""
+    if not statuses:
+        return list(trends)
+    wanted = set(statuses)
+    return [t for t in trends if t.status in wanted or (CHANGED in wanted and has_changed(t))]
+
+
+def history_json(trends: Sequence[Trend], warnings: Sequence[str], directory: str, tolerance: float) -> str:
+    """The analysis as JSON text: ``{"format_version", "dir", "tolerance", "counts": {status: n}, "warnings",
+    "tests": [...]}``, one test per (hardware key, test id), worst first, with its status, sentence, level now,
+    reference, drift (fractions), slope per session (fraction), the latest session, and each change point (index of
+    the first session after it, its time, the last good session's time, size as a fraction, Welch p-value,
+    significance, the levels before and after in the test's unit, what changed). NaN and infinity become null."""
+    document = {
+        "format_version": JSON_FORMAT_VERSION, "dir": directory, "tolerance": tolerance,
+        "counts": {status: n for status in STATUSES if (n := sum(t.status == status for t in trends))},
+        "warnings": list(warnings), "tests": [trend_json(t) for t in trends],
+    }
+    return json.dumps(_finite(document), indent=1, ensure_ascii=False, allow_nan=False)
+
+
+def trend_json(trend: Trend) -> dict[str, Any]:
+    """One trend as plain JSON types (see :func:`history_json`)."""
+    latest = trend.rows[-1]
+    return {
+        "hardware_key": trend.hardware_key, "test_id": trend.test_id, "unit": trend.unit, "status": trend.status,
+        "changed": has_changed(trend), "summary": trend.summary, "sessions": len(trend.rows),
+        "level_now": trend.level_now, "reference": trend.reference, "reference_source": trend.reference_source,
+        "drift": trend.drift, "drift_p_value": trend.drift_p_value, "slope_per_session": trend.slope_per_session,
+        "latest": {"session": latest.get("session"), "time": latest.get("time"), "median": latest.get("median"),
+                   "verdict": latest.get("verdict"), "ratio": latest.get("ratio"),
+                   "baseline_median": latest.get("baseline_median")},
+        "change_points": [{"index": item.change.index, "first_bad": item.first_bad.get("time"),
+                           "last_good": item.last_good.get("time"), "change": item.change.change,
+                           "p_value": item.change.p_value, "significant": item.change.significant,
+                           "before": item.change.before, "after": item.change.after, "differences": item.differences}
+                          for item in trend.changes],
+    }
+
+
+def render_dashboard_file(args: argparse.Namespace, trends: Sequence[Trend], warnings: Sequence[str]) -> int:
+    """``history render``: write the dashboard of ``trends`` to ``args.output`` and say so; exit status 0."""
+    from hwregress.report.dashboard import render_dashboard
+
+    output = output_path(args.output, [])
+    write_output(output, render_dashboard(trends, warnings, [str(args.dir)], args.tolerance))
+    keys = len({t.hardware_key for t in trends})
+    print(f"wrote {output} ({len(trends)} tests on {keys} hardware keys, {sum(has_changed(t) for t in trends)} moved)")
+    return 0

@@ -1,0 +1,384 @@
+"""Verdicts: a measured test against its baseline entry (throughput, peak memory, accuracy, speedup,
+environment), with failure messages that state the numbers and typed figures for the record."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hwregress.hardware.facts import fingerprint_changes, identity_changes
+from hwregress.judge import stats
+from hwregress.store.verdicts import Verdict
+
+# Sessions a baseline must hold before thresholds tighten below the cap: one session says nothing about how far
+# the next process's median may move (2-core development VM: up to 28% between processes, 2-5% within one).
+MIN_SESSIONS = 3
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """What counts as a change.
+
+    Attributes:
+        throughput: relative throughput loss tolerated on accelerators (fraction); the noise bound may raise it.
+        cpu_throughput: the same on the CPU, where processes move more between sessions (measured on the 2-core
+            development VM, three sessions recorded then three unchanged ones: session medians 6-11% below the
+            baseline's while each baseline's own history varied 1-3%).
+        max_threshold: no noise or history bound raises the throughput threshold past this (fraction).
+        memory: relative peak-memory growth tolerated (fraction).
+        memory_slack_bytes: absolute growth tolerated on top, for RSS-sampled (CPU, MPS) memory only: the
+            CUDA allocator's peak is exact, and a slack there would let a small model grow 2-6x unseen.
+        accuracy_margin: absolute accuracy drop tolerated against the baseline (fraction).
+        device_accuracy_margin: |accuracy on device - accuracy on CPU| tolerated (fraction).
+        alpha: significance level of the Mann-Whitney test.
+        z: standard errors of baseline noise that the threshold must exceed.
+    """
+
+    throughput: float = 0.05
+    cpu_throughput: float = 0.15
+    max_threshold: float = 0.25
+    memory: float = 0.10
+    memory_slack_bytes: int = 64 * 2**20
+    accuracy_margin: float = 0.02
+    device_accuracy_margin: float = 0.03
+    alpha: float = 0.01
+    z: float = 3.0
+
+
+@dataclass
+class Figures:
+    """The numbers a judgement produced, for the test's record (None where not judged).
+
+    Attributes:
+        ratio: median(current) / median(baseline) throughput.
+        threshold: relative change that counted (fraction).
+        p_value: one-sided Mann-Whitney p-value that current is slower.
+        memory_ratio: current / baseline peak memory.
+        baseline_*: the baseline entry's figures.
+        wanted_threshold: what the noise and history bounds asked for when ``max_threshold`` cut it.
+        env_changes: ``"torch 2.4.0 -> 2.5.1"`` lines.
+        identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.hardware.facts.identity_changes`).
+        compile_comparison: the compile time against the baseline's (:func:`compare_compile`), None where either
+            has none.
+    """
+
+    ratio: float | None = None
+    threshold: float | None = None
+    p_value: float | None = None
+    memory_ratio: float | None = None
+    baseline_throughput: float | None = None
+    baseline_peak_memory_bytes: int | None = None
+    baseline_accuracy: float | None = None
+    baseline_speedup: float | None = None
+    baseline_efficiency: float | None = None
+    baseline_latency_ms: float | None = None
+    wanted_threshold: float | None = None
+    env_changes: list[str] = field(default_factory=list)
+    identity_changes: list[str] = field(default_factory=list)
+    compile_comparison: dict[str, Any] | None = None
+
+
+@dataclass
+class Judgement:
+    """The verdict of one test and why.
+
+    Attributes:
+        verdict: see :class:`hwregress.store.verdicts.Verdict`.
+        failures: sentences that make the test fail (empty: the test passes).
+        notes: sentences shown beside the verdict.
+        figures: the numbers for the results record.
+    """
+
+    verdict: Verdict = Verdict.PASS
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    figures: Figures = field(default_factory=Figures)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one test measured, as the judge needs it."""
+
+    test_id: str
+    samples: Sequence[float]
+    unit: str
+    stable: bool
+    environment: Mapping[str, Any]
+    peak_memory_bytes: int | None = None
+    accuracy: float | None = None
+    speedup: float | None = None
+    exact_memory: bool = False
+    identity: Mapping[str, Any] = field(default_factory=dict)
+    # the same-session reference a ratio divides by: a speedup's CPU side, a scaling efficiency's T(1), a co-located
+    # group's solo run (throughput samples)
+    reference_samples: Sequence[float] = ()
+    on_cpu: bool = False
+    efficiency: float | None = None  # scaling or co-location efficiency (fraction)
+    latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where judges_latency says so
+    compile_s: float | None = None  # a compiled model's compile time (s) and the cache state it was measured in
+    compile_cache: str | None = None
+
+
+# (family, mode) of the records whose latency is judged against the baseline: a stream's median latency is what
+# its users wait (its throughput follows the producer's rate while it keeps up); a decode window's latency is the
+# inter-token latency p50, one decode step (hwregress.measure.llm.window), judged beside the decode steps' tokens/s
+LATENCY_JUDGED = (("spark", "stream"), ("throughput", "decode"))
+
+
+def judges_latency(family: str | None, mode: str | None) -> bool:
+    """Whether a record of ``family`` in ``mode`` has its latency judged (:data:`LATENCY_JUDGED`)."""
+    return (family, mode) in LATENCY_JUDGED
+
+
+def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
+          strict_env: bool = False, accept_identity: bool = False) -> Judgement:
+    """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``).
+
+    Identity first: when the entry was recorded on hardware whose identity differs from ``measured.identity``
+    in a field that changes performance, nothing is judged: verdict ``other-hardware`` with the fields that
+    differ, unless ``accept_identity`` (then the differences are a note and the figures are judged).
+
+    Throughput: see :func:`hwregress.judge.stats.compare`. Memory: fails when current peak >
+    baseline peak * (1 + memory tolerance) (+ slack for sampled, inexact memory). Accuracy: fails when current <
+    baseline - margin.
+    Speedup: fails when current speedup < baseline speedup * (1 - threshold). Efficiency (scaling, co-location)
+    likewise: current < baseline efficiency (the median of its recorded sessions) * (1 - threshold), the threshold
+    widened by the same-session reference's own noise, since the efficiency divides by it, and by the efficiency's
+    drift between the recorded sessions (capped at ``max_threshold``). Latency (where :func:`judges_latency`): fails
+    when current > baseline latency (the median of its recorded sessions) * (1 + threshold), the threshold the
+    throughput comparison's, widened by the latency's drift between the recorded sessions (capped likewise).
+    Compile time is compared, never judged, and only with a baseline compile time of the same cache state
+    (:func:`compare_compile`).
+    """
+    if baseline is None:
+        return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
+    judgement = Judgement()
+    changes = identity_changes(baseline.get("identity") or {}, measured.identity)
+    judgement.figures.identity_changes = changes
+    if changes and not accept_identity:
+        judgement.verdict = Verdict.OTHER_HARDWARE
+        judgement.notes.append(f"baseline recorded on other hardware ({'; '.join(changes)}): not judged; record this "
+                               "machine's baseline with --update-baselines, or compare anyway with --accept-identity")
+        return judgement
+    if changes:
+        judgement.notes.append(f"compared across hardware identities (--accept-identity): {'; '.join(changes)}")
+    if measured.samples and baseline.get("samples"):
+        _judge_throughput(measured, baseline, tolerances, judgement)
+    _judge_memory(measured, baseline, tolerances, judgement)
+    _judge_accuracy(measured, baseline, tolerances, judgement)
+    _judge_speedup(measured, baseline, tolerances, judgement)
+    _judge_efficiency(measured, baseline, tolerances, judgement)
+    _judge_latency(measured, baseline, tolerances, judgement)
+    _compare_compile(measured, baseline, judgement)
+    _judge_environment(measured, baseline, strict_env, judgement)
+    if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
+                                                     Verdict.UNSTABLE):
+        judgement.verdict = Verdict.REGRESSION
+    return judgement
+
+
+def starting_tolerance(baseline: Mapping[str, Any], on_cpu: bool, tolerances: Tolerances,
+                       given: float | None = None) -> tuple[float, str | None]:
+    """The tolerance a throughput comparison against ``baseline`` starts from, before the noise and history
+    bounds raise it: ``given`` (a user's explicit figure) else the device's (``tolerances.cpu_throughput`` on
+    the CPU, ``tolerances.throughput`` elsewhere), raised to ``tolerances.max_threshold`` while the baseline holds
+    fewer than :data:`MIN_SESSIONS` sessions (the drift between sessions is not known yet: only a gross change
+    counts). Returns it with the note that says it is provisional (None when it is not). The tests and
+    ``baselines diff`` both judge through this one rule."""
+    sessions = len(baseline.get("history") or ()) or 1
+    tolerance = given if given is not None else tolerances.cpu_throughput if on_cpu else tolerances.throughput
+    if sessions >= MIN_SESSIONS:
+        return tolerance, None
+    return max(tolerance, tolerances.max_threshold), (
+        f"provisional threshold: the baseline holds {sessions} session(s); until {MIN_SESSIONS} are recorded "
+        "(--update-baselines) only changes beyond --max-threshold count")
+
+
+def is_cpu_entry(entry: Mapping[str, Any]) -> bool:
+    """Whether a baselines entry was recorded on a CPU: its hardware identity describes a CPU and no GPU."""
+    identity = entry.get("identity") or {}
+    return isinstance(identity, Mapping) and "cpu_brand" in identity and "gpu_name" not in identity
+
+
+def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                      judgement: Judgement) -> None:
+    tolerance, provisional = starting_tolerance(baseline, measured.on_cpu, tolerances)
+    if provisional:
+        judgement.notes.append(provisional)
+    comparison = stats.compare(measured.samples, baseline["samples"], tolerance,
+                               alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()),
+                               max_threshold=tolerances.max_threshold)
+    baseline_median = stats.summarize(baseline["samples"]).median
+    figures = judgement.figures
+    figures.ratio, figures.threshold, figures.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
+    figures.baseline_throughput = baseline_median
+    figures.wanted_threshold = comparison.wanted_threshold
+    if comparison.wanted_threshold is not None:
+        judgement.notes.append(f"noise-limited: the baseline's noise and history asked for a {comparison.wanted_threshold:.1%} "
+                               f"threshold, capped at {comparison.threshold:.1%} (--max-threshold)")
+    current_median = stats.summarize(measured.samples).median
+    if comparison.direction == "regression":
+        judgement.verdict = Verdict.REGRESSION
+        why = (f"tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g}"
+               if comparison.p_slower < tolerances.alpha else
+               f"a drop beyond the {comparison.threshold:.1%} cap counts whatever its significance: Mann-Whitney "
+               f"p={comparison.p_slower:.2g} against a baseline that holds slow sessions too")
+        judgement.failures.append(
+            f"{measured.test_id}: throughput regressed: {current_median:.4g} {measured.unit} vs baseline "
+            f"{baseline_median:.4g} {measured.unit}, ratio {comparison.ratio:.3f} < {1 - comparison.threshold:.3f} "
+            f"({why})"
+        )
+    elif comparison.direction == "improvement":
+        judgement.verdict = Verdict.IMPROVEMENT
+        judgement.notes.append(
+            f"faster than the baseline: ratio {comparison.ratio:.3f} > {1 + comparison.threshold:.3f}; "
+            "refresh it with --update-baselines"
+        )
+    elif not measured.stable:
+        judgement.verdict = Verdict.UNSTABLE
+        judgement.notes.append("the window stayed noisy after extending its rounds; the verdict is not trustworthy")
+
+
+def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                  judgement: Judgement) -> None:
+    base_peak = baseline.get("peak_memory_bytes")
+    if measured.peak_memory_bytes is None or base_peak is None:
+        return
+    judgement.figures.baseline_peak_memory_bytes = base_peak
+    judgement.figures.memory_ratio = measured.peak_memory_bytes / base_peak if base_peak else None
+    slack = 0 if measured.exact_memory else tolerances.memory_slack_bytes
+    ceiling = base_peak * (1 + tolerances.memory) + slack
+    if measured.peak_memory_bytes > ceiling:
+        slack_text = f" + {slack / 2**20:.0f} MiB slack" if slack else ""
+        judgement.failures.append(
+            f"{measured.test_id}: peak memory {measured.peak_memory_bytes / 2**20:.1f} MiB exceeds the ceiling "
+            f"{ceiling / 2**20:.1f} MiB (baseline {base_peak / 2**20:.1f} MiB x (1 + {tolerances.memory:.0%}){slack_text})"
+        )
+
+
+def _judge_accuracy(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                    judgement: Judgement) -> None:
+    base_accuracy = baseline.get("accuracy")
+    if measured.accuracy is None or base_accuracy is None:
+        return
+    judgement.figures.baseline_accuracy = base_accuracy
+    if measured.accuracy < base_accuracy - tolerances.accuracy_margin:
+        judgement.failures.append(
+            f"{measured.test_id}: accuracy {measured.accuracy:.4f} < baseline {base_accuracy:.4f} - margin "
+            f"{tolerances.accuracy_margin:.3f}"
+        )
+
+
+def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                   judgement: Judgement) -> None:
+    base_speedup = baseline.get("speedup")
+    if measured.speedup is None or base_speedup is None:
+        return
+    judgement.figures.baseline_speedup = base_speedup
+    threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)  # the CPU side's noise counts too
+    if measured.speedup < base_speedup * (1 - threshold):
+        judgement.failures.append(
+            f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "
+            f"x (1 - {threshold:.1%})"
+        )
+
+
+def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                      judgement: Judgement) -> None:
+    base_efficiency = baseline.get("efficiency")
+    if measured.efficiency is None or base_efficiency is None:
+        return
+    judgement.figures.baseline_efficiency = base_efficiency
+    threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)
+    drift = stats.history_bound(baseline.get("efficiency_history") or ())  # how far it moved between sessions
+    threshold = max(threshold, min(drift, tolerances.max_threshold))
+    if measured.efficiency < base_efficiency * (1 - threshold):
+        judgement.failures.append(
+            f"{measured.test_id}: efficiency {measured.efficiency:.3f} < baseline {base_efficiency:.3f} "
+            f"x (1 - {threshold:.1%})"
+        )
+
+
+def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                   judgement: Judgement) -> None:
+    base_latency = baseline.get("latency_ms")
+    if measured.latency_ms is None or not base_latency:
+        return
+    judgement.figures.baseline_latency_ms = base_latency
+    threshold = judgement.figures.threshold
+    if threshold is None:  # no throughput was judged: the tolerance a throughput comparison would start from
+        threshold = starting_tolerance(baseline, measured.on_cpu, tolerances)[0]
+    drift = stats.history_bound(baseline.get("latency_history") or ())
+    threshold = max(threshold, min(drift, tolerances.max_threshold))
+    if measured.latency_ms > base_latency * (1 + threshold):
+        judgement.failures.append(
+            f"{measured.test_id}: latency p50 {measured.latency_ms:.1f} ms > baseline {base_latency:.1f} ms "
+            f"x (1 + {threshold:.1%})"
+        )
+
+
+def compare_compile(compile_s: float, cache: str | None, baseline: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``compile_s`` (seconds, measured with a ``cache`` state of :data:`hwregress.measure.compilation.CACHE_STATES`)
+    against the baseline entry's ``compile_s`` (the median of its sessions of state ``compile_cache``).
+
+    A compile that found its work in a cache takes a fraction of one that did not (a tiny MLP under inductor on the
+    CPU: 24.6 s cold, 0.09 s warm), so a warm and a cold compile time are never compared, nor one whose state is
+    unknown (an entry recorded before states were kept).
+
+    Returns:
+        None when the baseline holds no compile time; else ``{"compared": True, "cache", "baseline_compile_s",
+        "ratio"}`` (ratio = compile_s / baseline_compile_s, above 1 is slower) or ``{"compared": False, "cache",
+        "baseline_cache", "reason"}``.
+    """
+    base_compile_s = baseline.get("compile_s")
+    if not base_compile_s:
+        return None
+    base_cache = baseline.get("compile_cache")
+    if cache is None or cache != base_cache:
+        return {"compared": False, "cache": cache, "baseline_cache": base_cache,
+                "reason": f"compile time not compared: this session compiled with {_cache_words(cache)}, the "
+                          f"baseline's with {_cache_words(base_cache, own=False)} (a warm and a cold compile are "
+                          "not comparable); record a baseline of the same cache state with --update-baselines"}
+    return {"compared": True, "cache": cache, "baseline_compile_s": base_compile_s, "ratio": compile_s / base_compile_s}
+
+
+def _cache_words(cache: str | None, own: bool = True) -> str:
+    if cache is None:
+        return "an unknown cache" if own else "an unknown one"
+    return f"a {cache} cache" if own else f"a {cache} one"
+
+
+def _compare_compile(measured: Measured, baseline: Mapping[str, Any], judgement: Judgement) -> None:
+    if measured.compile_s is None:
+        return
+    comparison = compare_compile(measured.compile_s, measured.compile_cache, baseline)
+    judgement.figures.compile_comparison = comparison
+    if comparison is not None and not comparison["compared"]:
+        judgement.notes.append(comparison["reason"])
+
+
+def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_samples: Sequence[float]) -> float:
+    """The threshold of a ratio of two same-session throughputs (speedup, efficiency): the throughput comparison's,
+    widened by the noise of the reference it divides by (capped at ``max_threshold``)."""
+    threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
+    if len(reference_samples) >= 2:
+        noise = stats.noise_bound(reference_samples, len(reference_samples), tolerances.z)
+        threshold = max(threshold, min(noise, tolerances.max_threshold))
+    return threshold
+
+
+def _judge_environment(measured: Measured, baseline: Mapping[str, Any], strict_env: bool,
+                       judgement: Judgement) -> None:
+    changes = fingerprint_changes(baseline.get("environment", {}), dict(measured.environment))
+    judgement.figures.env_changes = changes
+    if not changes:
+        return
+    judgement.notes.append("environment changed since the baseline: " + "; ".join(changes))
+    if judgement.verdict == Verdict.PASS:
+        judgement.verdict = Verdict.ENV_CHANGED
+    if strict_env:
+        judgement.failures.append(
+            f"{measured.test_id}: environment differs from the baseline's ({'; '.join(changes)}) and "
+            "--strict-env is set; re-record with --update-baselines"
+        )

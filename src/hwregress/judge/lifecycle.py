@@ -1,0 +1,147 @@
+"""The baseline lifecycle: what ``--update-baselines[=all|missing|force|reset]`` does with one test's result.
+
+An update never silently absorbs a regression: a test that regresses against its entry (or whose window stayed
+unstable) keeps the old entry unless the mode is ``force`` (add this session to the entry's pool) or ``reset``
+(start the entry afresh from this session: accept a new level at once).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import numpy as np
+
+from hwregress import __version__
+from hwregress.hardware.facts import fingerprint_changes, identity_changes
+from hwregress.judge.compare import judges_latency
+from hwregress.judge.stats import summarize
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import NOT_MEASURED, Verdict
+
+UPDATE_MODES = ("all", "missing", "force", "reset")
+
+
+def update_action(mode: str | None, verdict: str, has_entry: bool) -> str:
+    """What to do with the baseline entry of a finished test.
+
+    Returns:
+        ``"none"`` (no update requested, or nothing measured), ``"recorded"`` (write the entry),
+        ``"kept-existing"`` (mode ``missing`` and an entry exists) or ``"kept-regression"`` (the test
+        regressed and the mode is neither ``force`` nor ``reset``) or ``"kept-unstable"`` (the window stayed
+        noisy after extending its rounds, same modes: a noisy window would widen every later threshold).
+
+    Raises:
+        ValueError: ``mode`` is not None or one of :data:`UPDATE_MODES`.
+    """
+    if mode is None:
+        return "none"
+    if mode not in UPDATE_MODES:
+        raise ValueError(f"--update-baselines={mode!r}: use one of {', '.join(UPDATE_MODES)}")
+    if verdict in NOT_MEASURED:
+        return "none"
+    if mode == "missing" and has_entry:
+        return "kept-existing"
+    if verdict == Verdict.REGRESSION and mode not in ("force", "reset"):
+        return "kept-regression"
+    if verdict == Verdict.UNSTABLE and mode not in ("force", "reset"):
+        return "kept-unstable"
+    return "recorded"
+
+
+HISTORY_LENGTH = 20
+POOLED_SESSIONS = 5
+SAMPLES_PER_SESSION = 10
+
+
+def session_quantiles(samples: list[float], count: int = SAMPLES_PER_SESSION) -> list[float]:
+    """At most ``count`` samples standing for one session: the samples themselves, or ``count`` evenly spaced
+    quantiles of them when the session extended its rounds. Every session then weighs the same in the pool: a
+    noisy session that ran 200 rounds must not outvote three quiet ones of 10."""
+    if len(samples) <= count:
+        return list(samples)
+    return [float(q) for q in np.quantile(np.asarray(samples, dtype=float), np.linspace(0.0, 1.0, count))]
+
+
+def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh: bool = False) -> dict[str, Any]:
+    """The baseline entry for ``record``: identity, samples and their summary, secondary figures, environment
+    fingerprint, UTC time of recording and hwregress version.
+
+    A session's median moves between sessions more than its rounds spread inside one (measured on the 2-core
+    development VM: ±10-15% between processes, 2-5% within), so an entry pools what several sessions saw:
+    ``session_samples`` keeps the per-round samples of the last :data:`POOLED_SESSIONS` sessions that
+    recorded it, ``samples`` is their union (the reference a new session is judged against), and ``history``
+    the medians of the last :data:`HISTORY_LENGTH` sessions, from which the comparison learns the drift
+    between sessions. A changed software stack or hardware identity starts both afresh, as does ``fresh``
+    (``--update-baselines=reset``: accept a new level at once)."""
+    entry: dict[str, Any] = {
+        "family": record.family,
+        "model": record.model,
+        "mode": record.mode,
+        "batch_size": record.batch_size,
+        "dtype": record.dtype,
+        "device_name": record.device_name,
+        "unit": record.unit,
+        "samples": list(record.samples),
+        "steps_per_round": record.steps_per_round,
+        "latency_ms": record.latency_ms,
+        "peak_memory_bytes": record.peak_memory_bytes,
+        "accuracy": record.accuracy,
+        "speedup": record.speedup,
+        "efficiency": record.efficiency,
+        "environment": dict(record.environment),
+        "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hwregress_version": __version__,
+    }
+    earlier = {} if fresh else _same_machine(record, previous or {})
+    if record.samples:
+        entry.update(_pooled(record, earlier))
+    if record.efficiency is not None:
+        entry.update(_pooled_efficiency(record.efficiency, earlier))
+    if record.latency_ms is not None and judges_latency(record.family, record.mode):
+        entry.update(_pooled_latency(record.latency_ms, earlier))
+    if record.details.get("compile_s") is not None:
+        entry.update(_pooled_compile(record.details["compile_s"], record.details.get("compile_cache"), earlier))
+    return entry
+
+
+def _pooled_compile(compile_s: float, cache: str | None, previous: dict[str, Any]) -> dict[str, Any]:
+    """A compile time (s) with the cache state it was measured in (``cold``/``warm``): the entry keeps the last
+    :data:`HISTORY_LENGTH` sessions' compile times of that state and compares against their median; a session of
+    another state starts the history afresh (a warm and a cold compile are never pooled)."""
+    same_state = previous.get("compile_cache") == cache
+    history = [*(previous.get("compile_history", []) if same_state else []), compile_s][-HISTORY_LENGTH:]
+    return {"compile_s": float(np.median(history)), "compile_cache": cache, "compile_history": history}
+
+
+def _pooled_efficiency(efficiency: float, previous: dict[str, Any]) -> dict[str, Any]:
+    """A scaling or co-location efficiency is a ratio of two throughputs, and moves between sessions as they do:
+    the entry keeps the last :data:`HISTORY_LENGTH` sessions' efficiencies and judges against their median."""
+    history = [*previous.get("efficiency_history", []), efficiency][-HISTORY_LENGTH:]
+    return {"efficiency": float(np.median(history)), "efficiency_history": history}
+
+
+def _pooled_latency(latency_ms: float, previous: dict[str, Any]) -> dict[str, Any]:
+    """A judged latency moves between sessions as a throughput does: the entry keeps the last :data:`HISTORY_LENGTH`
+    sessions' latencies (ms) and judges against their median."""
+    history = [*previous.get("latency_history", []), latency_ms][-HISTORY_LENGTH:]
+    return {"latency_ms": float(np.median(history)), "latency_history": history}
+
+
+def _same_machine(record: TestRecord, previous: dict[str, Any]) -> dict[str, Any]:
+    """``previous`` when it was recorded with the same software stack and hardware identity, else ``{}``."""
+    if fingerprint_changes(previous.get("environment", {}), dict(record.environment)):
+        return {}  # another software stack: its sessions say nothing about this one
+    if identity_changes(previous.get("identity") or {}, record.details.get("identity") or {}):
+        return {}
+    return previous
+
+
+def _pooled(record: TestRecord, previous: dict[str, Any]) -> dict[str, Any]:
+    earlier = previous.get("session_samples") or ([previous["samples"]] if previous.get("samples") else [])
+    sessions = [*earlier, session_quantiles(record.samples)][-POOLED_SESSIONS:]
+    pooled = [sample for session in sessions for sample in session]
+    summary = summarize(pooled)
+    history = [*previous.get("history", []), summarize(record.samples).median][-HISTORY_LENGTH:]
+    return {"samples": pooled, "session_samples": sessions, "median": summary.median, "iqr": summary.iqr,
+            "n": summary.n, "history": history}

@@ -1,0 +1,189 @@
+"""A benchmark session's library side: judge records against the baseline store and apply the baseline
+lifecycle (a window's measurement is copied onto its record first: :mod:`hwregress.measure.record`). Independent
+of pytest (the plugin drives it) and of torch."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from hwregress.hardware.facts import device_kind
+from hwregress.judge import evidence, lifecycle
+from hwregress.judge.compare import Figures, Measured, Tolerances, judge, judges_latency
+from hwregress.judge.diagnosis import diagnose
+from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
+
+
+@dataclass
+class Policy:
+    """Session-wide decisions.
+
+    Attributes:
+        tolerances: see :class:`hwregress.judge.compare.Tolerances`.
+        update_mode: None, ``all``, ``missing``, ``force`` or ``reset`` (``--update-baselines``).
+        require_baselines: a test without a baseline fails.
+        strict_env: an environment change against the baseline fails the test.
+        accept_identity: judge against a baseline recorded on hardware of another identity.
+    """
+
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    update_mode: str | None = None
+    require_baselines: bool = False
+    strict_env: bool = False
+    accept_identity: bool = False
+
+
+class BenchSession:
+    """Baseline look-ups (cached per hardware key) and verdicts for one pytest process."""
+
+    def __init__(self, store: BaselineStore, policy: Policy) -> None:
+        self.store = store
+        self.policy = policy
+        self._files: dict[str, BaselineFile | BaselineError | None] = {}
+        self.roofs: dict[str, dict[str, float]] = {}  # device -> roofs measured in this process (evidence.ceiling_name)
+        self._lock = threading.Lock()
+
+    def baseline_entry(self, hardware_key: str, key: str) -> dict[str, Any] | None:
+        """The stored entry, None when the hardware or the test has none. The file is read once per process;
+        a file that cannot be trusted is remembered as its error.
+
+        Raises:
+            BaselineError: the hardware's file is corrupt or of an unknown version (``key`` None), or this
+                test's entry failed validation (``key`` set); the message names file, key and fix.
+        """
+        with self._lock:
+            if hardware_key not in self._files:
+                try:
+                    self._files[hardware_key] = self.store.load(hardware_key)
+                except BaselineError as error:
+                    self._files[hardware_key] = error
+        loaded = self._files[hardware_key]
+        if isinstance(loaded, BaselineError):
+            raise loaded
+        return None if loaded is None else loaded.entry(key)
+
+    def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> list[str]:
+        """Judge ``record`` against its baseline, fill its verdict, figures and (for a regression) diagnosis,
+        and apply the update policy. Returns the failure sentences (empty: the test passes).
+
+        A figure no hardware can reach (:func:`hwregress.judge.evidence.physics_of`) makes the record ``invalid``
+        before anything is judged or recorded. ``extra_failures`` are checks the caller made itself (device vs
+        CPU accuracy, output parity); they count as a regression before the update policy runs, so an update
+        never absorbs them. A baseline that cannot be written (read-only folder, full disk) fails the test
+        with the file and the reason; the measurement stays on the record. With ``--update-baselines=force``
+        an entry (or a whole file) that cannot be trusted is replaced: the test is judged as new and the
+        unreadable file is moved aside, never deleted.
+
+        Raises:
+            BaselineError: the baselines file or this test's entry cannot be trusted and the update mode is
+                not ``force`` (the record's verdict is ``failed``).
+        """
+        assert record.hardware_key is not None
+        roofs = self.roofs.setdefault(record.device or "", {})
+        impossible = evidence.physics_of(record, roofs)
+        if impossible:
+            return _invalid(record, impossible)
+        if record.family == "ceiling" and record.throughput:
+            roofs[evidence.ceiling_name(record)] = record.throughput
+        entry, replacing = self._entry_for(record, key)
+        judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
+                          self.policy.accept_identity)
+        if extra_failures:
+            judgement.failures[:0] = extra_failures
+            judgement.verdict = Verdict.REGRESSION
+        record.verdict = judgement.verdict
+        apply_figures(record, judgement.figures)
+        failures, notes = list(judgement.failures), list(judgement.notes)
+        if entry is not None:
+            record.baseline_recorded_at = entry.get("recorded_at")
+            if record.verdict == Verdict.REGRESSION:
+                record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs, self._baseline_roofs(record)))
+        elif self.policy.require_baselines and self.policy.update_mode is None:
+            failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
+                            "and --require-baselines is set; record one with --update-baselines")
+        if replacing is not None:
+            notes.append(f"replacing what could not be trusted ({replacing}); an unreadable file is moved aside")
+        self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
+        record.message = " | ".join(failures + notes)
+        return failures
+
+    def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:
+        loaded = self._files.get(record.hardware_key or "")
+        return evidence.baseline_roofs(loaded.entries) if isinstance(loaded, BaselineFile) else {}
+
+    def _entry_for(self, record: TestRecord, key: str) -> tuple[dict[str, Any] | None, BaselineError | None]:
+        """The record's baseline entry, and the error of one that ``--update-baselines=force`` replaces."""
+        assert record.hardware_key is not None
+        try:
+            return self.baseline_entry(record.hardware_key, key), None
+        except BaselineError as error:
+            if self.policy.update_mode not in ("force", "reset"):
+                record.verdict = Verdict.FAILED
+                raise
+            return None, error
+
+    def _update_baseline(self, record: TestRecord, key: str, entry: dict[str, Any] | None, failures: list[str],
+                         notes: list[str], replace_unreadable: bool = False) -> None:
+        assert record.hardware_key is not None
+        action = lifecycle.update_action(self.policy.update_mode, record.verdict, entry is not None)
+        record.baseline_action = action
+        path = self.store.path_for(record.hardware_key)
+        if action == "recorded":
+            try:
+                new_entry = {**lifecycle.make_entry(record, entry, fresh=self.policy.update_mode == "reset"),
+                             **evidence.entry_evidence(record)}
+                self.store.write_entries(record.hardware_key, record.device_name or "", {key: new_entry},
+                                         replace_unreadable)
+            except (OSError, ValueError, BaselineError) as error:
+                record.baseline_action = "write-failed"
+                record.verdict = Verdict.FAILED
+                failures.append(f"{record.test_id}: baseline not recorded in {path}: {error} "
+                                "(check the folder's permissions and free space; the measurement is kept in the results)")
+                return
+            notes.append(f"baseline recorded in {path}")
+        elif action == "kept-regression":
+            notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the new figures")
+        elif action == "kept-unstable":
+            notes.append("baseline kept: the window was unstable; use --update-baselines=force to record it anyway")
+
+
+def _invalid(record: TestRecord, impossible: list[str]) -> list[str]:
+    """Mark ``record`` invalid: a measurement defect, never judged, never recorded as a baseline."""
+    record.verdict = Verdict.INVALID
+    record.baseline_action = "none"
+    failures = [f"{record.test_id}: impossible figure, a measurement defect: {sentence}" for sentence in impossible]
+    record.message = " | ".join(failures)
+    return failures
+
+
+def _measured(record: TestRecord) -> Measured:
+    return Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
+                    record.environment, record.peak_memory_bytes, record.accuracy, record.speedup,
+                    exact_memory=device_kind(record.device or "cpu") == "cuda",
+                    identity=record.details.get("identity") or {},
+                    reference_samples=(record.details.get("cpu_samples")
+                                       or record.details.get("efficiency_reference_samples") or ()),
+                    on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
+                    latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None,
+                    compile_s=record.details.get("compile_s"), compile_cache=record.details.get("compile_cache"))
+
+
+def apply_figures(record: TestRecord, figures: Figures) -> None:
+    """Copy a judgement's figures onto the record's fields of the same meaning (the compile-time comparison onto
+    ``details["compile_vs_baseline"]``, beside the compile time it compares)."""
+    record.ratio, record.threshold, record.p_value = figures.ratio, figures.threshold, figures.p_value
+    record.memory_ratio = figures.memory_ratio
+    record.baseline_throughput = figures.baseline_throughput
+    record.baseline_peak_memory_bytes = figures.baseline_peak_memory_bytes
+    record.baseline_accuracy = figures.baseline_accuracy
+    record.baseline_speedup = figures.baseline_speedup
+    record.baseline_efficiency = figures.baseline_efficiency
+    record.baseline_latency_ms = figures.baseline_latency_ms
+    record.wanted_threshold = figures.wanted_threshold
+    record.env_changes = list(figures.env_changes)
+    record.identity_changes = list(figures.identity_changes)
+    if figures.compile_comparison is not None:
+        record.details["compile_vs_baseline"] = dict(figures.compile_comparison)

@@ -1,0 +1,241 @@
+"""Robust summaries of repeated measurements and the noise-aware comparison of two sample sets.
+
+The comparison follows asv's rule (airspeed velocity, ``asv/_stats.py`` and ``asv compare``): a change
+counts only when the effect size crosses a threshold AND a significance test agrees. Here the effect
+size is the ratio of medians and the test is the one-sided Mann-Whitney U test (Mann & Whitney 1947,
+as in pyperf's ``is_significant`` spirit and Conbench's distribution-free checks), computed by
+``scipy.stats.mannwhitneyu``. The threshold is
+
+    threshold = max(tolerance, min(max_threshold, max(noise bound, history bound)))
+
+The noise bound is ``z`` standard errors of the log ratio of medians implied by the noise the
+*baseline* recorded:
+
+    sigma_rel = (IQR / 1.349) / median          robust relative standard deviation (normal IQR = 1.349 sigma)
+    se(median) = 1.2533 * sigma / sqrt(n)        asymptotic efficiency of the median (Kenney & Keeping 1962)
+    noise bound = z * 1.2533 * sigma_rel * sqrt(1/n_baseline + 1/n_current)
+
+Within-session noise underestimates the drift between sessions on shared machines, so baselines keep
+the medians of the sessions that recorded them and the threshold also covers ``z`` prediction standard
+deviations of that history, as Conbench judges a result by its z-score against the history of its
+baseline runs. The history is first cut at its last level shift (:mod:`hwregress.judge.changepoints`: PELT
+from ruptures, Truong, Oudre & Vayatis 2020), because a history that mixed two machines of one name
+(medians 12-14 then 24-27) or a driver change made the bound exceed 100%; and the spread is the MAD,
+which one odd session does not move:
+
+    recent = medians since the last change point       (no history bound with fewer than 3)
+    spread = 1.4826 * MAD(recent) / median(recent)     (1.4826 MAD = sigma for normal data)
+    history bound = z * spread * sqrt(1 + 1/k)          k = len(recent)
+
+The cap ``max_threshold`` (default 25%) bounds what noise may hide: on a 2-core cloud VM, unchanged
+sessions moved 1.3-5.3% (sd/mean), so honest thresholds there are 10-15%, while two busy loops made a
+test 11x slower and an uncapped bound of 102% let it pass. ``Comparison.wanted_threshold`` keeps what the
+bounds asked for, so a report can say the baseline is too noisy to resolve smaller changes.
+
+A drop beyond the cap is a regression whatever the significance test says (``Comparison.gross``): a baseline
+pooled from a contended and a quiet session is bimodal, and a contended run then overlaps its slow half, so
+Mann-Whitney found no significance for a run at 0.398 of the baseline's median and it passed.
+
+:func:`ratio_interval` gives a bootstrap confidence interval of the ratio of medians; a window whose interval
+still straddles the verdict's boundary is not decided yet (:func:`hwregress.judge.window_verdict.verdict_settled`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from hwregress.judge.changepoints import MAD_TO_SIGMA, since_last_change
+
+NORMAL_IQR = 1.349  # IQR of the standard normal distribution, in sigmas
+MEDIAN_EFFICIENCY = 1.2533  # sqrt(pi / 2): se(median) / se(mean) for normal samples
+DEFAULT_MAX_THRESHOLD = 0.25  # no noise or history bound may hide a drop larger than this
+MIN_HISTORY = 3  # session medians since the last level shift needed for a history bound
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Robust summary of ``n`` samples: median, quartiles, IQR, mean, min, max (units of the samples)."""
+
+    n: int
+    median: float
+    q1: float
+    q3: float
+    iqr: float
+    mean: float
+    minimum: float
+    maximum: float
+
+    @property
+    def rel_iqr(self) -> float:
+        """IQR / median (0 when the median is 0)."""
+        return self.iqr / self.median if self.median else 0.0
+
+
+def summarize(samples: Sequence[float]) -> Summary:
+    """Summary of ``samples``.
+
+    Raises:
+        ValueError: ``samples`` is empty or holds a non-finite value.
+    """
+    values = np.asarray(samples, dtype=float)
+    if values.size == 0:
+        raise ValueError("cannot summarize an empty sample list")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"samples must be finite, got {list(samples)!r}")
+    q1, median, q3 = np.percentile(values, [25, 50, 75])
+    return Summary(int(values.size), float(median), float(q1), float(q3), float(q3 - q1),
+                   float(values.mean()), float(values.min()), float(values.max()))
+
+
+def relative_iqr(samples: Sequence[float]) -> float:
+    """IQR / median of ``samples``; 0 for fewer than 2 samples."""
+    return summarize(samples).rel_iqr if len(samples) >= 2 else 0.0
+
+
+def noise_bound(baseline: Sequence[float], n_current: int, z: float = 3.0) -> float:
+    """Relative change that baseline noise alone explains at ``z`` standard errors (see module doc).
+
+    Returns a fraction, e.g. 0.05 for 5%. 0 when the baseline shows no spread.
+    """
+    summary = summarize(baseline)
+    sigma_rel = summary.rel_iqr / NORMAL_IQR
+    return z * MEDIAN_EFFICIENCY * sigma_rel * math.sqrt(1.0 / summary.n + 1.0 / max(n_current, 1))
+
+
+def robust_spread(values: Sequence[float]) -> float:
+    """MAD x 1.4826 / median of ``values``: a relative standard deviation that one odd value does not
+    move (0 for no values or a median that is not > 0)."""
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return 0.0
+    median = float(np.median(array))
+    if median <= 0:
+        return 0.0
+    return MAD_TO_SIGMA * float(np.median(np.abs(array - median))) / median
+
+
+def history_bound(history: Sequence[float], z: float = 3.0) -> float:
+    """Relative change that session-to-session drift explains (see module doc); 0 with fewer than 3
+    session medians since the last level shift. Returns a fraction, uncapped.
+
+    Raises:
+        ValueError: a median is not finite or not > 0.
+    """
+    recent = since_last_change(history)
+    if len(recent) < MIN_HISTORY:
+        return 0.0
+    return z * robust_spread(recent) * math.sqrt(1.0 + 1.0 / len(recent))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Current vs baseline samples of a higher-is-better metric.
+
+    Attributes:
+        ratio: median(current) / median(baseline).
+        threshold: relative change that counts (fraction), at most ``max(tolerance, max_threshold)``.
+        p_slower: one-sided Mann-Whitney p-value that current is stochastically smaller.
+        p_faster: one-sided p-value that current is stochastically larger.
+        direction: ``"regression"``, ``"improvement"`` or ``"none"``.
+        wanted_threshold: what the noise and history bounds asked for when the cap cut it (fraction),
+            else None: the baseline is noisier than the verdict admits; re-record it on a quiet machine.
+        gross: the ratio is below ``1 - max(threshold, max_threshold)``: a regression without the significance
+            test (no noise or history may hide a drop that large).
+    """
+
+    ratio: float
+    threshold: float
+    p_slower: float
+    p_faster: float
+    direction: str
+    wanted_threshold: float | None = None
+    gross: bool = False
+
+
+def compare(current: Sequence[float], baseline: Sequence[float], tolerance: float,
+            alpha: float = 0.01, z: float = 3.0, history: Sequence[float] = (),
+            max_threshold: float = DEFAULT_MAX_THRESHOLD) -> Comparison:
+    """Compare samples of a higher-is-better metric (throughput, TFLOP/s, GB/s).
+
+    A regression needs ``ratio < 1 - threshold`` and ``p_slower < alpha``, or ``ratio < 1 - max(threshold,
+    max_threshold)`` alone (a gross drop: see the module doc); an improvement needs ``ratio > 1 + threshold`` and
+    ``p_faster < alpha`` (asv's rule), with
+
+        threshold = max(tolerance, min(max_threshold, max(noise_bound, history_bound)))
+
+    ``history`` being the medians of the sessions that recorded the baseline (see module doc). The
+    direction does not depend on whether the current window was stable: a caller that marks noisy
+    windows ``unstable`` must do so only when the direction is ``"none"``, so that a significant drop
+    beyond the cap is a regression however noisy the window. With fewer than 5 samples on either side
+    the exact test cannot reach alpha = 0.01: record more rounds (a gross drop is a regression all the same).
+
+    Raises:
+        ValueError: empty or non-finite samples, a non-positive baseline median or history median, a
+            tolerance outside [0, 1) or a max_threshold outside (0, 1).
+    """
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance}")
+    if not 0 < max_threshold < 1:
+        raise ValueError(f"max_threshold must be a fraction in (0, 1), got {max_threshold}")
+    current_summary, baseline_summary = summarize(current), summarize(baseline)
+    if baseline_summary.median <= 0:
+        raise ValueError(f"baseline median must be > 0, got {baseline_summary.median}")
+    ratio = current_summary.median / baseline_summary.median
+    bound = max(noise_bound(baseline, len(current), z), history_bound(history, z))
+    threshold = max(tolerance, min(max_threshold, bound))
+    wanted = bound if bound > threshold else None
+    p_slower, p_faster = _one_sided_p_values(current, baseline)
+    gross = ratio < 1 - max(threshold, max_threshold)
+    if gross or (ratio < 1 - threshold and p_slower < alpha):
+        direction = "regression"
+    elif ratio > 1 + threshold and p_faster < alpha:
+        direction = "improvement"
+    else:
+        direction = "none"
+    return Comparison(ratio, threshold, p_slower, p_faster, direction, wanted, gross)
+
+
+def ratio_interval(current: Sequence[float], baseline: Sequence[float], confidence: float = 0.95,
+                   resamples: int = 499) -> tuple[float, float]:
+    """Bootstrap percentile interval of ``median(current) / median(baseline)`` (Efron & Tibshirani 1993, ch. 13;
+    ``scipy.stats.bootstrap`` with the two samples resampled independently and a fixed seed, so the same samples
+    always give the same interval).
+
+    Returns:
+        ``(low, high)``: the interval's bounds (dimensionless ratios, ``low <= high``).
+
+    Raises:
+        ValueError: fewer than 2 samples on either side, a non-finite sample, a non-positive baseline median, or
+            ``confidence`` outside (0, 1).
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if len(current) < 2 or len(baseline) < 2:
+        raise ValueError(f"a ratio interval needs >= 2 samples on each side, got {len(current)} and {len(baseline)}")
+    if summarize(baseline).median <= 0 or summarize(current).median < 0:
+        raise ValueError(f"medians must be > 0 for a ratio, got {summarize(current).median} / {summarize(baseline).median}")
+    if np.ptp(np.asarray(current, float)) == 0 and np.ptp(np.asarray(baseline, float)) == 0:
+        ratio = float(current[0]) / float(baseline[0])
+        return ratio, ratio  # no spread on either side: the bootstrap distribution is one point
+
+    def median_ratio(cur: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.median(cur, axis=axis) / np.median(base, axis=axis)
+
+    result = scipy_stats.bootstrap((np.asarray(current, float), np.asarray(baseline, float)), median_ratio,
+                                   n_resamples=resamples, confidence_level=confidence, method="percentile",
+                                   vectorized=True, random_state=np.random.default_rng(0))
+    low, high = result.confidence_interval
+    return float(low), float(high)
+
+
+def _one_sided_p_values(current: Sequence[float], baseline: Sequence[float]) -> tuple[float, float]:
+    if np.ptp(np.concatenate([np.asarray(current, float), np.asarray(baseline, float)])) == 0:
+        return 1.0, 1.0  # all values equal: no evidence either way (scipy warns on this case)
+    slower = scipy_stats.mannwhitneyu(current, baseline, alternative="less").pvalue
+    faster = scipy_stats.mannwhitneyu(current, baseline, alternative="greater").pvalue
+    return float(slower), float(faster)

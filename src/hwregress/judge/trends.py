@@ -1,0 +1,366 @@
+"""What the session history says per test: its change points, the first bad session of each with what changed,
+and whether the latest level is a regression, an accepted new level, or a slow drift no single run flagged.
+
+Per test (one hardware key, one test id, sessions in time order):
+
+- **Change points**: :func:`hwregress.judge.changepoints.change_points` on the session medians (ruptures PELT; the
+  size and Welch p-value of each shift). A change counts for the status when it is significant
+  (``p < 0.01``) and at least ``tolerance`` in size.
+- **First bad session** of each change: the first session after it, with the difference against the session
+  before it (software fingerprint, hwregress version, packages, hardware identity, window telemetry): the
+  range to bisect.
+- **Level now**: the median of the latest segment's medians; when that segment trends (Mann-Kendall: Kendall's
+  tau of medians against session order, ``p < 0.01``, at least ``MIN_TREND_SESSIONS`` sessions), the Theil-Sen
+  line's value at the latest session instead (Sen 1968: the median of pairwise slopes, robust to odd sessions).
+- **Reference**: the baseline median the latest session was judged against; without one, the level of the
+  first segment (first ``REFERENCE_SESSIONS`` sessions when there is no change point).
+- **Moved**: the level now is beyond ``tolerance`` from the reference and the latest segment differs from it
+  significantly (against a baseline: one-sample t-test of its log medians; against the first segment: Welch's
+  test), or the sessions since the baseline was recorded trend (Mann-Kendall) to a level beyond ``tolerance``
+  (a slow drift that PELT cut into steps each too short to test).
+- **Status**:
+  ``regression``   moved down, and a session of the latest segment failed its own verdict (a step or a slide
+                   the per-run threshold saw);
+  ``drift``        moved down, and no session of the latest segment failed its own verdict: the slow regression
+                   (or a step under the per-run threshold) that only the history shows;
+  ``improvement``  moved up;
+  ``accepted``     not moved, but the latest change point is significant and at least ``tolerance``, and the
+                   baseline was re-recorded after it (``--update-baselines=reset``): a new level, accepted;
+  ``steady``       none of these; ``short`` with fewer than ``MIN_SESSIONS`` sessions.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from hwregress.hardware.facts import identity_changes
+from hwregress.judge.changepoints import SIGNIFICANCE_ALPHA, ChangePoint, change_points, welch_p_value
+from hwregress.store.history import HistoryStore, parse_time
+
+DEFAULT_TOLERANCE = 0.05
+MIN_SESSIONS = 3
+MIN_TREND_SESSIONS = 4
+REFERENCE_SESSIONS = 3
+TELEMETRY_CHANGE = 0.05  # a window telemetry mean that moved more than this is worth naming at a change
+HEALTH_CHANGE = 0.05  # a share of the cores' time (other processes, steal) that moved more than this
+MAX_PACKAGE_LINES = 12
+STATUSES = ("regression", "drift", "improvement", "accepted", "steady", "short")
+MOVED_STATUSES = ("regression", "drift", "improvement", "accepted")  # a status that says the level changed
+
+PackageLookup = Callable[[str], "list[str] | None"]
+
+
+@dataclass
+class FirstBad:
+    """One change point with the sessions on either side of it and what differed between them."""
+
+    change: ChangePoint
+    last_good: dict[str, Any]
+    first_bad: dict[str, Any]
+    differences: list[str]
+
+
+@dataclass
+class Trend:
+    """The history of one test on one hardware key, analysed (see the module doc)."""
+
+    test_id: str
+    hardware_key: str
+    unit: str
+    rows: list[dict[str, Any]]
+    changes: list[FirstBad] = field(default_factory=list)
+    status: str = "short"
+    level_now: float | None = None
+    reference: float | None = None
+    reference_source: str = ""
+    drift: float | None = None
+    drift_p_value: float | None = None
+    slope_per_session: float | None = None
+    summary: str = ""
+
+    @property
+    def baseline(self) -> float | None:
+        """The baseline median the latest session was judged against (None: no baseline)."""
+        return self.rows[-1].get("baseline_median") if self.rows else None
+
+
+def group_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Rows by (hardware key, test id), each list in time order (file order among equal times)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["hardware_key"], row["test_id"]), []).append(row)
+    epoch = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+    return {key: sorted(group, key=lambda r: parse_time(r["time"]) or epoch) for key, group in groups.items()}
+
+
+def analyze(rows: Sequence[dict[str, Any]], tolerance: float = DEFAULT_TOLERANCE,
+            packages: PackageLookup | None = None) -> Trend:
+    """Analyse the rows of one test on one hardware key (time order, as :func:`group_rows` gives them).
+
+    Args:
+        rows: history rows (:mod:`hwregress.store.history`), all of one test and one hardware key, k >= 1.
+        tolerance: smallest relative change that sets a status (fraction, e.g. 0.05).
+        packages: package hash -> ``name==version`` list (:meth:`HistoryStore.packages`), to name the packages
+            that changed at a change point; None: name only that the hash changed.
+
+    Raises:
+        ValueError: ``rows`` is empty, or ``tolerance`` is not in (0, 1).
+    """
+    if not rows:
+        raise ValueError("no history rows to analyse")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance {tolerance!r} must be a fraction in (0, 1), e.g. 0.05")
+    first = rows[0]
+    trend = Trend(first["test_id"], first["hardware_key"], str(first.get("unit") or ""), list(rows))
+    medians = [float(row["median"]) for row in rows]
+    trend.changes = [FirstBad(change, rows[change.index - 1], rows[change.index],
+                              differences(rows[change.index - 1], rows[change.index], packages))
+                     for change in change_points(medians)]
+    if len(rows) < MIN_SESSIONS:
+        trend.summary = f"{len(rows)} session(s): too few for a trend (at least {MIN_SESSIONS})"
+        return trend
+    _judge(trend, medians, tolerance)
+    return trend
+
+
+def _judge(trend: Trend, medians: list[float], tolerance: float) -> None:
+    latest = trend.changes[-1] if trend.changes else None
+    start = latest.change.index if latest else 0
+    logs = np.log(np.asarray(medians, dtype=float))
+    trend.level_now, trend.slope_per_session = _level_now(logs[start:])
+    trend.reference, trend.reference_source, trend.drift_p_value = _reference(trend, logs, start)
+    trend.drift = trend.level_now / trend.reference - 1.0
+    moved = abs(trend.drift) > tolerance and trend.drift_p_value < SIGNIFICANCE_ALPHA
+    if not moved:
+        moved = _slid(trend, logs, tolerance)
+    flagged = sum(row.get("verdict") == "regression" for row in trend.rows[start:])
+    if not moved:
+        stepped = latest is not None and latest.change.significant and abs(latest.change.change) >= tolerance
+        trend.status = "accepted" if stepped and latest is not None and _accepted(trend, latest) else "steady"
+    else:
+        trend.status = "improvement" if trend.drift > 0 else "regression" if flagged else "drift"
+    trend.summary = _sentence(trend, latest, len(medians) - start, flagged)
+
+
+def _slid(trend: Trend, logs: np.ndarray, tolerance: float) -> bool:
+    """Whether the sessions since the baseline was recorded (all, without one) trend beyond ``tolerance`` from the
+    reference: a slow drift that PELT cut into steps each too short to test. Sets the level, slope and p-value."""
+    assert trend.reference is not None
+    recorded = parse_time(str(trend.rows[-1].get("baseline_recorded_at") or ""))
+    since = [i for i, row in enumerate(trend.rows) if recorded is None or (parse_time(row["time"]) or recorded) >= recorded]
+    fit = _trend_slope(logs[since[0]:]) if since else None
+    if fit is None:
+        return False
+    slope, intercept, p_value = fit
+    level = float(np.exp(intercept + slope * (len(since) - 1)))
+    if abs(level / trend.reference - 1.0) <= tolerance:
+        return False
+    trend.level_now, trend.slope_per_session, trend.drift_p_value = level, float(np.expm1(slope)), p_value
+    trend.drift = level / trend.reference - 1.0
+    return True
+
+
+def _level_now(logs: np.ndarray) -> tuple[float, float | None]:
+    """The level at the latest session of a segment (log medians), and its Theil-Sen slope per session (relative)
+    when the segment trends (Mann-Kendall p < 0.01)."""
+    slope = _trend_slope(logs)
+    if slope is None:
+        return float(np.exp(np.median(logs))), None
+    return float(np.exp(slope[1] + slope[0] * (logs.size - 1))), float(np.expm1(slope[0]))
+
+
+def _trend_slope(logs: np.ndarray) -> tuple[float, float, float] | None:
+    """(Theil-Sen slope, intercept, Mann-Kendall p-value) of log medians against session order, when Kendall's
+    tau is significant (``p < SIGNIFICANCE_ALPHA``) over at least ``MIN_TREND_SESSIONS`` sessions; else None."""
+    if logs.size < MIN_TREND_SESSIONS or np.ptp(logs) == 0:
+        return None
+    order = np.arange(logs.size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p_value = float(stats.kendalltau(order, logs).pvalue)
+    if not math.isfinite(p_value) or p_value >= SIGNIFICANCE_ALPHA:
+        return None
+    slope, intercept, _, _ = stats.theilslopes(logs, order)
+    return float(slope), float(intercept), p_value
+
+
+def _reference(trend: Trend, logs: np.ndarray, start: int) -> tuple[float, str, float]:
+    """(reference level, what it is, p-value that the latest segment differs from it).
+
+    The baseline the latest session was judged against (one-sample t-test of the segment's log medians); else
+    the first segment (Welch's test between the two); else, with no change point, where the series' own
+    Theil-Sen line starts (the Mann-Kendall p-value, 1.0 when the series does not trend)."""
+    baseline = trend.baseline
+    segment = logs[start:]
+    if isinstance(baseline, (int, float)) and math.isfinite(baseline) and baseline > 0:
+        return float(baseline), "baseline", _one_sample_p(segment, math.log(baseline))
+    if trend.changes:
+        first = logs[:trend.changes[0].change.index]
+        return float(np.exp(np.median(first))), "first segment", welch_p_value(first, segment)
+    slope = _trend_slope(logs)
+    if slope is None:
+        return float(np.exp(np.median(logs))), "series median", 1.0
+    return float(np.exp(slope[1])), "start of the series' trend line", slope[2]
+
+
+def _one_sample_p(logs: np.ndarray, reference: float) -> float:
+    """Two-sided one-sample t-test of log medians against a log reference; 1.0 with fewer than 2 sessions."""
+    if logs.size < 2:
+        return 1.0
+    if np.ptp(logs) == 0:
+        return 0.0 if logs[0] != reference else 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p_value = float(stats.ttest_1samp(logs, reference).pvalue)
+    return p_value if math.isfinite(p_value) else 1.0
+
+
+def _accepted(trend: Trend, latest: FirstBad) -> bool:
+    """Whether the baseline was re-recorded after the change (``--update-baselines=reset``)."""
+    recorded = parse_time(str(trend.rows[-1].get("baseline_recorded_at") or ""))
+    changed = parse_time(latest.first_bad["time"])
+    return recorded is not None and changed is not None and recorded >= changed and trend.reference_source == "baseline"
+
+
+def _sentence(trend: Trend, latest: FirstBad | None, sessions: int, flagged: int) -> str:
+    """One line: the status, the level now against the reference, and how the change came (step or slope)."""
+    assert trend.drift is not None and trend.drift_p_value is not None
+    reference = " ".join(filter(None, (f"{trend.reference:.4g}", trend.unit)))
+    if trend.reference_source == "series median" and trend.status == "steady":
+        level = f"no change point and no trend over the last {sessions} session(s) (median {reference})"
+    else:
+        level = (f"level now {trend.drift:+.1%} vs the {trend.reference_source} ({reference}, "
+                 f"p={trend.drift_p_value:.2g}) over the last {sessions} session(s)")
+    how = []
+    if latest is not None:
+        change = latest.change
+        how.append(f"step {change.change:+.1%} from session {latest.first_bad['time']} on (p={change.p_value:.2g}; "
+                   f"changed with it: {'; '.join(latest.differences[:3])})")
+    if trend.slope_per_session is not None:
+        how.append(f"slope {trend.slope_per_session:+.2%} per session")
+    if trend.status in ("regression", "drift"):
+        how.append(f"{flagged} session(s) flagged it" if flagged else "no single session flagged it")
+    if trend.status == "accepted":
+        how.append("the baseline was re-recorded at the new level since")
+    return f"{trend.status}: {level}" + "".join(f"; {part}" for part in how)
+
+
+def differences(before: dict[str, Any], after: dict[str, Any], packages: PackageLookup | None = None) -> list[str]:
+    """What differs between two sessions' rows: software fingerprint, hwregress version, packages, hardware
+    identity, device name, window telemetry means (beyond ``TELEMETRY_CHANGE``) and CPU health shares (beyond
+    ``HEALTH_CHANGE``), one line each, or one line saying nothing recorded changed; then the first likely cause
+    the later session's own diagnosis gave, if any."""
+    lines = _mapping_changes(before.get("environment") or {}, after.get("environment") or {})
+    if before.get("hwregress_version") != after.get("hwregress_version"):
+        lines.append(f"hwregress {before.get('hwregress_version')} -> {after.get('hwregress_version')}")
+    lines += _package_changes(before.get("packages"), after.get("packages"), packages)
+    lines += identity_changes(before.get("identity") or {}, after.get("identity") or {})
+    if before.get("device_name") != after.get("device_name"):
+        lines.append(f"device {before.get('device_name')} -> {after.get('device_name')}")
+    lines += _telemetry_changes(before.get("telemetry") or {}, after.get("telemetry") or {})
+    lines += _health_changes(before.get("health") or {}, after.get("health") or {})
+    lines = lines or ["nothing recorded changed (software, packages, hardware identity, telemetry, CPU health): "
+                      "look at what hwregress does not see (firmware, BIOS, the code under test)"]
+    return lines + [f"diagnosed in the first bad session: {cause}" for cause in after.get("diagnosis") or []][:1]
+
+
+def _mapping_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return [f"{key} {before.get(key)} -> {after.get(key)}" for key in sorted(set(before) | set(after))
+            if before.get(key) != after.get(key)]
+
+
+def _package_changes(before: Any, after: Any, packages: PackageLookup | None) -> list[str]:
+    if before == after or not before or not after:
+        return []
+    old, new = (packages(before), packages(after)) if packages else (None, None)
+    if old is None or new is None:
+        return [f"installed packages changed (hash {before} -> {after})"]
+    old_versions = dict(item.split("==", 1) for item in old if "==" in item)
+    new_versions = dict(item.split("==", 1) for item in new if "==" in item)
+    lines = [f"{name} {old_versions.get(name, '(absent)')} -> {new_versions.get(name, '(removed)')}"
+             for name in sorted(set(old_versions) | set(new_versions), key=str.lower)
+             if old_versions.get(name) != new_versions.get(name)]
+    if len(lines) > MAX_PACKAGE_LINES:
+        lines = [*lines[:MAX_PACKAGE_LINES], f"and {len(lines) - MAX_PACKAGE_LINES} more package changes"]
+    return lines
+
+
+_TELEMETRY_NAMES = {"power_w": ("mean power", "W"), "sm_clock_mhz": ("mean SM clock", "MHz"),
+                    "temperature_c": ("mean temperature", "°C"), "cpu_util_pct": ("mean CPU utilization", "%")}
+
+
+def _telemetry_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, (name, unit) in _TELEMETRY_NAMES.items():
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old > 0 and abs(new / old - 1) > TELEMETRY_CHANGE:
+            lines.append(f"{name} {old:.4g} -> {new:.4g} {unit}")
+    return lines
+
+
+_HEALTH_NAMES = {"other_cpu_fraction": "other processes' share of the cores", "steal_fraction": "hypervisor steal"}
+
+
+def _health_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, name in _HEALTH_NAMES.items():
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and abs(new - old) > HEALTH_CHANGE:
+            lines.append(f"{name} {old:.0%} -> {new:.0%}")
+    return lines
+
+
+def analyze_all(rows: Iterable[dict[str, Any]], tolerance: float = DEFAULT_TOLERANCE,
+                packages: PackageLookup | None = None) -> list[Trend]:
+    """:func:`analyze` for every (hardware key, test id) in ``rows``, worst status first, then by test id."""
+    trends = [analyze(group, tolerance, packages) for group in group_rows(rows).values()]
+    return sorted(trends, key=lambda t: (STATUSES.index(t.status), t.hardware_key, t.test_id))
+
+
+def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: Iterable[str] | None = None,
+                test_ids: Iterable[str] | None = None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[list[Trend], list[str]]:
+    """Read the history of ``hardware_keys`` (all keys in the stores when None) from one or several folders and
+    analyse the tests in ``test_ids`` (all when None). A row found in more than one folder (a copied CI cache)
+    counts once; rows of one key from different folders (two runners of one hardware) join one series.
+
+    Returns:
+        (trends worst first, a warning per skipped line or unreadable file).
+    """
+    stores = [stores] if isinstance(stores, HistoryStore) else list(stores)
+    wanted = None if test_ids is None else set(test_ids)
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    problems: list[str] = []
+    for store in stores:
+        keys = store.hardware_keys() if hardware_keys is None else hardware_keys
+        for key in sorted(set(keys)):
+            try:
+                read = store.read(key)
+            except (OSError, ValueError) as error:
+                problems.append(f"{store.directory}: history of {key!r} not read ({error})")
+                continue
+            problems += read.warnings
+            for row in read.rows:
+                if wanted is None or row["test_id"] in wanted:
+                    rows.setdefault((row["session"], row["hardware_key"], row["test_id"]), row)
+    return analyze_all(rows.values(), tolerance, _first_known(stores)), problems
+
+
+def _first_known(stores: Sequence[HistoryStore]) -> PackageLookup:
+    def lookup(digest: str) -> list[str] | None:
+        return next((found for store in stores if (found := store.packages(digest)) is not None), None)
+
+    return lookup
+
+
+def has_changed(trend: Trend) -> bool:
+    """Whether a test's history moved: a status in :data:`MOVED_STATUSES`, or a significant change point
+    (``Welch p < 0.01``) anywhere in its series, also one the level came back from or one under the tolerance."""
+    return trend.status in MOVED_STATUSES or any(item.change.significant for item in trend.changes)

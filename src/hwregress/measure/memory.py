@@ -1,0 +1,114 @@
+"""Peak memory of one test: the CUDA caching allocator's peak, or the CPU process's peak RSS growth."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+import psutil
+import torch
+
+from hwregress.hardware.facts import device_kind
+
+
+class PeakMemoryMeter:
+    """Context manager measuring peak memory in bytes while it is open.
+
+    CUDA: ``torch.cuda.reset_peak_memory_stats`` on entry, then ``max_memory_allocated`` on exit minus
+    ``memory_allocated`` at entry: the peak of the tensors allocated while the meter was open (the
+    allocator's cache, the CUDA context and tensors an earlier test still holds are not counted), so the
+    figure is exact and repeatable. CPU and MPS: the growth of the process's peak resident set size over its
+    RSS at entry. On Linux the kernel keeps that peak itself (``VmHWM`` in ``/proc/self/status``, reset to the
+    current RSS by writing ``5`` to ``/proc/self/clear_refs``: proc(5)), so nothing runs beside the timed
+    window; elsewhere RSS is sampled every ``interval_s`` on a background thread (a thread waking every 5 ms
+    beside a 4 ms step on 2 cores perturbs the very throughput being measured). Freed memory is handed back
+    to the OS first (:func:`release_host_memory`) so an earlier test's cached pages do not hide this test's
+    footprint; the figure is approximate (allocator granularity; the sampling interval off Linux).
+
+    Attribute ``peak_bytes`` holds the result after exit (None before).
+    """
+
+    def __init__(self, device: str, interval_s: float = 0.005) -> None:
+        self.device = device
+        self.interval_s = interval_s
+        self.peak_bytes: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process = psutil.Process()
+        self._start_rss = 0
+        self._peak_rss = 0
+        self._start_allocated = 0
+
+    def __enter__(self) -> PeakMemoryMeter:
+        if device_kind(self.device) == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._start_allocated = int(torch.cuda.memory_allocated(self.device))
+            return self
+        release_host_memory()
+        self._start_rss = self._peak_rss = self._process.memory_info().rss
+        if not _reset_kernel_peak():
+            self._thread = threading.Thread(target=self._sample_rss, name="hwregress-rss", daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample_rss(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._peak_rss = max(self._peak_rss, self._process.memory_info().rss)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if device_kind(self.device) == "cuda":
+            self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device)) - self._start_allocated
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self._peak_rss = max(self._peak_rss, _kernel_peak_rss() or 0)
+        self._peak_rss = max(self._peak_rss, self._process.memory_info().rss)
+        self.peak_bytes = int(self._peak_rss - self._start_rss)
+
+
+def _reset_kernel_peak() -> bool:
+    """Reset the kernel's peak-RSS mark of this process to its current RSS; False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as control:
+            control.write("5")
+    except OSError:
+        return False
+    return _kernel_peak_rss() is not None
+
+
+def _kernel_peak_rss() -> int | None:
+    """``VmHWM`` of ``/proc/self/status`` in bytes, None where unreadable."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def release_host_memory() -> None:
+    """Collect garbage and return the C allocator's free pages to the OS (glibc ``malloc_trim``), so
+    that the next RSS reading counts memory in use, not memory an earlier test freed. No-op off glibc."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def release_device_memory(device: str) -> None:
+    """Return cached blocks to the driver after a test (after an out-of-memory above all)."""
+    import gc
+
+    gc.collect()
+    if device_kind(device) == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,344 @@
+"""Quantized numeric modes (int8, fp8): which device runs which, and the model conversion for each.
+
+What is quantized: the ``nn.Linear`` layers only, in every path below. Convolutions, embeddings, norms,
+attention score products and ``transformers``' ``Conv1D`` (GPT-2's attention and MLP projections) stay in
+the model's own dtype, so an "int8" GPT-2 quantizes only its LM head; :func:`quantized_linear_count`
+records how many layers were converted.
+
+- int8 on the CPU: ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)``:
+  int8 weights (per tensor), activations quantized per batch at run time, int8 GEMMs (fbgemm/x86 or
+  qnnpack). Inference only: the quantized modules have no backward. PyTorch marks ``torch.ao.quantization``
+  deprecated in favour of torchao, but it is the CPU path torch ships.
+- int8 on CUDA: torchao int8 weight-only (``Int8WeightOnlyConfig``, formerly ``int8_weight_only()``):
+  per-channel int8 weights dequantized into the activation dtype. Inference only.
+- fp8 on CUDA with compute capability >= 8.9 (Ada, Hopper and newer have fp8 tensor cores): inference
+  through torchao's ``Float8DynamicActivationFloat8WeightConfig`` (e4m3 activations and weights with
+  per-tensor scales, fp8 GEMMs through ``torch._scaled_mm``: the hardware's fp8 path, which weight-only fp8
+  would not exercise); training through ``torchao.float8.convert_to_float8_training`` (``Float8Linear``,
+  dynamic tensorwise scaling). fp8 GEMMs need both weight dimensions divisible by 16; other Linear layers
+  stay in the model's dtype (torchao's own rule, ``torchao.float8.float8_linear_utils``).
+
+The model's dtype (:func:`base_dtype`): on CUDA every path first casts the model to bfloat16, and floating inputs
+go in as bfloat16 (:func:`cast_inputs`), so the figure is quantized inference on bf16 activations, as torchao
+documents and benchmarks it, not int8 weights dequantized into fp32 GEMMs whose speed the TF32 flags decide. On
+the CPU, int8 stays fp32 (torch.ao's dynamic quantized Linear takes fp32 activations only).
+
+torchao's configs (v0.10+) and ``quantize_`` (v0.5-v0.9) default to ``set_inductor_config=True``, which sets
+``torch._inductor.config`` fields process-wide (and in v0.8-v0.17 ``torch.set_float32_matmul_precision("high")``,
+i.e. TF32 matmuls): hwregress passes False where the signature takes it and restores both around every torchao
+call (:func:`inductor_state_kept`), so no later test of the session runs under settings a quantized test left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from hwregress.hardware.facts import device_kind
+from hwregress.measure.precision.numerics import MODES, cuda_index
+
+QUANTIZED_DTYPES = ("int8", "fp8")
+INFERENCE_MODES = ("infer", "prefill", "decode")
+TORCHAO_INSTALL = "pip install torchao"
+FP8_MIN_CAPABILITY = (8, 9)  # first fp8 tensor cores: Ada Lovelace (sm_89); Hopper is 9.0
+ROCM_FP8_ARCHS = ("gfx942", "gfx950")  # MI300 and MI350, the AMD GPUs torchao's float8 accepts
+FP8_DIM_MULTIPLE = 16  # torch._scaled_mm needs both GEMM dimensions of the weight divisible by 16
+
+# The dtype of everything but the quantized weights, by device kind (see :func:`base_dtype`).
+# CUDA: bf16. torchao's int8 weight-only layers dequantize into the activation dtype and its fp8 GEMMs return it;
+# torchao quantizes bf16 models in its quick start (torchao/quantization/README.md:84-85 at v0.12.0:
+# ``.cuda().to(torch.bfloat16)``, bf16 input), supports per-row float8 "only for bfloat16 weight and activation"
+# (:196) and benchmarks every config against a bf16 base; its float8 training README (torchao/float8/README.md
+# at v0.12.0, "Single GPU User API") builds the model with ``.bfloat16().cuda()`` and bf16 input. An fp32 base
+# would time fp32 GEMMs: int8 weights dequantized to fp32 and fp32 activations whose speed TF32 decides.
+# CPU: fp32. torch.ao's dynamic quantized Linear takes fp32 activations only (a bf16 input raises "expected
+# scalar type Float but found BFloat16", torch 2.13), and the rest of the model stays in fp32 with it.
+BASE_DTYPES = {"cpu": torch.float32, "cuda": torch.bfloat16}
+BASE_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+# Relative L2 error ||out - ref||_2 / ||ref||_2 of the logits against the CPU fp32 reference (as in
+# hwregress.measure.parity). Bounds for bugs (a wrong scale or layout gives errors of order 1), not for noise.
+#
+# int8: measured on the CPU with torch.ao dynamic quantization, random-weight models, 8 sequences of 64
+# random token ids: tiny BERT (2 layers, hidden 128) over 20 seeds: median 0.022, max 0.066; bert_base
+# 0.046 and 0.074 (2 seeds); llama_small 0.086 and 0.090; gpt2 0.024 (LM head only). Every Linear's
+# activations are rounded to 7-bit (reduce_range) per-tensor steps, so the error grows with depth. 0.2 is
+# twice the worst. For scale at the task level: the PyTorch tutorial "(beta) Dynamic Quantization on
+# BERT" reports about 0.6% lower F1 on MRPC after the same quantize_dynamic call.
+#
+# int8 on CUDA is weight-only (activations stay unrounded): the same tiny BERT through torchao's
+# Int8WeightOnlyConfig on the CPU gave 0.010 where dynamic quantization gave 0.018, so the bound covers it.
+#
+# fp8 (e4m3: 3 mantissa bits): round-to-nearest leaves a relative error of at most 2^-4 = 6.25% per
+# element. For a value m * 2^e (m in [1, 2)) the rounding error is uniform over one ulp = 2^(e-3), RMS
+# ulp / sqrt(12); relative to the value, and with m log-uniform (E[1/m^2] = 0.541), the RMS relative error
+# is 2^-3 / sqrt(12) * sqrt(0.541) = 2.7%. With both operands rounded a product carries sqrt(2) * 2.7% =
+# 3.8%. Over a dot product of K terms the error sum grows as sqrt(K); it averages down relative to the
+# result only when the terms share a sign, and for the zero-mean weights of these models it does not: each
+# fp8 Linear adds ~3.8% relative error, compounding (damped by residual connections) over the layers.
+# Measured by simulating torchao's per-tensor e4m3 activation and weight casts on the CPU (fp32 GEMM in
+# between): tiny BERT max 0.075 over 20 seeds, bert_base 0.076 and 0.087, llama_small 0.118 and 0.123.
+# Hopper's fp8 tensor cores also accumulate with only about 14 bits (DeepSeek-V3 Technical Report, arXiv
+# 2412.19437, "Increasing Accumulation Precision", measured on H800), which adds to that on the GPU: 0.25
+# is twice the worst measured.
+PARITY_TOLERANCE = {"int8": 0.2, "fp8": 0.25}
+
+
+def _check(dtype: str, mode: str) -> None:
+    if dtype not in QUANTIZED_DTYPES:
+        raise ValueError(f"unknown quantized dtype {dtype!r}; use {', '.join(QUANTIZED_DTYPES)}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use {', '.join(MODES)}")
+
+
+def _import_torchao() -> tuple[ModuleType | None, str | None]:
+    """(``torchao.quantization``, None) when torchao imports, else (None, why not with the install command)."""
+    try:
+        return importlib.import_module("torchao.quantization"), None
+    except ImportError as error:
+        return None, f"torchao is not installed ({error}); install it with `{TORCHAO_INSTALL}`"
+    except Exception as error:  # a torchao built for another torch fails at import in many ways
+        return None, (f"torchao is installed but fails to import ({type(error).__name__}: {error}); "
+                      f"reinstall a build matching torch {torch.__version__} with `{TORCHAO_INSTALL}`")
+
+
+def _fp8_hardware_reason(spec: str) -> str | None:
+    """Why the CUDA (or ROCm) device ``spec`` has no fp8 tensor cores, or None."""
+    index = cuda_index(spec)
+    name = torch.cuda.get_device_name(index)
+    if torch.version.hip:
+        arch = str(getattr(torch.cuda.get_device_properties(index), "gcnArchName", "unknown"))
+        if not arch.startswith(ROCM_FP8_ARCHS):
+            return f"fp8 needs an AMD {' or '.join(ROCM_FP8_ARCHS)} GPU; {spec} ({name}) is {arch}"
+        return None
+    major, minor = torch.cuda.get_device_capability(index)
+    if (major, minor) < FP8_MIN_CAPABILITY:
+        needed = ".".join(map(str, FP8_MIN_CAPABILITY))
+        return f"fp8 needs CUDA compute capability {needed} or newer (fp8 tensor cores); {spec} ({name}) has {major}.{minor}"
+    return None
+
+
+def unsupported_reason(dtype: str, device: str, mode: str) -> str | None:
+    """Why ``dtype`` (``"int8"`` or ``"fp8"``) cannot run ``mode`` (``"train"``, ``"infer"``, ``"prefill"``,
+    ``"decode"``) on ``device`` (``"cpu"``, ``"cuda:N"``, ``"mps"``) here, or None when it can.
+
+    int8: CPU inference modes through torch's dynamic quantization (it has no backward); CUDA inference
+    modes through torchao. fp8: CUDA with compute capability >= 8.9 (or AMD MI300/MI350) and torchao, all
+    modes. MPS and other device kinds: neither. On CUDA this asks the device under test for its capability.
+
+    Raises:
+        ValueError: ``dtype`` not in :data:`QUANTIZED_DTYPES`, or an unknown ``mode``.
+    """
+    _check(dtype, mode)
+    kind = device_kind(device)
+    if kind not in ("cpu", "cuda"):
+        return f"{dtype} quantization has no {kind} path in torch or torchao; {device} is unsupported"
+    if dtype == "int8":
+        return _int8_reason(device, kind, mode)
+    if kind != "cuda":
+        return f"fp8 needs a CUDA GPU with compute capability 8.9 or newer (fp8 tensor cores); {device} has none"
+    return _fp8_hardware_reason(device) or _import_torchao()[1]
+
+
+def _int8_reason(device: str, kind: str, mode: str) -> str | None:
+    if mode not in INFERENCE_MODES:
+        backend = "torch dynamic quantization" if kind == "cpu" else "torchao int8 weight-only quantization"
+        return (f"int8 runs inference modes only ({', '.join(INFERENCE_MODES)}): {backend} has no backward "
+                f"(no int8 training on {device})")
+    if kind == "cuda":
+        return _import_torchao()[1]
+    if torch.backends.quantized.engine == "none":
+        return "int8 on the CPU needs a quantized engine (fbgemm, x86, onednn or qnnpack); this torch build has none"
+    return None
+
+
+def quantize(model: nn.Module, dtype: str, device: str, mode: str) -> nn.Module:
+    """Convert ``model``'s ``nn.Linear`` layers for ``dtype`` on ``device`` in place and return the model
+    (see the module docstring for what each path quantizes; other layers keep their dtype).
+
+    ``model`` must already be on ``device``; it is cast to :func:`base_dtype` first (bf16 on CUDA), so feed it
+    :func:`cast_inputs`. int8 on the CPU also switches it to eval mode, which dynamic quantization needs; do not
+    reuse the module as an fp32 reference afterwards (deep-copy it first). ``torch._inductor.config`` and the
+    fp32 matmul precision are as they were before the call (:func:`inductor_state_kept`).
+
+    Raises:
+        ValueError: unknown ``dtype`` or ``mode``.
+        RuntimeError: :func:`unsupported_reason`'s text when ``dtype`` cannot run ``mode`` on ``device``,
+            or when the model has no Linear layer that could be converted (a quantized run would be a
+            full-precision run under another name).
+    """
+    reason = unsupported_reason(dtype, device, mode)
+    if reason is not None:
+        raise RuntimeError(reason)
+    model = model.to(base_dtype(dtype, device))
+    if dtype == "int8" and device_kind(device) == "cpu":
+        converted = _int8_cpu(model)
+    else:
+        with inductor_state_kept():
+            if dtype == "int8":
+                converted = _int8_cuda(model)
+            elif mode in INFERENCE_MODES:
+                converted = _fp8_inference(model)
+            else:
+                converted = _fp8_training(model)
+    if quantized_linear_count(converted) == 0:
+        raise RuntimeError(f"{type(model).__name__} has no nn.Linear layer that {dtype} quantization could convert")
+    return converted
+
+
+def _int8_cpu(model: nn.Module) -> nn.Module:
+    with warnings.catch_warnings():
+        # torch 2.9+ deprecates torch.ao.quantization and quantized tensor creation; the API still works
+        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor", category=UserWarning)
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def base_dtype(dtype: str, device: str) -> torch.dtype | None:
+    """The dtype of the parameters and activations that ``dtype`` (``"int8"``/``"fp8"``) leaves unquantized on
+    ``device``: bfloat16 on CUDA, float32 on the CPU (see :data:`BASE_DTYPES`); None for other dtypes (their
+    model stays fp32, :mod:`hwregress.measure.precision.numerics` sets autocast and TF32)."""
+    if dtype not in QUANTIZED_DTYPES:
+        return None
+    return BASE_DTYPES.get(device_kind(device), torch.float32)
+
+
+def base_dtype_name(dtype: str, device: str) -> str | None:
+    """:func:`base_dtype` as hwregress names dtypes (``"bf16"``, ``"fp32"``), None for unquantized dtypes;
+    the record's ``quantized_base_dtype``."""
+    base = base_dtype(dtype, device)
+    return None if base is None else BASE_DTYPE_NAMES[base]
+
+
+def cast_inputs(inputs: Any, dtype: str, device: str) -> Any:
+    """``inputs`` (a tensor, or a dict of tensors as for text models) with floating tensors cast to
+    :func:`base_dtype` (images become bf16 on CUDA); integer tensors (token ids, masks) and unquantized
+    dtypes pass through unchanged."""
+    base = base_dtype(dtype, device)
+
+    def cast(value: Any) -> Any:
+        return value.to(base) if base is not None and isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+    return {key: cast(value) for key, value in inputs.items()} if isinstance(inputs, dict) else cast(inputs)
+
+
+@contextlib.contextmanager
+def inductor_state_kept() -> Iterator[None]:
+    """Restore ``torch._inductor.config`` and ``torch.get_float32_matmul_precision()`` on exit to what they were
+    on entry, whatever the block changed.
+
+    torchao's ``recommended_inductor_config_setter`` (torchao/quantization/utils.py:569; called by ``quantize_``
+    in v0.5-v0.9 and by each config's handler when its ``set_inductor_config`` is True, quant_api.py:757, :1312)
+    sets coordinate-descent tuning, ``force_fuse_int_mm_with_mul``, ``fx_graph_cache`` and
+    ``triton.unique_kernel_names`` for the whole process, and in v0.8-v0.17 also
+    ``torch.set_float32_matmul_precision("high")`` (TF32 matmuls). Only changed fields are set back, so fields
+    nobody touched keep their default status.
+    """
+    import torch._inductor.config as inductor_config
+
+    saved = inductor_config.get_config_copy()
+    matmul_precision = torch.get_float32_matmul_precision()
+    try:
+        yield
+    finally:
+        current = inductor_config.get_config_copy()
+        for key, value in saved.items():
+            if current.get(key) is not value and current.get(key) != value:
+                setattr(inductor_config, key, value)
+        if torch.get_float32_matmul_precision() != matmul_precision:
+            torch.set_float32_matmul_precision(matmul_precision)
+
+
+def _takes(function: Callable[..., Any], parameter: str) -> bool:
+    try:
+        return parameter in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): do not guess
+        return False
+
+
+def _torchao_config(quantization: ModuleType, config_name: str, legacy_name: str) -> object:
+    """An instance of torchao's ``config_name`` (0.9+ spelling), else of its function ``legacy_name``, with
+    ``set_inductor_config=False`` where it takes that argument (the configs' field since v0.10)."""
+    factory = getattr(quantization, config_name, None) or getattr(quantization, legacy_name)
+    return factory(set_inductor_config=False) if _takes(factory, "set_inductor_config") else factory()
+
+
+def _quantize_(quantization: ModuleType, model: nn.Module, config: object, **options: Any) -> None:
+    """torchao's ``quantize_`` with ``set_inductor_config=False`` where its signature has it (v0.5-v0.9;
+    v0.9 warns that the argument will go, a warning silenced here)."""
+    quantize = quantization.quantize_
+    if _takes(quantize, "set_inductor_config"):
+        options["set_inductor_config"] = False
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"The `set_inductor_config` argument")
+        quantize(model, config, **options)
+
+
+def _fp8_compatible(module: nn.Module, _fqn: str = "") -> bool:
+    return isinstance(module, nn.Linear) and all(size % FP8_DIM_MULTIPLE == 0 for size in module.weight.shape)
+
+
+def _int8_cuda(model: nn.Module) -> nn.Module:
+    quantization = _import_torchao()[0]
+    _quantize_(quantization, model, _torchao_config(quantization, "Int8WeightOnlyConfig", "int8_weight_only"))
+    return model
+
+
+def _fp8_inference(model: nn.Module) -> nn.Module:
+    quantization = _import_torchao()[0]
+    config = _torchao_config(quantization, "Float8DynamicActivationFloat8WeightConfig",
+                             "float8_dynamic_activation_float8_weight")
+    _quantize_(quantization, model, config, filter_fn=_fp8_compatible)
+    return model
+
+
+def _fp8_training(model: nn.Module) -> nn.Module:
+    """``Float8Linear`` layers on a bf16 model (torchao's float8 training README); torchao recommends
+    ``torch.compile`` on top to fuse the casts (eager mode runs them as separate kernels)."""
+    from torchao.float8 import convert_to_float8_training
+
+    return convert_to_float8_training(model, module_filter_fn=_fp8_compatible)
+
+
+def _is_quantized_linear(module: nn.Module) -> bool:
+    if isinstance(module, torch.ao.nn.quantized.dynamic.Linear):
+        return True
+    if not isinstance(module, nn.Linear):
+        return False
+    # torchao modules exist only once torchao was imported: look it up without importing it
+    float8_linear = sys.modules.get("torchao.float8.float8_linear")
+    if float8_linear is not None and isinstance(module, float8_linear.Float8Linear):
+        return True
+    torchao_utils = sys.modules.get("torchao.utils")
+    base_tensor = getattr(torchao_utils, "TorchAOBaseTensor", None)
+    return base_tensor is not None and isinstance(module.weight, base_tensor)
+
+
+def prepare(model: nn.Module, dtype: str, device: str, mode: str) -> tuple[nn.Module, int | None]:
+    """The model to run in ``dtype``: :func:`quantize`-d (on CUDA, cast to bf16 first: :func:`base_dtype`) with its
+    :func:`quantized_linear_count` for a dtype of :data:`QUANTIZED_DTYPES`, else ``model`` itself and None. Feed
+    it :func:`cast_inputs`.
+
+    Raises:
+        RuntimeError: see :func:`quantize`.
+    """
+    if dtype not in QUANTIZED_DTYPES:
+        return model, None
+    converted = quantize(model, dtype, device, mode)
+    return converted, quantized_linear_count(converted)
+
+
+def quantized_linear_count(model: nn.Module) -> int:
+    """How many Linear layers of ``model`` (itself included) run quantized: torch dynamic-quantized
+    ``Linear`` modules, torchao ``Float8Linear`` modules and ``nn.Linear`` layers whose weight is a torchao
+    quantized tensor. 0 for a model :func:`quantize` has not converted."""
+    return sum(1 for module in model.modules() if _is_quantized_linear(module))

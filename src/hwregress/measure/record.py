@@ -1,0 +1,60 @@
+"""The measurement record: copy what a window measured (:class:`hwregress.measure.window.Measurement`) onto the
+test's record (:class:`hwregress.store.results.TestRecord`), with the figures derived from it (throughput median
+and IQR, latency, energy per sample, achieved TFLOP/s, MFU, arithmetic intensity) before the record is judged."""
+
+from __future__ import annotations
+
+from hwregress.hardware import roofline
+from hwregress.judge.stats import summarize
+from hwregress.measure.window import Measurement
+from hwregress.store.results import TestRecord
+
+
+def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
+    """Copy a measurement into ``record``: throughput median/IQR, latency, memory, telemetry, energy,
+    operator tables, FLOPs, achieved TFLOP/s, MFU (against the peak of ``record.device_name`` for
+    ``record.dtype``) and arithmetic intensity."""
+    samples = measurement.throughput_samples
+    summary = summarize(samples)
+    record.samples = samples
+    record.throughput, record.throughput_iqr = summary.median, summary.iqr
+    record.rounds = len(samples)
+    record.steps_per_round = measurement.timing.steps_per_round
+    record.latency_ms = summarize(measurement.timing.step_seconds).median * 1000.0
+    record.peak_memory_bytes = measurement.peak_memory_bytes
+    record.details.update(stable=measurement.timing.stable, extended_rounds=measurement.timing.extended_rounds,
+                          verdict_rounds=measurement.timing.verdict_rounds,
+                          warmup_steps=measurement.timing.warmup_steps, telemetry_series=measurement.telemetry_series)
+    record.telemetry = measurement.telemetry
+    record.health = measurement.health
+    record.throttled = bool(measurement.telemetry.get("throttle_reasons"))
+    if measurement.quantized_layers is not None:
+        record.details["quantized_layers"] = measurement.quantized_layers
+    if measurement.quantized_base_dtype is not None:
+        record.details["quantized_base_dtype"] = measurement.quantized_base_dtype
+    if measurement.compile is not None:  # the compiling first call, timed apart from the window
+        record.details.update(compile_s=measurement.compile.compile_s, compile_backend=measurement.compile.backend,
+                              frames_compiled=measurement.compile.recompiles, compile_cache=measurement.compile.cache_state,
+                              compile_cache_counts=measurement.compile.cache_counts)
+        if measurement.compile.setup_s is not None:  # this test paid the process's one-time compiler set-up, untimed
+            record.details["compile_setup_s"] = measurement.compile.setup_s
+    window_samples = measurement.window_work / measurement.work_per_sample
+    samples_per_s = summary.median / measurement.work_per_sample
+    if measurement.work_per_sample != 1:  # text: throughput is in tokens/s; keep samples/s beside it
+        record.details.update(samples_per_s=samples_per_s, tokens_per_sample=measurement.work_per_sample)
+    energy = measurement.telemetry.get("energy_j")
+    if energy:
+        record.energy_j_per_sample = energy / window_samples
+        record.samples_per_joule = window_samples / energy
+    if measurement.profile is not None:
+        record.top_ops = measurement.profile.top_device_ops
+        record.top_cpu_ops = measurement.profile.top_cpu_ops
+        record.op_categories = measurement.profile.categories
+        record.details["profile_steps"] = measurement.profile.steps
+    if measurement.flops_per_sample is not None:
+        record.flops_per_sample = measurement.flops_per_sample
+        record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, samples_per_s)
+        record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32",
+                                  record.details.get("device_facts", {}).get("multiprocessors"))
+        if measurement.bytes_per_sample:
+            record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample

@@ -1,0 +1,275 @@
+"""The options validated once per process into the frozen :class:`Settings`: each value read from its flag or ini
+twin (:mod:`hwregress.plugin.options`), checked, and turned into the selection, the timing plan, the judging policy,
+the folders, the topology of a distributed run and the Spark settings. Every error names the flag or ini key the
+bad value came from, the value, and what would be valid."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hwregress.hardware.devices import parse_device_list, visible_devices
+from hwregress.judge.compare import Tolerances
+from hwregress.judge.lifecycle import UPDATE_MODES
+from hwregress.judge.session import Policy
+from hwregress.measure.timing import TimingPlan
+from hwregress.plugin.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, validate
+from hwregress.plugin.options import (
+    list_of,
+    number_of,
+    optional_number_of,
+    path_of,
+    source_of,
+    switch_of,
+    value_of,
+    was_given,
+)
+from hwregress.scaleout.topology import Topology
+from hwregress.spark.engine import parse_conf
+from hwregress.spark.settings import SparkSettings
+from hwregress.workloads import plugins as workload_plugins
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the options decided, validated once per process."""
+
+    selection: Selection
+    plan: TimingPlan
+    policy: Policy
+    baseline_dir: Path
+    report_dir: Path
+    summary_md: Path | None
+    history_dir: Path | None
+    telemetry_interval_s: float
+    profile_steps: int
+    cudnn_benchmark: bool
+    trace: bool
+    write_report: bool
+    topology: Topology = field(default_factory=Topology)
+    dist_timeout_s: float = 300.0
+    workload_modules: tuple[str, ...] = ()  # --workloads: the ranks of a distributed job import them too
+    spark: SparkSettings = field(default_factory=SparkSettings)
+
+
+def build_settings(config: pytest.Config) -> Settings:
+    """Validate every option.
+
+    Raises:
+        pytest.UsageError: a bad device, model, mode, dtype, batch size, number or folder; the message names
+            the value, the option (or ini key) it came from, and the valid values.
+    """
+    _load_workloads(config)
+    policy = _policy(config)
+    baseline_dir = path_of(config, "hwregress_baseline_dir")
+    if policy.update_mode is None and not baseline_dir.is_dir() and was_given(config, "hwregress_baseline_dir"):
+        raise pytest.UsageError(f"{source_of(config, 'hwregress_baseline_dir')}={baseline_dir}: no such folder; "
+                                "check the spelling, or record into it with --update-baselines")
+    summary = value_of(config, "hwregress_summary_md")[0]
+    report_dir = path_of(config, "hwregress_report_dir")
+    topology = _topology(config)
+    return Settings(
+        selection=_selection(config, topology.nnodes),
+        plan=_timing_plan(config),
+        policy=policy,
+        baseline_dir=baseline_dir,
+        report_dir=report_dir,
+        summary_md=config.rootpath / summary if summary else None,
+        history_dir=_history_dir(config, report_dir),
+        telemetry_interval_s=number_of(config, "hwregress_telemetry_interval", float, 0.001, 60),
+        profile_steps=number_of(config, "hwregress_profile_steps", int, 0, 1000),
+        cudnn_benchmark=switch_of(config, "hwregress_cudnn_benchmark"),
+        trace=config.getoption("hwregress_trace"),
+        write_report=not config.getoption("hwregress_no_report"),
+        topology=topology,
+        dist_timeout_s=number_of(config, "hwregress_dist_timeout", float, 1, 86_400),
+        workload_modules=tuple(list_of(config, "hwregress_workloads") or ()),
+        spark=_spark(config),
+    )
+
+
+def _spark(config: pytest.Config) -> SparkSettings:
+    """The ``--spark-*`` options (numbers checked, each setting ``key=value``)."""
+    cli = config.getoption("hwregress_spark_conf")
+    source = "--spark-conf" if cli is not None else "ini option hwregress_spark_conf"
+    try:
+        conf = parse_conf(cli if cli is not None else config.getini("hwregress_spark_conf"), source)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    master = value_of(config, "hwregress_spark_master")[0]
+    if master is not None and not str(master).strip():
+        raise pytest.UsageError(f"{source_of(config, 'hwregress_spark_master')} is empty; give a master URL or "
+                                "leave it out for the default (local[cores]; a GPU test: local[1])")
+    return SparkSettings(
+        master=str(master).strip() if master is not None else None, conf=conf,
+        rows=optional_number_of(config, "hwregress_spark_rows", int, 1, 10_000_000),
+        stream_rate=optional_number_of(config, "hwregress_spark_stream_rate", float, 0.1, 1_000_000),
+        stream_images=optional_number_of(config, "hwregress_spark_stream_images", int, 1, 10_000_000))
+
+
+def _load_workloads(config: pytest.Config) -> None:
+    """Register the workloads of installed plugins (entry point group ``hwregress.workloads``) and of the
+    modules ``--workloads`` names, before any model name is checked."""
+    try:
+        workload_plugins.load_entry_points()
+        modules = list_of(config, "hwregress_workloads")
+        if modules:
+            workload_plugins.import_modules(modules, source_of(config, "hwregress_workloads"))
+    except workload_plugins.WorkloadPluginError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def _selection(config: pytest.Config, nnodes: int) -> Selection:
+    devices = _devices(config)
+    models = list_of(config, "hwregress_models")
+    modes = list_of(config, "hwregress_modes")
+    dtypes = list_of(config, "hwregress_dtypes")
+    batch_sizes = _batch_sizes(config)
+    selection = Selection(devices, models, batch_sizes, modes, dtypes or [],
+                          list_of(config, "hwregress_compile") or ["eager"],
+                          list_of(config, "hwregress_memory_format") or ["contiguous"], _world_sizes(config),
+                          _colocate(config), nnodes, _opted_in(config))
+    try:
+        validate(selection)
+    except (KeyError, ValueError) as error:
+        raise pytest.UsageError(f"{_culprit(config, error.args[0])}: {error.args[0]}") from None
+    return selection
+
+
+def _world_sizes(config: pytest.Config) -> list[int] | None:
+    entries = list_of(config, "hwregress_world_sizes")
+    if entries is None:
+        return None
+    try:
+        return [int(entry) for entry in entries]
+    except ValueError:
+        raise pytest.UsageError(f"{source_of(config, 'hwregress_world_sizes')}: world sizes must be whole numbers, got "
+                                f"{','.join(entries)!r}") from None
+
+
+def _opted_in(config: pytest.Config) -> frozenset[str]:
+    """The opt-in families (:data:`hwregress.plugin.matrix.OPT_IN_ON_CPU`,
+    :data:`~hwregress.plugin.matrix.OPT_IN_EVERYWHERE`) this session asks for: named in the ``-m`` expression, or
+    implied by ``--world-sizes`` (scaling), ``--colocate`` (colocated) or ``--spark-master`` (spark)."""
+    expression = getattr(config.option, "markexpr", "") or ""
+    chosen = {family for family in (*OPT_IN_ON_CPU, *OPT_IN_EVERYWHERE) if re.search(rf"\b{family}\b", expression)}
+    if value_of(config, "hwregress_spark_master")[0] is not None:
+        chosen.add("spark")
+    if value_of(config, "hwregress_world_sizes")[0] is not None:
+        chosen.add("scaling")
+    if value_of(config, "hwregress_colocate")[0] is not None:
+        chosen.add("colocated")
+    return frozenset(chosen)
+
+
+def _colocate(config: pytest.Config) -> list[tuple[str, ...]] | None:
+    entries = list_of(config, "hwregress_colocate")
+    return None if entries is None else [tuple(entry.split("+")) for entry in entries]
+
+
+def _topology(config: pytest.Config) -> Topology:
+    """``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``, checked together.
+
+    Raises:
+        pytest.UsageError: a bad number or endpoint, or several nodes under pytest-xdist (every node must run the
+            same tests in the same order, which one pytest process does and ``-n`` does not).
+    """
+    nnodes = number_of(config, "hwregress_nnodes", int, 1, 100_000)
+    node_rank = number_of(config, "hwregress_node_rank", int, 0, 100_000)
+    endpoint = value_of(config, "hwregress_rdzv_endpoint")[0]
+    try:
+        topology = Topology(nnodes, node_rank, endpoint)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    if topology.multi_node and getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError(f"--nnodes {nnodes} runs in one pytest process per node: drop -n (pytest-xdist), "
+                                "so every node runs the same tests in the same order")
+    return topology
+
+
+def _timing_plan(config: pytest.Config) -> TimingPlan:
+    return TimingPlan(
+        warmup_steps=number_of(config, "hwregress_warmup", int, 1, 10_000),
+        rounds=number_of(config, "hwregress_rounds", int, 3, 100_000),
+        min_round_s=number_of(config, "hwregress_min_round_time", float, 1e-6, 3600),
+        budget_s=number_of(config, "hwregress_time_budget", float, 1e-3, 86_400),
+        confirm_s=number_of(config, "hwregress_confirm_time", float, 0.0, 86_400),
+    )
+
+
+def _policy(config: pytest.Config) -> Policy:
+    update = config.getoption("hwregress_update")
+    if update is not None and update not in UPDATE_MODES:
+        raise pytest.UsageError(f"--update-baselines={update!r}: use one of {', '.join(UPDATE_MODES)} "
+                                "(or no value for all)")
+    given = value_of(config, "hwregress_tolerance")[0] is not None
+    tolerance = number_of(config, "hwregress_tolerance", float, 0.0, 0.99) if given else None
+    defaults = Tolerances()
+    max_threshold = number_of(config, "hwregress_max_threshold", float, 0.01, 0.99)
+    highest = tolerance if tolerance is not None else defaults.cpu_throughput
+    if max_threshold < highest:
+        raise pytest.UsageError(f"{source_of(config, 'hwregress_max_threshold')}={max_threshold} is below the "
+                                f"tolerance {highest}; the cap must be at least the tolerance")
+    tolerances = Tolerances(throughput=defaults.throughput if tolerance is None else tolerance,
+                            cpu_throughput=defaults.cpu_throughput if tolerance is None else tolerance,
+                            max_threshold=max_threshold,
+                            memory=number_of(config, "hwregress_memory_tolerance", float, 0.0, 100.0))
+    return Policy(tolerances, update, config.getoption("hwregress_require"), config.getoption("hwregress_strict_env"),
+                  config.getoption("hwregress_accept_identity"))
+
+
+def _devices(config: pytest.Config) -> list[str]:
+    entries = list_of(config, "hwregress_devices")
+    if entries is None:
+        return _default_devices()
+    source = source_of(config, "hwregress_devices")
+    try:
+        devices = parse_device_list(",".join(entries), source)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    visible = visible_devices()
+    missing = [d for d in devices if d not in visible]
+    if missing:
+        raise pytest.UsageError(f"{source}: {', '.join(missing)} not visible on this machine "
+                                f"(visible: {', '.join(visible)}); drop it, or check CUDA_VISIBLE_DEVICES and the "
+                                "driver")
+    return devices
+
+
+def _default_devices() -> list[str]:
+    """Every visible device; ``cuda:0`` too when none is visible, so ``pytest -m gpu`` on a machine without a
+    GPU reports skipped tests with the reason instead of collecting nothing."""
+    found = visible_devices()
+    return found if any(d.startswith("cuda") for d in found) else [*found, "cuda:0"]
+
+
+def _batch_sizes(config: pytest.Config) -> list[int | str] | None:
+    entries = list_of(config, "hwregress_batch_sizes")
+    if entries is None:
+        return None
+    try:
+        return [MAX_BATCH if entry == MAX_BATCH else int(entry) for entry in entries]
+    except ValueError:
+        raise pytest.UsageError(f"{source_of(config, 'hwregress_batch_sizes')}: batch sizes must be whole numbers or "
+                                f"'max', got {','.join(entries)!r}") from None
+
+
+def _history_dir(config: pytest.Config, report_dir: Path) -> Path | None:
+    if config.getoption("hwregress_no_history"):
+        return None
+    given = value_of(config, "hwregress_history_dir")[0] is not None
+    return path_of(config, "hwregress_history_dir") if given else report_dir / "history"
+
+
+def _culprit(config: pytest.Config, message: str) -> str:
+    """The flag (or ini key) a matrix validation error is about, from the words of its message."""
+    for word, ini in (("co-located", "hwregress_colocate"), ("world size", "hwregress_world_sizes"),
+                      ("model", "hwregress_models"), ("memory format", "hwregress_memory_format"),
+                      ("mode", "hwregress_modes"), ("dtype", "hwregress_dtypes"), ("compiler", "hwregress_compile"),
+                      ("batch", "hwregress_batch_sizes")):
+        if word in message:
+            return source_of(config, ini)
+    return "hwregress"

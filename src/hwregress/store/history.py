@@ -1,0 +1,280 @@
+"""The session history: one JSON line per measured test per session, appended to ``<dir>/<hardware-key>.jsonl``.
+
+A nightly job is a time series. The baselines file keeps what a machine *should* do; the history keeps what it
+*did*, every session, so a slow drift or the session where a level changed can be found later
+(:mod:`hwregress.judge.trends`). A CI runner keeps the folder as a cache or an artifact between runs.
+
+Discipline, as for baselines (:mod:`hwregress.store.baselines`):
+
+- Only ever appended: a line once written is never rewritten. Appends hold ``<file>.lock`` (``filelock``), so
+  concurrent sessions on one runner interleave whole lines; each append is one ``write`` of whole lines to a
+  file opened with ``O_APPEND`` and is fsynced before the lock is released.
+- A crash mid-append can leave a torn last line. The next append starts on a fresh line, and readers skip a
+  line that is not a valid row with a warning naming the file and line number; every other line still counts.
+- The installed packages are recorded by hash on every row; the list behind each hash is written once to
+  ``<dir>/packages/<hash>.json``, so the history can say which packages changed between two sessions.
+
+Row fields (``HISTORY_ROW_VERSION`` 1): ``v``, ``session`` (id of the pytest session), ``time`` (UTC, ISO 8601),
+``test_id``, ``hardware_key``, ``device``, ``device_name``, ``family``, ``model``, ``mode``, ``batch_size``,
+``dtype`` (the test's identity, for the dashboard's filters; older rows lack them), ``identity`` (hardware identity,
+:mod:`hwregress.hardware.identity`), ``hwregress_version``, ``environment`` (:func:`hwregress.hardware.devices.environment_fingerprint`),
+``packages`` (hash), ``unit``, ``median``, ``q1``, ``q3``, ``iqr``, ``n`` (of the per-round samples),
+``verdict``, ``ratio``, ``threshold``, ``baseline_median``, ``baseline_recorded_at``, ``telemetry``
+(``power_w``, ``sm_clock_mhz``, ``temperature_c``, ``cpu_util_pct``: means over the window, where measured),
+``health`` (the CPU health probe's ``other_cpu_fraction``, ``steal_fraction``, ``cpu_freq_mhz``) and ``diagnosis``
+(the first two likely causes of a regression, :mod:`hwregress.judge.diagnosis`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from hwregress import __version__
+from hwregress.judge.stats import summarize
+from hwregress.store.atomic import atomic_write_json, read_regular_file
+from hwregress.store.results import TestRecord
+
+HISTORY_ROW_VERSION = 1
+LOCK_TIMEOUT_S = 120.0
+TELEMETRY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct")
+HEALTH_FIELDS = ("other_cpu_fraction", "steal_fraction", "cpu_freq_mhz")
+_REQUIRED = {"test_id": str, "time": str, "hardware_key": str, "session": str}
+
+
+@dataclass
+class HistoryRead:
+    """The rows of one history file in file order, and a warning for each line skipped."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def installed_packages() -> list[str]:
+    """``name==version`` of every installed distribution, sorted case-insensitively, duplicates removed."""
+    found = {f"{dist.metadata['Name']}=={dist.version}" for dist in metadata.distributions() if dist.metadata["Name"]}
+    return sorted(found, key=str.lower)
+
+
+def package_hash(packages: Sequence[str]) -> str:
+    """The first 16 hex digits of the SHA-256 of the package list, one ``name==version`` per line."""
+    return hashlib.sha256("\n".join(packages).encode("utf-8")).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _this_process_packages() -> tuple[str, ...]:
+    return tuple(installed_packages())
+
+
+def row_from_record(record: TestRecord, session: str, time: str, packages: str) -> dict[str, Any] | None:
+    """The history row of one finished test; None when it measured nothing (no samples, no hardware key).
+
+    Args:
+        record: the test's record (``samples`` in ``record.unit``, e.g. samples/s).
+        session: the id of the pytest session (same for every row it writes).
+        time: the session's start, UTC ISO 8601 (same for every row it writes: one session, one x position).
+        packages: :func:`package_hash` of the installed packages.
+    """
+    values = [float(s) for s in record.samples
+              if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0]
+    if not values or not record.hardware_key:
+        return None
+    summary = summarize(values)
+    return {
+        "v": HISTORY_ROW_VERSION, "session": session, "time": time, "test_id": record.test_id,
+        "hardware_key": record.hardware_key, "device": record.device, "device_name": record.device_name,
+        "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
+        "dtype": record.dtype,
+        "identity": record.details.get("identity") or {}, "hwregress_version": __version__,
+        "environment": dict(record.environment), "packages": packages, "unit": record.unit,
+        "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,
+        "verdict": str(record.verdict),
+        "ratio": _finite_or_none(record.ratio), "threshold": _finite_or_none(record.threshold),
+        "baseline_median": _finite_or_none(record.baseline_throughput), "baseline_recorded_at": record.baseline_recorded_at,
+        "telemetry": _telemetry_means(record.telemetry or {}),
+        "health": {key: value for key in HEALTH_FIELDS if (value := _finite_or_none((record.health or {}).get(key))) is not None},
+        "diagnosis": list(record.diagnosis[:2]),
+    }
+
+
+def _finite_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _telemetry_means(summary: dict[str, Any]) -> dict[str, float]:
+    metrics = summary.get("metrics") or {}
+    means = {key: _finite_or_none((metrics.get(key) or {}).get("mean")) for key in TELEMETRY_FIELDS}
+    return {key: value for key, value in means.items() if value is not None}
+
+
+class HistoryStore:
+    """The history files under ``directory``, one per hardware key."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def path_for(self, hardware_key: str) -> Path:
+        """``<directory>/<hardware_key>.jsonl``.
+
+        Raises:
+            ValueError: the key would name a file outside the folder (a path separator, or empty).
+        """
+        if not hardware_key or "/" in hardware_key or "\\" in hardware_key or hardware_key.startswith("."):
+            raise ValueError(f"hardware key {hardware_key!r} cannot name a history file; keys are like amd-epyc-f26m2-2t")
+        return self.directory / f"{hardware_key}.jsonl"
+
+    def hardware_keys(self) -> list[str]:
+        """Keys of every history file present, sorted (hidden files, such as a ``.backup.jsonl``, are not keys)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(path.stem for path in self.directory.glob("*.jsonl") if path.is_file() and not path.name.startswith("."))
+
+    def append_session(self, records: Iterable[TestRecord], session: str, time: str) -> dict[str, int]:
+        """Append one row per measured record to its hardware key's file; record the package list once.
+
+        Returns:
+            rows appended per hardware key.
+
+        Raises:
+            OSError: the folder or a file cannot be written (nothing half-written stays unreadable: see the
+                module doc).
+            filelock.Timeout: another writer held a file's lock for more than ``LOCK_TIMEOUT_S``.
+        """
+        packages = _this_process_packages()
+        digest = package_hash(packages)
+        by_key: dict[str, list[dict[str, Any]]] = {}
+        for record in records:
+            row = row_from_record(record, session, time, digest)
+            if row is not None:
+                by_key.setdefault(row["hardware_key"], []).append(row)
+        if by_key:
+            self._remember_packages(digest, packages)
+        for key, rows in by_key.items():
+            self.append(key, rows)
+        return {key: len(rows) for key, rows in by_key.items()}
+
+    def append(self, hardware_key: str, rows: Sequence[dict[str, Any]]) -> Path:
+        """Append ``rows`` (JSON objects) as lines to the key's file under its lock. Returns the file.
+
+        Raises:
+            ValueError: a row holds NaN, infinity or a value JSON cannot hold; nothing is written.
+            OSError, filelock.Timeout: see :meth:`append_session`.
+        """
+        path = self.path_for(hardware_key)
+        try:
+            lines = "".join(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n" for row in rows)
+            payload = lines.encode("utf-8")
+        except (ValueError, TypeError) as error:  # UnicodeEncodeError (a lone surrogate) is a ValueError
+            raise ValueError(f"{path}: a history row cannot be written as JSON ({error}); nothing was appended") from None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+            _append_lines(path, payload)
+        return path
+
+    def read(self, hardware_key: str) -> HistoryRead:
+        """Every valid row of the key's file, in file order (an absent file reads as empty).
+
+        Raises:
+            OSError: the file exists but cannot be read (permissions; a folder or device in its place).
+        """
+        return read_history(self.path_for(hardware_key))
+
+    def packages(self, digest: str) -> list[str] | None:
+        """The package list recorded under ``digest``; None when it was never recorded or cannot be read."""
+        try:
+            data = json.loads(read_regular_file(self._package_path(digest)))
+        except (OSError, ValueError):
+            return None
+        return [str(item) for item in data] if isinstance(data, list) else None
+
+    def _package_path(self, digest: str) -> Path:
+        return self.directory / "packages" / f"{digest}.json"
+
+    def _remember_packages(self, digest: str, packages: Sequence[str]) -> None:
+        path = self._package_path(digest)
+        if not path.exists():
+            atomic_write_json(path, list(packages))
+
+
+def _append_lines(path: Path, payload: bytes) -> None:
+    """One ``write`` of whole lines at the end of ``path``, after a newline if a crash left a torn last line."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(descriptor).st_size
+        if size and _last_byte(path, size) != b"\n":
+            payload = b"\n" + payload
+        written = 0
+        while written < len(payload):
+            written += os.write(descriptor, payload[written:])
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _last_byte(path: Path, size: int) -> bytes:
+    with path.open("rb") as stream:
+        stream.seek(size - 1)
+        return stream.read(1)
+
+
+def read_history(path: str | os.PathLike[str]) -> HistoryRead:
+    """The valid rows of a history file, skipping each invalid line with a warning ``<file>:<line>: ...``.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    source = Path(path)
+    try:
+        data = read_regular_file(source)
+    except FileNotFoundError:
+        return HistoryRead()
+    read = HistoryRead()
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        row, problem = _parse_row(line)
+        if row is None:
+            read.warnings.append(f"{source}:{number}: skipped: {problem}")
+        else:
+            read.rows.append(row)
+    return read
+
+
+def _parse_row(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, "not a JSON line (a torn or edited write)"
+    if not isinstance(row, dict):
+        return None, f"not a JSON object but {type(row).__name__}"
+    if type(row.get("v")) is not int or row["v"] != HISTORY_ROW_VERSION:
+        return None, f"row version {row.get('v')!r} is not {HISTORY_ROW_VERSION} (written by another hwregress version)"
+    for name, kind in _REQUIRED.items():
+        if not isinstance(row.get(name), kind):
+            return None, f"'{name}' must be a {kind.__name__}, found {json.dumps(row.get(name))[:40]}"
+    median = row.get("median")
+    if isinstance(median, bool) or not isinstance(median, (int, float)) or not math.isfinite(median) or median <= 0:
+        return None, f"'median' must be a number > 0, found {json.dumps(median)[:40]}"
+    if parse_time(row["time"]) is None:
+        return None, f"'time' must be an ISO 8601 time, found {row['time'][:40]!r}"
+    return row, ""
+
+
+def parse_time(text: str) -> _dt.datetime | None:
+    """An ISO 8601 time as an aware UTC datetime (a naive time is taken as UTC); None when unreadable."""
+    try:
+        moment = _dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return moment.replace(tzinfo=_dt.timezone.utc) if moment.tzinfo is None else moment.astimezone(_dt.timezone.utc)

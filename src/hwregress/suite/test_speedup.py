@@ -1,0 +1,9 @@
+"""The seed studies' central question, answered in one run: GPU/CPU training throughput ratio,
+asserted against the baseline speedup."""
+
+import pytest
+
+
+@pytest.mark.speedup
+def test_gpu_speedup(hwbench, device, workload, mode, batch_size, dtype):
+    hwbench.speedup(device, workload, batch_size, dtype)

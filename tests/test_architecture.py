@@ -1,0 +1,269 @@
+"""The house rules of the package layout (issue 22), checked over the import graph that every ``import`` statement of
+``src/hwregress`` draws: module level, inside functions and under ``TYPE_CHECKING`` alike, so that a lazy import
+cannot hide a circle or a heavy dependency.
+
+- no import circles;
+- each room imports only the rooms below it (:data:`MAY_IMPORT`);
+- ``judge/``, ``store/``, ``report/`` and ``cli/`` reach neither torch nor pytest, however indirectly;
+- only ``plugin/`` and the shipped suite import pytest;
+- a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
+  reading one torch-free module never loads a torch-using sibling;
+- no module is longer than :data:`MAX_LINES`;
+- ``python -m hwregress baselines``/``history``/``report`` never import torch (a subprocess, ``sys.modules`` at exit).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "hwregress"
+MAX_LINES = 400
+HEAVY = {"torch", "torchvision", "transformers", "torchao", "pytest", "_pytest", "xdist", "pytest_benchmark", "pyspark"}
+TORCH_FREE_ROOMS = ("judge", "store", "report", "cli")
+PYTEST_ROOMS = ("plugin", "suite")
+# room -> the rooms (or single modules, as dotted names under hwregress) it may import besides itself
+MAY_IMPORT: dict[str, set[str]] = {
+    "store": {"judge.stats", "judge.changepoints"},
+    "judge": {"store", "hardware.facts", "hardware.roofline", "hardware.health"},
+    "hardware": set(),
+    "workloads": {"hardware"},
+    "measure": {"hardware", "workloads", "judge", "store"},
+    "scaleout": {"measure", "hardware", "workloads", "judge", "store"},
+    "spark": {"measure", "hardware", "workloads", "judge", "store"},
+    "report": {"store", "judge", "hardware.roofline"},
+    "cli": {"report", "store", "judge"},
+    "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark"},
+    "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
+}
+INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(name: str) -> str:
+    """The module of hwregress that ``name`` (a module, or a name inside one) lies in."""
+    while name not in modules() and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports_of(name: str, source: str, is_package: bool = False) -> list[str]:
+    """Every module name ``source`` imports, wherever the statement stands (module level, function, class,
+    ``if TYPE_CHECKING``); ``from a import b`` gives ``a.b``, relative imports resolved against ``name``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".") if is_package else name.split(".")[:-1]
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found += [f"{base}.{alias.name}" for alias in node.names] if base.startswith("hwregress") else [base]
+    return found
+
+
+@cache
+def graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module -> hwregress modules it imports, module -> top-level external packages it imports)."""
+    internal: dict[str, set[str]] = defaultdict(set)
+    external: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules().items():
+        for target in imports_of(name, path.read_text(encoding="utf-8"), path.name == "__init__.py"):
+            if target == "hwregress" or target.startswith("hwregress."):
+                found = _resolve(target)
+                if found != name:
+                    internal[name].add(found)
+            elif target != "__future__":
+                external[name].add(target.split(".")[0])
+    return internal, external
+
+
+def room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+
+
+def closure(module: str) -> set[str]:
+    internal, _ = graph()
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo += internal[current]
+    return seen
+
+
+def cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    internal, _ = graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for neighbour in internal[node]:
+            if neighbour not in index:
+                visit(neighbour)
+                low[node] = min(low[node], low[neighbour])
+            elif neighbour in stack:
+                low[node] = min(low[node], index[neighbour])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(modules()):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_graph_is_read_from_every_module():
+    internal, external = graph()
+    assert len(modules()) > 50
+    assert "hwregress.measure.window" in internal["hwregress.plugin.fixture"]
+    assert "torch" in external["hwregress.measure.window"]
+
+
+def test_there_are_no_import_circles():
+    assert cycles() == []
+
+
+def test_imports_inside_functions_and_type_checking_blocks_count():
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hwregress.plugin.fixture import HwBench\n"
+              "def f():\n    from hwregress.measure import window\n    import torch\n"
+              "from . import stats\n")
+    assert sorted(imports_of("hwregress.judge.compare", source)) == sorted([
+        "typing", "hwregress.plugin.fixture.HwBench", "hwregress.measure.window", "torch", "hwregress.judge.stats"])
+
+
+def test_a_circle_through_a_lazy_import_is_found(monkeypatch):
+    internal, external = graph()
+    circled = defaultdict(set, {k: set(v) for k, v in internal.items()})
+    circled["hwregress.store.atomic"].add("hwregress.store.baselines")  # as a lazy import in atomic would
+    monkeypatch.setattr(sys.modules[__name__], "graph", lambda: (circled, external))
+    assert any({"hwregress.store.atomic", "hwregress.store.baselines"} <= set(c) for c in cycles())
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    internal, _ = graph()
+    wrong = []
+    for module, targets in internal.items():
+        home = room(module)
+        if home is None:
+            continue
+        allowed = MAY_IMPORT[home] | {home}
+        for target in targets:
+            if target == "hwregress":
+                continue  # the package root: __version__
+            inside = target.removeprefix("hwregress.")
+            if not any(inside == rule or inside.startswith(rule + ".") for rule in allowed):
+                wrong.append(f"{module} imports {target}")
+    assert wrong == []
+
+
+@pytest.mark.parametrize("home", TORCH_FREE_ROOMS)
+def test_torch_free_rooms_reach_neither_torch_nor_pytest(home):
+    _, external = graph()
+    heavy = {}
+    for module in modules():
+        if room(module) == home:
+            reached = {f"{m}: {sorted(external[m] & HEAVY)}" for m in closure(module) if external[m] & HEAVY}
+            if reached:
+                heavy[module] = sorted(reached)
+    assert heavy == {}
+
+
+def test_only_the_plugin_and_the_suite_import_pytest():
+    _, external = graph()
+    importers = sorted(m for m, packages in external.items() if packages & {"pytest", "_pytest", "xdist"}
+                       and room(m) not in PYTEST_ROOMS and m != "hwregress.plugin")
+    assert importers == []
+
+
+def test_room_inits_import_nothing():
+    internal, _ = graph()
+    busy = {m: sorted(internal[m]) for m, path in modules().items()
+            if path.name == "__init__.py" and m != "hwregress" and m not in INIT_MAY_IMPORT and internal[m]}
+    assert busy == {}
+
+
+def test_no_module_is_longer_than_the_limit():
+    lengths = {m: len(path.read_text(encoding="utf-8").splitlines()) for m, path in modules().items()}
+    long = {m: n for m, n in lengths.items() if n > MAX_LINES}
+    assert long == {}
+
+
+_PROBE = """
+import json, runpy, sys
+sys.argv = ["hwregress", *json.loads(sys.argv[1])]
+try:
+    runpy.run_module("hwregress", run_name="__main__")
+except SystemExit as stop:
+    code = stop.code
+else:
+    code = 0
+heavy = sorted(name for name in ("torch", "torchvision", "transformers", "pytest") if name in sys.modules)
+print(f"CODE={code}", file=sys.stderr)
+print("HEAVY=" + json.dumps(heavy), file=sys.stderr)
+"""
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> dict[str, str]:
+    """A baselines folder, a history and a results file, written by the library in this (torch-using) process."""
+    from hwregress.report import write_outputs
+    from hwregress.store.baselines import BaselineStore
+    from hwregress.store.history import HistoryStore
+    from hwregress.store.results import SessionResults, TestRecord
+
+    record = TestRecord("t", family="throughput", hardware_key="cpu-a", model="resnet18", mode="train", batch_size=8,
+                        dtype="fp32", throughput=5.0, samples=[5.0, 5.1, 4.9], unit="samples/s", device="cpu")
+    BaselineStore(tmp_path / "baselines").write_entries("cpu-a", "CPU A", {"throughput/resnet18": {"median": 5.0}})
+    HistoryStore(tmp_path / "history").append_session([record], "s1", "2026-11-22T10:00:00+00:00")
+    results = write_outputs(SessionResults({}, [record]), tmp_path / "reports")["results"]
+    return {"baselines": str(tmp_path / "baselines"), "history": str(tmp_path / "history"), "results": str(results),
+            "html": str(tmp_path / "page.html")}
+
+
+@pytest.mark.parametrize("command", [["baselines", "list", "--dir", "{baselines}"],
+                                     ["baselines", "show", "cpu-a", "--dir", "{baselines}"],
+                                     ["history", "--dir", "{history}"],
+                                     ["report", "render", "{results}", "-o", "{html}"]],
+                         ids=["baselines-list", "baselines-show", "history", "report-render"])
+def test_the_cli_reads_baselines_history_and_reports_without_torch(command, stored):
+    args = [part.format(**stored) for part in command]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(args)], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert "CODE=0" in result.stderr, result.stdout + result.stderr
+    heavy = [line for line in result.stderr.splitlines() if line.startswith("HEAVY=")]
+    assert json.loads(heavy[-1].removeprefix("HEAVY=")) == [], f"{args} imported {heavy[-1]}"
