@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -37,7 +38,8 @@ def test_causal_lm_runs_every_mode_in_tokens_per_second_with_serving_latencies(h
 
 
 def test_a_workload_of_your_own_runs_by_name_from_workloads_module(hw_project):
-    hw_project.monkeypatch.setenv("PYTHONPATH", str(EXAMPLE))
+    # the example's folder first, the rest kept: a checkout whose src/ is on PYTHONPATH (a worktree) still runs its own code
+    hw_project.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(EXAMPLE), os.environ.get("PYTHONPATH")])))
     result = hw_project.run("--workloads", "custom_workload_example", "--models", "example_mlp", "--modes", "infer")
     result.assert_outcomes(passed=1)
     (record,) = hw_project.results["records"]
