@@ -320,3 +320,19 @@ def test_realistic_medians_give_a_finite_level(medians, data):
     check_invariants(trend, len(medians))
     assert trend.level_now is not None and 0 < trend.level_now < float("inf")
     assert trend.drift is not None and np.isfinite(trend.drift)
+
+
+def test_a_latest_session_judged_a_regression_is_never_steady():
+    """Found on the 2-core VM's dashboard: eight quiet sessions then one under two busy loops at 0.24 of the
+    baseline, judged `regression` by the session itself, read "steady": one session makes no change point."""
+    medians = [LEVEL * f for f in (1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 0.24)]
+    rows = history(medians, verdict=lambda i: "regression" if i == 8 else "pass", **ORIGINAL_BASELINE)
+    rows[-1]["ratio"] = 0.24
+    trend = analyze(rows)
+    assert trend.status == "regression" and trends.has_changed(trend)
+    assert "latest session" in trend.summary and "0.24" in trend.summary
+
+
+def test_a_latest_session_that_passed_keeps_the_series_status():
+    medians = [LEVEL * f for f in (1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 0.995)]
+    assert analyze(history(medians, **ORIGINAL_BASELINE)).status == "steady"

@@ -148,6 +148,25 @@ def _judge(trend: Trend, medians: list[float], tolerance: float) -> None:
     else:
         trend.status = "improvement" if trend.drift > 0 else "regression" if flagged else "drift"
     trend.summary = _sentence(trend, latest, len(medians) - start, flagged)
+    _latest_session_red(trend, tolerance)
+
+
+def _latest_session_red(trend: Trend, tolerance: float) -> None:
+    """A latest session that its own verdict judged a regression, by more than ``tolerance`` below its baseline,
+    makes the status ``regression`` whatever the series says: one session makes no change point (PELT needs a
+    segment), so a test that just fell to a quarter of its baseline would otherwise read ``steady`` until the next
+    sessions confirm it. The drop is the session's ``ratio``, else its median over its ``baseline_median``."""
+    last = trend.rows[-1]
+    if last.get("verdict") != "regression" or trend.status == "regression":
+        return
+    ratio = last.get("ratio")
+    if not isinstance(ratio, int | float) and last.get("baseline_median"):
+        ratio = float(last["median"]) / float(last["baseline_median"])
+    if not isinstance(ratio, int | float) or 1 - ratio <= tolerance:
+        return
+    trend.status = "regression"
+    trend.summary = (f"regression: the latest session ({last.get('time')}) was judged a regression at {ratio:.3g} of "
+                     f"its baseline; one session makes no change point yet; the series before it: {trend.summary}")
 
 
 def _slid(trend: Trend, logs: np.ndarray, tolerance: float) -> bool:
