@@ -93,3 +93,12 @@ def test_the_workload_fixture_skips_such_a_workload_as_unsupported(pytester, mon
     result.assert_outcomes(passed=1, skipped=1)
     assert "bert_base needs the Python package transformers: pip install 'hwregress[llm]'" in result.stdout.str()
     assert "hwregress.suite" in sys.modules
+
+
+def test_device_scheduling_holds_when_the_plugin_is_registered_before_xdist(hw_project):
+    # an entry point can be registered before xdist's (entry points load in distribution order); "-p" registers the
+    # plugin before every entry point, as that order does: xdist's own first-called pytest_cmdline_main then sets
+    # --dist load before the plugin could tell that the user chose no --dist
+    hw_project.run("-p", "hwregress.plugin", "-n", "2").assert_outcomes(passed=2)
+    workers = {r["details"]["worker"] for r in hw_project.results["records"]}
+    assert len(workers) == 1 and workers != {"main"}  # one device, one worker

@@ -13,6 +13,7 @@ pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Any
 
 import pytest
 
@@ -61,9 +62,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
+    # a wrapper runs before every plain implementation, whatever the registration order: xdist's own (tryfirst too)
+    # turns "no --dist" into "--dist load", and an entry point may be registered before xdist's
     xdist.choose_scheduling(config)
+    return (yield)
 
 
 def pytest_configure(config: pytest.Config) -> None:
