@@ -116,3 +116,6 @@ class FakeStreamingQuery:
 
     def exception(self) -> BaseException | None:
         return self.error
+
+    def processAllAvailable(self) -> None:
+        self.drained = True
