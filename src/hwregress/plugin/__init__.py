@@ -1,6 +1,7 @@
 """The hwregress pytest plugin: the hooks, and only the hooks. Each role lives in its own module, like
 pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 
+- :mod:`~hwregress.plugin.hookspecs`: the hooks offered to other plugins, each with an example;
 - :mod:`~hwregress.plugin.options`: command-line options and ini twins; :mod:`~hwregress.plugin.settings`:
   their values validated into ``Settings``;
 - :mod:`~hwregress.plugin.parametrize`: the matrix every hardware test is parametrized over;
@@ -18,8 +19,7 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
-from hwregress.measure.timing import RoundTimer
-from hwregress.plugin import options, record, spark, xdist
+from hwregress.plugin import hookspecs, options, record, spark, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.fixture import SESSION_KEY, hwbench, release_cpu_references
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
@@ -47,15 +47,8 @@ MARKERS = {
 pytest.register_assert_rewrite("hwregress.suite")
 
 
-class HookSpecs:
-    @pytest.hookspec(firstresult=True)
-    def pytest_hwregress_round_timer(self, config: pytest.Config, device: str) -> RoundTimer | None:
-        """Return the :class:`hwregress.measure.timing.RoundTimer` for ``device``, or None for the default (CUDA
-        events on CUDA, synchronized host clock elsewhere). Self-tests use it to inject a known clock."""
-
-
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    pluginmanager.add_hookspecs(HookSpecs)
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -65,6 +65,7 @@ class Collector:
         self.records[record.test_id] = record
         if self.journal is not None:
             self._journal_write(self.journal.append, record)
+        self.config.hook.pytest_hwregress_record_judged(config=self.config, record=record)
 
     def _journal_write(self, write: Any, value: Any) -> None:
         assert self.journal is not None
@@ -173,6 +174,11 @@ class Collector:
         return lines + [f"hwregress: warning: {warning}" for warning in self.history.warnings[:20]]
 
     def _meta(self, exitstatus: int) -> dict[str, Any]:
+        meta = self._own_meta(exitstatus)
+        self.config.hook.pytest_hwregress_session_meta(config=self.config, meta=meta)
+        return meta
+
+    def _own_meta(self, exitstatus: int) -> dict[str, Any]:
         return {
             "hostname": socket.gethostname(),
             "started_at": _iso(self.started),
