@@ -31,7 +31,7 @@ def test_every_hook_is_specified_with_an_example_and_its_arguments():
     for name in HOOKS:
         spec = getattr(hookspecs, name)
         assert "Example" in spec.__doc__ and "def " + name in spec.__doc__, name
-        assert list(inspect.signature(spec).parameters)[0] == "config", name
+        assert next(iter(inspect.signature(spec).parameters)) == "config", name
 
 
 @pytest.mark.slow
