@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from hwregress import __version__
 from hwregress.store import history as history_module
-from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore, installed_packages, package_hash, row_from_record
+from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore, package_hash, row_from_record
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -124,7 +124,10 @@ def test_append_session_round_trips_and_splits_by_hardware_key(tmp_path, monkeyp
     assert store.append_session(records, session="s1", time=TIME) == {"cpu-a": 2, "gpu-b": 1}
     assert store.append_session([measured_record(test_id="a3")], session="s2", time=TIME) == {"cpu-a": 1}
 
-    digest = package_hash(installed_packages())
+    # the store hashes this process's package list as first read (frozen: a package installed mid-session must not
+    # split one session over two hashes); reading it afresh here raced with whatever else was installing
+    frozen = list(history_module._this_process_packages())
+    digest = package_hash(frozen)
     expected_a = [row_from_record(r, "s1", TIME, digest) for r in records[0:3:2]]
     expected_a.append(row_from_record(measured_record(test_id="a3"), "s2", TIME, digest))
     read_a = store.read("cpu-a")
@@ -136,7 +139,7 @@ def test_append_session_round_trips_and_splits_by_hardware_key(tmp_path, monkeyp
 
     # the package list behind the hash: written once, for two sessions
     assert writes == [tmp_path / "history" / "packages" / f"{digest}.json"]
-    assert store.packages(digest) == installed_packages()
+    assert store.packages(digest) == frozen
     assert store.packages("0" * 16) is None
 
 
