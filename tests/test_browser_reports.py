@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synthetic import MACHINES, STEP_TEST, synthetic_history, synthetic_session, synthetic_test_id, write_session
+from synthetic import MACHINES, STEP_TEST, judged_session, synthetic_history, synthetic_session, synthetic_test_id, write_session
 
 from hwregress.cli import main
 
@@ -29,12 +29,13 @@ pytestmark = [pytest.mark.browser,
                                  reason="chromium is not installed (apt-get install chromium)")]
 
 # Appended to a copy of the page: every drawn element of every <svg> must lie inside the SVG's box (half a pixel
-# of rounding allowed); then the filter form, driven as a user would, is counted under each selection.
+# of rounding allowed) and no two of its text labels may overlap; then the filter form, driven as a user would, is
+# counted under each selection.
 CHECK = """
 <script>
 (function () {
   "use strict";
-  var problems = [], checked = 0, svgs = document.querySelectorAll("svg");
+  var problems = [], overlaps = [], checked = 0, svgs = document.querySelectorAll("svg");
   svgs.forEach(function (svg, index) {
     var box = svg.getBoundingClientRect();
     svg.querySelectorAll("text, line, circle, rect, polyline, polygon, path, ellipse").forEach(function (el) {
@@ -71,7 +72,7 @@ CHECK = """
     filters.count_text = document.getElementById("filter-count").textContent;
   }
   document.documentElement.setAttribute("data-selftest", JSON.stringify(
-    {svgs: svgs.length, checked: checked, problems: problems, filters: filters}));
+    {svgs: svgs.length, checked: checked, problems: problems, overlaps: overlaps, filters: filters}));
 }());
 </script>
 """
@@ -130,3 +131,15 @@ def test_compare_page_charts_stay_inside_their_svgs(tmp_path, capsys):
     assert found["svgs"] == 120 + 1  # a strip of samples per test, and the bar chart of the two that changed
     assert found["problems"] == [], json.dumps(found["problems"][:5], indent=1)
     assert synthetic_test_id(STEP_TEST).rsplit("::", 1)[-1] in page.read_text(encoding="utf-8")
+
+
+def test_report_of_a_judged_120_test_session_keeps_every_element_inside_its_svg_and_no_labels_overlap(tmp_path, capsys):
+    results = write_session(tmp_path / "session" / "results.json", judged_session())
+    page = tmp_path / "report.html"
+    assert main(["report", "render", str(results), "-o", str(page)]) == 0, capsys.readouterr().err
+    found = inspect(page, tmp_path)
+    html_text = page.read_text(encoding="utf-8")
+    assert 'class="chart regressed"' in html_text and found["svgs"] >= 5  # the top chart, throughput and memory charts
+    assert found["checked"] > 900  # 118 dots and bands, 120 markers per chart kind, legends, ticks
+    assert found["problems"] == [], json.dumps(found["problems"][:5], indent=1)
+    assert found["overlaps"] == [], json.dumps(found["overlaps"][:5], indent=1)
