@@ -324,7 +324,7 @@ def line_chart(series: dict[str, Sequence[tuple[Any, Any]]], title: str, x_label
                                         f"{label}: {format_value(x)}, {format_value(y)}") for x, y in values)
         entries.append(legend.LegendEntry(label, legend.line_swatch(style.color, style.marker)))
     if any(dashed.values()):
-        entries.append(legend.LegendEntry("baseline (dashed, hollow)", legend.line_swatch("#555", "circle", dashed=True)))
+        entries.append(legend.LegendEntry("baseline (dashed)", legend.line_swatch("#555", "circle", dashed=True)))
     return _wrap_with_legend(parts, entries, css_class, title)
 
 
