@@ -124,3 +124,27 @@ def synthetic_history(directory: Path, tests: int = 40, sessions: int = HISTORY_
                 rows.append(history_row(machine, test, session, median, base, verdict, torch))
         store.append(MACHINES[machine][0], rows)
     return directory
+
+
+JUDGED_VERDICTS = {3: "regression", 17: "regression", 42: "regression", 5: "unstable", 64: "invalid", 99: "improvement"}
+NEW_TESTS = (7, 88)  # no baseline: not on the "what regressed" chart
+
+
+def judged_session(tests: int = 120, seed: int = 0) -> SessionResults:
+    """:func:`synthetic_session` judged against a baseline at each test's level: ratios around 1 with 5% thresholds,
+    the verdicts of JUDGED_VERDICTS (the regressions 20 to 40% slow, each with a two-line diagnosis, the invalid one
+    50x fast, the improvement 30% fast), NEW_TESTS without a baseline, every other test a pass."""
+    slowdowns = {index: 1.2 + 0.1 * n for n, index in enumerate(i for i, v in JUDGED_VERDICTS.items() if v == "regression")}
+    slowdowns.update({64: 1 / 50, 99: 1 / 1.3})
+    session = synthetic_session(tests, seed, slowdowns=slowdowns)
+    for index, record in enumerate(session.records):
+        if index in NEW_TESTS:
+            record.verdict = Verdict.NEW
+            continue
+        record.baseline_throughput = level_of(index)
+        record.ratio = record.throughput / record.baseline_throughput
+        record.threshold = 0.05
+        record.verdict = Verdict(JUDGED_VERDICTS.get(index, "pass"))
+        if record.verdict == Verdict.REGRESSION:
+            record.diagnosis = [f"CPU contention during test {index}", "the machine itself is slower: gemm 0.1 vs 0.3"]
+    return session

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synthetic import MACHINES, STEP_TEST, synthetic_history, synthetic_session, synthetic_test_id, write_session
+from synthetic import (
+    MACHINES,
+    STEP_TEST,
+    judged_session,
+    synthetic_history,
+    synthetic_session,
+    synthetic_test_id,
+    write_session,
+)
 
 from hwregress.cli import main
 
@@ -29,12 +37,13 @@ pytestmark = [pytest.mark.browser,
                                  reason="chromium is not installed (apt-get install chromium)")]
 
 # Appended to a copy of the page: every drawn element of every <svg> must lie inside the SVG's box (half a pixel
-# of rounding allowed); then the filter form, driven as a user would, is counted under each selection.
+# of rounding allowed) and no two of its text labels may overlap; then the filter form, driven as a user would, is
+# counted under each selection.
 CHECK = """
 <script>
 (function () {
   "use strict";
-  var problems = [], checked = 0, svgs = document.querySelectorAll("svg");
+  var problems = [], overlaps = [], checked = 0, svgs = document.querySelectorAll("svg");
   svgs.forEach(function (svg, index) {
     var box = svg.getBoundingClientRect();
     svg.querySelectorAll("text, line, circle, rect, polyline, polygon, path, ellipse").forEach(function (el) {
@@ -45,6 +54,21 @@ CHECK = """
         problems.push({svg: index, chart: svg.getAttribute("aria-label"), element: el.outerHTML.slice(0, 200),
                        svg_box: [box.left, box.top, box.right, box.bottom], box: [r.left, r.top, r.right, r.bottom]});
       }
+    });
+    var labels = [];
+    svg.querySelectorAll("text").forEach(function (el) {
+      var r = el.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0) { return; }
+      labels.forEach(function (other) {
+        var o = other.getBoundingClientRect();
+        var wide = Math.min(r.right, o.right) - Math.max(r.left, o.left);
+        var high = Math.min(r.bottom, o.bottom) - Math.max(r.top, o.top);
+        if (wide > 0.5 && high > 0.5) {
+          overlaps.push({svg: index, chart: svg.getAttribute("aria-label"), a: other.textContent.slice(0, 80),
+                         b: el.textContent.slice(0, 80), overlap_px: [wide, high]});
+        }
+      });
+      labels.push(el);
     });
   });
   var filters = {};
@@ -71,7 +95,7 @@ CHECK = """
     filters.count_text = document.getElementById("filter-count").textContent;
   }
   document.documentElement.setAttribute("data-selftest", JSON.stringify(
-    {svgs: svgs.length, checked: checked, problems: problems, filters: filters}));
+    {svgs: svgs.length, checked: checked, problems: problems, overlaps: overlaps, filters: filters}));
 }());
 </script>
 """
@@ -130,3 +154,27 @@ def test_compare_page_charts_stay_inside_their_svgs(tmp_path, capsys):
     assert found["svgs"] == 120 + 1  # a strip of samples per test, and the bar chart of the two that changed
     assert found["problems"] == [], json.dumps(found["problems"][:5], indent=1)
     assert synthetic_test_id(STEP_TEST).rsplit("::", 1)[-1] in page.read_text(encoding="utf-8")
+
+
+def test_report_of_a_judged_120_test_session_keeps_every_element_inside_its_svg_and_no_labels_overlap(tmp_path, capsys):
+    results = write_session(tmp_path / "session" / "results.json", judged_session())
+    page = tmp_path / "report.html"
+    assert main(["report", "render", str(results), "-o", str(page)]) == 0, capsys.readouterr().err
+    found = inspect(page, tmp_path)
+    html_text = page.read_text(encoding="utf-8")
+    assert 'class="chart regressed"' in html_text and found["svgs"] >= 5  # the top chart, throughput and memory charts
+    assert found["checked"] > 900  # 118 dots and bands, 120 markers per chart kind, legends, ticks
+    assert found["problems"] == [], json.dumps(found["problems"][:5], indent=1)
+    assert found["overlaps"] == [], json.dumps(found["overlaps"][:5], indent=1)
+
+
+def test_the_check_sees_two_labels_drawn_on_top_of_each_other(tmp_path):
+    # the check itself: a label over another is reported, one beside it is not (else the report tests prove nothing)
+    page = tmp_path / "overlap.html"
+    page.write_text('<!doctype html><html><body><svg width="300" height="60" aria-label="probe" '
+                    'xmlns="http://www.w3.org/2000/svg"><text x="10" y="20">regression</text>'
+                    '<text x="30" y="22">unstable</text><text x="200" y="50">apart</text></svg></body></html>',
+                    encoding="utf-8")
+    found = inspect(page, tmp_path)
+    assert [(o["a"], o["b"]) for o in found["overlaps"]] == [("regression", "unstable")]
+    assert found["problems"] == []

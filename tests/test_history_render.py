@@ -205,8 +205,8 @@ def test_a_long_hardware_key_is_cut_to_fit_the_legend():
     shown = legend.group(2)
     assert legend.group(1) == long_key and shown.endswith("…") and long_key.startswith(shown[:-1])
     assert len(shown) * charts.LEGEND_CHAR_PX <= charts.WIDTH - charts.MARGIN["right"] - 10 - 16 + 0.01
-    title = re.search(r'class="title"[^>]*>([^<]*)</text>', str(chart)).group(1)
-    assert len(title) == int(480 // charts.TITLE_CHAR_PX) and title.endswith("…")
+    hover, title = re.search(r'class="title"[^>]*><title>([^<]*)</title>([^<]*)</text>', str(chart)).groups()
+    assert len(title) == int(480 // charts.TITLE_CHAR_PX) and title.endswith("…") and hover == "t" * 200
 
 
 # -- rendering properties ------------------------------------------------------------------------------------------------

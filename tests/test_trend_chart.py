@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwregress.report.charts import MARGIN, PLOT_H, PLOT_W
+from hwregress.report.palette import series_style
 from hwregress.report.trend_chart import TrendMark, TrendPoint, TrendSeries, trend_chart
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -151,7 +152,8 @@ def test_undrawable_points_are_left_out_and_series_keep_their_colours():
     root = parse(trend_chart([empty, kept], "t", "y"))
     markers = elements(root, "circle")
     assert len(markers) == 3
-    assert {m.get("fill") for m in markers} == {elements(root, "polyline")[0].get("stroke")} == {"#d62728"}
+    # the second series' look in the shared colour-blind-safe palette, the same as in the report's other charts
+    assert {m.get("fill") for m in markers} == {elements(root, "polyline")[0].get("stroke")} == {series_style(1).color}
 
 
 def test_flat_series_renders_with_a_widened_axis():

@@ -20,6 +20,7 @@ from hwregress import __version__
 from hwregress.hardware import roofline
 from hwregress.report import charts
 from hwregress.report.history_view import HistorySection
+from hwregress.report.regressed_chart import top_context
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY, scaleout_context
 from hwregress.report.spark_view import spark_context
 from hwregress.store.atomic import atomic_write_json, atomic_write_text
@@ -142,7 +143,8 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         verdict_order=[v.value for v in Verdict],
         records=records,
         has_new=any(r.verdict == "new" for r in records),
-        throughput_charts=_by_batch_charts(records, "throughput", "throughput ({unit})", by_unit=True),
+        throughput_charts=_by_batch_charts(records, "throughput", "throughput ({unit})", by_unit=True,
+                                           baseline_field="baseline_throughput"),
         memory_charts=_by_batch_charts(records, "peak_memory_bytes", "peak memory (GiB)", scale=2**-30),
         speedup_chart=_speedup_chart(records),
         roofline_charts=_roofline_charts(records),
@@ -154,6 +156,7 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         **(history or HistorySection()).context(),
         **scaleout_context(records),
         **spark_context(records),
+        **top_context(records),
     )
 
 
@@ -174,17 +177,23 @@ def write_outputs(results: SessionResults, report_dir: Path, history: HistorySec
 
 
 def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0,
-                     by_unit: bool = False) -> list[Any]:
+                     by_unit: bool = False, baseline_field: str | None = None) -> list[Any]:
     """One chart per device and mode (and unit, with ``by_unit``: tokens/s and samples/s never share an axis),
-    one line per model variant over batch size. ``label`` may hold ``{unit}``."""
+    one line per model variant over batch size, and its baseline (``baseline_field`` of the same records) dashed
+    beside it where recorded. ``label`` may hold ``{unit}``."""
     groups: dict[tuple[str, str, str], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    baselines: dict[tuple[str, str, str], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         value = getattr(r, field)
         if r.family == "throughput" and value is not None and isinstance(r.batch_size, int) and r.batch_size:
-            unit = r.unit if by_unit else ""
-            groups[(r.device or "", r.mode or "", unit)][_variant_label(r)].append((r.batch_size, value * scale))
+            key = (r.device or "", r.mode or "", r.unit if by_unit else "")
+            groups[key][_variant_label(r)].append((r.batch_size, value * scale))
+            baseline = getattr(r, baseline_field) if baseline_field else None
+            if _is_number(baseline):
+                baselines[key][_variant_label(r)].append((r.batch_size, baseline * scale))
     return [charts.line_chart(series, f"{label.format(unit=unit)} vs batch size — {device} {mode}", "batch size",
-                              label.format(unit=unit), log_x=True, ticks_at_data_x=True)
+                              label.format(unit=unit), log_x=True, ticks_at_data_x=True,
+                              baselines=baselines.get((device, mode, unit)))
             for (device, mode, unit), series in sorted(groups.items())]
 
 

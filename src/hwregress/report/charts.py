@@ -8,6 +8,7 @@ of a chart; the tables of the report still show them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -15,12 +16,11 @@ from typing import Any, NamedTuple
 from markupsafe import Markup, escape
 
 from hwregress.hardware import roofline
+from hwregress.report import legend, palette
 
 # the axis helpers are package-internal (report/), not API
 from hwregress.report.axes import Axis, _exact, _is_number, _plottable, data_axis, format_value, nice_axis
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
 WIDTH, HEIGHT = 560, 300
 MARGIN = {"left": 70, "right": 150, "top": 30, "bottom": 45}
 PLOT_W = WIDTH - MARGIN["left"] - MARGIN["right"]
@@ -30,6 +30,7 @@ PLOT_H = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
 # Chromium's fallback sans-serif on Linux, averages ~6.1 px at the 10 px legend and ~7.0 px at the 12 px bold title)
 LEGEND_CHAR_PX = 6.2
 TITLE_CHAR_PX = 7.2
+BAR_LABEL_CHAR_PX = 6.2  # the 10 px tick font, as LEGEND_CHAR_PX
 BAR_VALUE_ROOM = 46  # px right of a bar for its value label: 6 characters of the 10 px tick font and a gap
 
 
@@ -80,14 +81,10 @@ def fit_text(text: str, width_px: float, char_px: float) -> str:
     return text if len(text) <= room else text[:room - 1] + "…"
 
 
-def _polyline(plot: _Plot, points: Sequence[tuple[float, float]], color: str) -> str:
+def _polyline(plot: _Plot, points: Sequence[tuple[float, float]], color: str, dash: str = "") -> str:
     path = " ".join(f"{plot.px(x):.1f},{plot.py(y):.1f}" for x, y in points)
-    return f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>'
-
-
-def _marker(plot: _Plot, x: float, y: float, color: str, tooltip: str) -> str:
-    return (f'<circle cx="{plot.px(x):.1f}" cy="{plot.py(y):.1f}" r="3.5" fill="{color}">'
-            f'<title>{escape(tooltip)}</title></circle>')
+    pattern = f' stroke-dasharray="{dash}" class="baseline"' if dash else ""
+    return f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{pattern}/>'
 
 
 class _LabelPlacer:
@@ -112,28 +109,49 @@ class _LabelPlacer:
 
 def line_chart(series: dict[str, Sequence[tuple[Any, Any]]], title: str, x_label: str, y_label: str,
                log_x: bool = False, log_y: bool = False, css_class: str = "chart",
-               ticks_at_data_x: bool = False) -> Markup:
+               ticks_at_data_x: bool = False, baselines: dict[str, Sequence[tuple[Any, Any]]] | None = None) -> Markup:
     """A multi-series line chart with a marker per point; ``series`` maps a legend label to (x, y)
-    points. A linear y axis starts at zero. ``ticks_at_data_x`` puts an x tick at each distinct x (batch
-    sizes) instead of round numbers. Empty Markup when no point can be drawn."""
-    clean = {label: sorted((x, y) for x, y in values if _plottable(x, log_x) and _plottable(y, log_y))
-             for label, values in series.items()}
+    points, ``baselines`` a series' label to its baseline's (x, y) points, drawn dashed in the series' style
+    beside it (one "baseline" legend entry for all). A linear y axis starts at zero. ``ticks_at_data_x`` puts an
+    x tick at each distinct x (batch sizes) instead of round numbers. Each series has its own style
+    (:func:`hwregress.report.palette.series_style`); the legend grows below the plot when it does not fit beside it
+    (:mod:`hwregress.report.legend`). Empty Markup when no point can be drawn."""
+    def drawable(values: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        return sorted((x, y) for x, y in values if _plottable(x, log_x) and _plottable(y, log_y))
+
+    clean = {label: drawable(values) for label, values in series.items()}
     clean = {label: values for label, values in clean.items() if values}
     if not clean:
         return Markup("")
-    xs = [x for values in clean.values() for x, _ in values]
-    ys = [y for values in clean.values() for _, y in values]
+    dashed = {label: drawable((baselines or {}).get(label, ())) for label in clean}
+    points = [p for values in (*clean.values(), *dashed.values()) for p in values]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
     x_axis = data_axis(xs, log_x) if ticks_at_data_x else nice_axis(min(xs), max(xs), log_x)
     y_axis = nice_axis(min(ys), max(ys), True) if log_y else nice_axis(min(0.0, min(ys)), max(0.0, max(ys)))
     plot = _Plot(x_axis, y_axis)
     parts = [_frame(title, x_label, y_label), *_grid(plot)]
+    entries = []
     for index, (label, values) in enumerate(clean.items()):
-        color = PALETTE[index % len(PALETTE)]
+        style = palette.series_style(index)
+        if dashed[label]:
+            parts.append(_polyline(plot, dashed[label], style.color, palette.BASELINE_DASH))
+            parts.extend(palette.marker_svg(style.marker, plot.px(x), plot.py(y), style.color,
+                                            f"{label} baseline: {format_value(x)}, {format_value(y)}", hollow=True)
+                         for x, y in dashed[label])
         if len(values) > 1:
-            parts.append(_polyline(plot, values, color))
-        parts.extend(_marker(plot, x, y, color, f"{label}: {format_value(x)}, {format_value(y)}") for x, y in values)
-        parts.append(_legend(index, label, color, "box"))
-    return _wrap(parts, css_class, title)
+            parts.append(_polyline(plot, values, style.color))
+        parts.extend(palette.marker_svg(style.marker, plot.px(x), plot.py(y), style.color,
+                                        f"{label}: {format_value(x)}, {format_value(y)}") for x, y in values)
+        entries.append(legend.LegendEntry(label, legend.line_swatch(style.color, style.marker)))
+    if any(dashed.values()):
+        entries.append(legend.LegendEntry("baseline (dashed)", legend.line_swatch("#555", "circle", dashed=True)))
+    return _wrap_with_legend(parts, entries, css_class, title)
+
+
+def _wrap_with_legend(parts: list[str], entries: Sequence[legend.LegendEntry], css_class: str, title: str) -> Markup:
+    """:func:`_wrap` with the legend beside the plot, or below it in an SVG grown to hold it."""
+    drawn, bottom = legend.layout(entries, WIDTH, WIDTH - MARGIN["right"] + 10, MARGIN["top"], MARGIN["top"] + PLOT_H, HEIGHT)
+    return _wrap([*parts, drawn], css_class, title, height=max(HEIGHT, math.ceil(bottom) + 6))
 
 
 def bar_chart(bars: Sequence[tuple[str, Any]], title: str, value_label: str, css_class: str = "chart") -> Markup:
@@ -148,8 +166,9 @@ def bar_chart(bars: Sequence[tuple[str, Any]], title: str, value_label: str, css
     for index, (label, value) in enumerate(bars):
         y = MARGIN["top"] + index * 22
         w = max(1.0, plot_w * value / longest)
-        parts.append(f'<text x="175" y="{y + 13}" class="tick" text-anchor="end">{escape(label[:30])}</text>'
-                     f'<rect x="180" y="{y}" width="{w:.1f}" height="16" fill="{PALETTE[index % len(PALETTE)]}">'
+        parts.append(f'<text x="175" y="{y + 13}" class="tick" text-anchor="end"><title>{escape(label)}</title>'
+                     f'{escape(fit_text(label, 170, BAR_LABEL_CHAR_PX))}</text>'
+                     f'<rect x="180" y="{y}" width="{w:.1f}" height="16" fill="{palette.series_style(index).color}">'
                      f'<title>{escape(label)}: {format_value(value)} {escape(value_label)}</title></rect>'
                      f'<text x="{184 + w:.1f}" y="{y + 13}" class="tick">{format_value(value)}</text>')
     parts.append(f'<text x="{180 + plot_w / 2}" y="{height - 6}" class="axis" text-anchor="middle">{escape(value_label)}</text>')
@@ -166,7 +185,7 @@ def stacked_bar(shares: dict[str, Any], title: str) -> Markup:
     parts = []
     for index, (name, share) in enumerate(sorted(shares.items(), key=lambda kv: -kv[1])):
         w = min(width * share, width - x)
-        parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="18" fill="{PALETTE[index % len(PALETTE)]}">'
+        parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="18" fill="{palette.series_style(index).color}">'
                      f'<title>{escape(name)}: {share:.1%}</title></rect>')
         if w > 60:
             parts.append(f'<text x="{x + 4:.1f}" y="13" class="barlabel">{escape(name)} {share:.0%}</text>')
@@ -229,16 +248,18 @@ def roofline_chart(points: Sequence[RooflinePoint], roofs: Sequence[Roof], title
     plot = _Plot(nice_axis(min(intensities) / 2, max(intensities) * 2, log=True),
                  nice_axis(min(tflops) / 4, max(tflops) * 2, log=True))
     parts = [_frame(title, "arithmetic intensity (FLOP/byte)", "TFLOP/s"), *_grid(plot)]
+    entries = []
     for index, roof in enumerate(roofs):
-        color = PALETTE[index % len(PALETTE)]
-        parts += [_polyline(plot, _roof_line(roof, plot), color), _legend(index, roof.label, color, "line")]
+        color = palette.series_style(index).color
+        parts.append(_polyline(plot, _roof_line(roof, plot), color))
+        entries.append(legend.LegendEntry(roof.label, legend.line_swatch(color)))
     groups = list(dict.fromkeys(p.label for p in points))
     placer = _LabelPlacer()
     for offset, group in enumerate(groups, start=len(roofs)):
-        color = PALETTE[offset % len(PALETTE)]
-        parts += [_roofline_marker(plot, p, color, placer) for p in points if p.label == group]
-        parts.append(_legend(offset, group, color, "marker"))
-    return _wrap(parts, "chart roofline", title)
+        style = palette.series_style(offset)
+        parts += [_roofline_marker(plot, p, style, placer) for p in points if p.label == group]
+        entries.append(legend.LegendEntry(group, legend.marker_swatch(style.color, style.marker)))
+    return _wrap_with_legend(parts, entries, "chart roofline", title)
 
 
 def _roof_line(roof: Roof, plot: _Plot) -> list[tuple[float, float]]:
@@ -249,11 +270,11 @@ def _roof_line(roof: Roof, plot: _Plot) -> list[tuple[float, float]]:
     return [(x, roofline.attainable_tflops(x, roof.peak_tflops, roof.bandwidth_tb_s)) for x in (enters, ridge, plot.x.high)]
 
 
-def _roofline_marker(plot: _Plot, point: RooflinePoint, color: str, placer: _LabelPlacer) -> str:
+def _roofline_marker(plot: _Plot, point: RooflinePoint, style: palette.SeriesStyle, placer: _LabelPlacer) -> str:
     batch = f"bs={_exact(point.batch_size)}" if _is_number(point.batch_size) else ""
     name = f"{point.label}, {batch}" if batch else point.label
     tooltip = f"{name}: {format_value(point.intensity)} FLOP/byte, {format_value(point.tflops)} TFLOP/s"
-    marker = _marker(plot, point.intensity, point.tflops, color, tooltip)
+    marker = palette.marker_svg(style.marker, plot.px(point.intensity), plot.py(point.tflops), style.color, tooltip)
     return marker + placer.label(plot.px(point.intensity), plot.py(point.tflops), batch) if batch else marker
 
 
@@ -261,11 +282,12 @@ def _frame(title: str, x_label: str, y_label: str) -> str:
     center_x = (WIDTH - MARGIN["right"] + MARGIN["left"]) / 2
     center_y = MARGIN["top"] + PLOT_H / 2
     shown = fit_text(title, 2 * min(center_x, WIDTH - center_x), TITLE_CHAR_PX)  # centred: the nearer edge bounds it
-    return (f'<text x="{center_x}" y="18" class="title" text-anchor="middle">{escape(shown)}</text>'
+    hover = f"<title>{escape(title)}</title>" if shown != title else ""
+    return (f'<text x="{center_x}" y="18" class="title" text-anchor="middle">{hover}{escape(shown)}</text>'
             f'<text x="{center_x}" y="{HEIGHT - 6}" class="axis" text-anchor="middle">{escape(x_label)}</text>'
             f'<text transform="translate(14,{center_y}) rotate(-90)" class="axis" text-anchor="middle">{escape(y_label)}</text>')
 
 
-def _wrap(parts: list[str], css_class: str, title: str) -> Markup:
-    return Markup(f'<svg class="{css_class}" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-                  f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>')
+def _wrap(parts: list[str], css_class: str, title: str, height: float = HEIGHT) -> Markup:
+    return Markup(f'<svg class="{css_class}" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {height}" '
+                  f'width="{WIDTH}" height="{height}" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>')

@@ -12,7 +12,7 @@ from markupsafe import Markup, escape
 from hwregress import __version__
 from hwregress.judge.session_compare import NOT_COMPARED, SessionComparison, TestComparison
 from hwregress.judge.stats import summarize
-from hwregress.report import _environment, charts
+from hwregress.report import _environment, charts, palette
 
 STRIP_WIDTH, STRIP_HEIGHT = 300, 50
 STRIP_MARGIN = {"left": 24, "right": 20, "top": 4, "bottom": 16}  # room for the row names and the edge tick labels
@@ -72,7 +72,7 @@ def sample_strip(a: Sequence[Any], b: Sequence[Any], unit: str) -> Markup:
              f'<text x="{x(t):.1f}" y="{STRIP_HEIGHT - 4}" class="tick" text-anchor="middle">{escape(label)}</text>'
              for t, label in zip(axis.ticks, axis.labels(), strict=True)]
     for index, (name, values) in enumerate(rows.items()):
-        y, color = STRIP_ROWS[name], charts.PALETTE[index]
+        y, color = STRIP_ROWS[name], palette.PALETTE[index]
         parts.append(f'<text x="4" y="{y + 4:.1f}" class="tick">{name}</text>')
         parts += [f'<circle cx="{x(v):.1f}" cy="{y:.1f}" r="2.5" fill="{color}" fill-opacity="0.55"/>' for v in values]
         if values:

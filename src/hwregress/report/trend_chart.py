@@ -26,7 +26,6 @@ from hwregress.report.axes import (
 from hwregress.report.charts import (
     LEGEND_CHAR_PX,
     MARGIN,
-    PALETTE,
     PLOT_H,
     PLOT_W,
     WIDTH,
@@ -34,11 +33,11 @@ from hwregress.report.charts import (
     _grid,
     _LabelPlacer,
     _legend,
-    _marker,
     _Plot,
     _polyline,
     _wrap,
 )
+from hwregress.report.palette import BASELINE_DASH, SeriesStyle, marker_svg, series_style
 
 
 class TrendPoint(NamedTuple):
@@ -83,30 +82,36 @@ def trend_chart(series: Sequence[TrendSeries], title: str, y_label: str, x_label
 
     The y axis is linear over all medians, quartiles and baselines and does not start at zero, so a step
     of a few percent stays visible; the x axis ticks whole sessions numbered from 1 (position 0 is
-    session 1). Series keep their palette colour by their index in ``series``. Figures that cannot be
-    drawn are left out (see :func:`_plottable`); empty Markup when no point can be drawn.
+    session 1). Series keep their look (:func:`hwregress.report.palette.series_style`: colour, and marker shape past
+    the palette's 25 colours) by their index in ``series``. Figures that cannot be drawn are left out (see
+    :func:`_plottable`); empty Markup when no point can be drawn.
     """
-    drawn = [(PALETTE[index % len(PALETTE)], s, _trend_points(s)) for index, s in enumerate(series)]
-    drawn = [(color, s, points) for color, s, points in drawn if points]
+    drawn = [(series_style(index), s, _trend_points(s)) for index, s in enumerate(series)]
+    drawn = [(style, s, points) for style, s, points in drawn if points]
     if not drawn:
         return Markup("")
     xs = [p.x for _, _, points in drawn for p in points]
     ys = [v for _, s, points in drawn for v in _trend_levels(s, points)]
     plot = _Plot(_session_axis(min(xs), max(xs)), nice_axis(min(ys), max(ys)))
     parts = [_frame(title, x_label, y_label), *_grid(plot)]
-    parts += [_iqr_band(plot, points, color) for color, _, points in drawn]  # underneath every line and marker
+    parts += [_iqr_band(plot, points, style.color) for style, _, points in drawn]  # underneath every line and marker
     placer = _plot_area_placer()
-    for color, s, _ in drawn:
-        parts += _trend_guides(plot, s, color, placer)
+    for style, s, _ in drawn:
+        parts += _trend_guides(plot, s, style.color, placer)
     legend = count()
-    for color, s, points in drawn:
-        if len(points) > 1:
-            parts.append(_polyline(plot, [(p.x, p.median) for p in points], color))
-        parts += [_marker(plot, p.x, p.median, color, _trend_tooltip(s.label, p)) for p in points]
-        parts.append(_legend(next(legend), s.label, color, "line"))
+    for style, s, points in drawn:
+        parts += _median_line(plot, s.label, points, style)
+        parts.append(_legend(next(legend), s.label, style.color, "line"))
         if _plottable(s.baseline, log=False):
-            parts.append(_dashed_legend(next(legend), s.label if len(drawn) > 1 else "", color))
+            parts.append(_dashed_legend(next(legend), s.label if len(drawn) > 1 else "", style.color))
     return _wrap(parts, "chart trend", title)
+
+
+def _median_line(plot: _Plot, label: str, points: Sequence[TrendPoint], style: SeriesStyle) -> list[str]:
+    """The line through the medians of ``points`` (from 2 points) and a marker with its tooltip on each."""
+    line = [_polyline(plot, [(p.x, p.median) for p in points], style.color)] if len(points) > 1 else []
+    return line + [marker_svg(style.marker, plot.px(p.x), plot.py(p.median), style.color, _trend_tooltip(label, p))
+                   for p in points]
 
 
 def _trend_points(series: TrendSeries) -> list[TrendPoint]:
@@ -162,7 +167,7 @@ def _iqr_band(plot: _Plot, points: Sequence[TrendPoint], color: str) -> str:
 def _baseline_line(plot: _Plot, series: TrendSeries, color: str) -> str:
     y = plot.py(series.baseline)
     return (f'<line x1="{MARGIN["left"]}" y1="{y:.1f}" x2="{MARGIN["left"] + PLOT_W}" y2="{y:.1f}" class="baseline" '
-            f'stroke="{color}" stroke-width="1.5" stroke-dasharray="6 4">'
+            f'stroke="{color}" stroke-width="1.5" stroke-dasharray="{BASELINE_DASH}">'
             f'<title>{escape(series.label)} baseline: {format_value(series.baseline)}</title></line>')
 
 
