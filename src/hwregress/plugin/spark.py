@@ -15,6 +15,7 @@ import pytest
 
 from hwregress import parity, workloads
 from hwregress.bench import is_out_of_memory, out_of_memory_in_traceback
+from hwregress.plugin import progress
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.results import TestRecord
@@ -127,9 +128,10 @@ class SparkBench:
         plan = stream.StreamSpec(spec, batch_size, self.settings.images_for(device), self.settings.rate_for(device),
                                  folder, warmup_images=max(16, 2 * batch_size))
         sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
+        lines = progress.live_lines(self.bench.config, self.bench.item.name)
         try:
             with sampler:
-                result = stream.run_stream(running.session, plan)
+                result = stream.run_stream(running.session, plan, None if lines is None else lines.stream())
         except stream.StreamFailed as error:
             _out_of_memory(record, error, running)
             _fail(record, f"StreamFailed: {error} (stream folder: {folder})")

@@ -24,6 +24,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,8 +218,9 @@ def _ended_at(timestamp: str, durations: dict[str, int]) -> float:
     return started.timestamp() + durations.get("triggerExecution", 0) / 1000.0
 
 
-def run_stream(session: Any, spec: StreamSpec) -> StreamResult:
-    """Run ``spec``'s stream on ``session`` and count it at both ends.
+def run_stream(session: Any, spec: StreamSpec, watch: Callable[[int, int, int], None] | None = None) -> StreamResult:
+    """Run ``spec``'s stream on ``session`` and count it at both ends. ``watch``, if given, is called with (images
+    produced, images predicted, images in all, warm-up included) at each poll of the wait.
 
     Raises:
         StreamFailed: the query failed (Spark's error), the producer failed, or the stream had not predicted every
@@ -229,24 +231,26 @@ def run_stream(session: Any, spec: StreamSpec) -> StreamResult:
         path.mkdir(parents=True, exist_ok=True)
     written: dict[int, float] = {}
     progress = _Progress()
+    total = spec.warmup_images + spec.images
+    tick = (lambda: watch(len(written), progress.rows(), total)) if watch is not None else None
     session.streams.addListener(progress.listener)
     try:
         query = _start_query(session, spec, folders)
         started = time.perf_counter()
-        _produce(spec, folders["in"], 0, spec.warmup_images, written, query, progress, wait_for_rows=spec.warmup_images)
+        _produce(spec, folders["in"], 0, spec.warmup_images, written, query, progress, wait_for_rows=spec.warmup_images,
+                 tick=tick)
         warmup_s, warm_batches = time.perf_counter() - started, len(progress.batches)
-        total = spec.warmup_images + spec.images
         halt_at = None if spec.restart_after is None else spec.warmup_images + spec.restart_after
         produced_from = time.time()
-        _produce(spec, folders["in"], spec.warmup_images, total, written, query, progress, halt_at=halt_at)
+        _produce(spec, folders["in"], spec.warmup_images, total, written, query, progress, halt_at=halt_at, tick=tick)
         restarts = 0
         if halt_at is not None:  # producer stopped mid-stream: stop the query too, then resume both
             query.stop()
             restarts = 1
             query = _start_query(session, spec, folders)
-            _produce(spec, folders["in"], resume_point(folders["in"]), total, written, query, progress)
+            _produce(spec, folders["in"], resume_point(folders["in"]), total, written, query, progress, tick=tick)
         produced_until = time.time()
-        _drain(query, progress, total, spec.timeout_s)
+        _drain(query, progress, total, spec.timeout_s, tick)
         query.stop()
     finally:
         session.streams.removeListener(progress.listener)
@@ -276,14 +280,17 @@ def _query_name(spec: StreamSpec) -> str:
 
 
 def _produce(spec: StreamSpec, folder: Path, start: int, stop: int, written: dict[int, float], query: Any,
-             progress: _Progress, wait_for_rows: int | None = None, halt_at: int | None = None) -> None:
+             progress: _Progress, wait_for_rows: int | None = None, halt_at: int | None = None,
+             tick: Callable[[], None] | None = None) -> None:
     """Write images ``start..stop-1`` at the spec's rate while watching the query. ``wait_for_rows``: also wait until
     the query has read that many rows (the warm-up); ``halt_at``: stop the producer, mid-stream, once that many
-    images have been written in all."""
+    images have been written in all; ``tick``: called at each poll (live progress)."""
     producer = Producer(folder, start, stop, spec.rate, written).start()
     deadline = time.monotonic() + (stop - start) / spec.rate + spec.timeout_s
     while producer.running or (wait_for_rows is not None and progress.rows() < wait_for_rows):
         _check(query, producer)
+        if tick is not None:
+            tick()
         if halt_at is not None and len(written) >= halt_at:
             producer.stop()
             break
@@ -295,11 +302,13 @@ def _produce(spec: StreamSpec, folder: Path, start: int, stop: int, written: dic
     _check(query, producer)
 
 
-def _drain(query: Any, progress: _Progress, total: int, timeout_s: float) -> None:
-    """Wait until the query has read every image written (or fail after ``timeout_s``)."""
+def _drain(query: Any, progress: _Progress, total: int, timeout_s: float, tick: Callable[[], None] | None = None) -> None:
+    """Wait until the query has read every image written (or fail after ``timeout_s``); ``tick``: called at each poll."""
     deadline = time.monotonic() + timeout_s
     while progress.rows() < total:
         _check(query, None)
+        if tick is not None:
+            tick()
         if time.monotonic() > deadline:
             raise StreamFailed(f"the stream fell behind: {progress.rows()} of {total} images read {timeout_s:.0f} s "
                                "after the last was written")
