@@ -386,13 +386,13 @@ def test_a_long_wait(pytestconfig):
 
 def test_live_lines_pass_pytest_capture_and_quiet_silences_them(hw_project):
     (hw_project.path / "bench_tests" / "test_wait.py").write_text(LIVE_WAIT)
-    loud = hw_project.run("bench_tests/test_wait.py", "--no-hwregress-report")
+    loud = hw_project.run("bench_tests/test_wait.py", "--no-hwregress-report")  # a subprocess: its capture is real
     loud.assert_outcomes(passed=1)
     lines = [line for line in loud.stdout.lines if line.startswith("hwregress: test_a_long_wait")]
     assert lines == ["hwregress: test_a_long_wait: 10 s: rank 0: timed round 3 of 10",
                      "hwregress: test_a_long_wait: 25 s: rank 0: timed round 3 of 10"]
     for quiet in (["--hwregress-quiet"], ["-o", "hwregress_quiet=true"]):
-        silent = hw_project.run("bench_tests/test_wait.py", "--no-hwregress-report", *quiet)
+        silent = hw_project.run("bench_tests/test_wait.py", "--no-hwregress-report", *quiet, inprocess=True)
         silent.assert_outcomes(passed=1)
         assert "hwregress: test_a_long_wait" not in silent.stdout.str()
         assert "hwregress: devices cpu" in silent.stdout.str()
