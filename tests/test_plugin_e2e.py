@@ -350,3 +350,49 @@ def test_a_test_of_its_own_with_a_device_parameter_is_no_hardware_test_and_write
     result = hw_project.run("bench_tests/test_own.py")
     result.assert_outcomes(passed=2)
     assert not (hw_project.path / "reports" / "results.json").exists()
+
+
+def test_header_names_devices_hardware_key_baselines_file_and_history(hw_project):
+    from hwregress.hardware.devices import describe
+
+    key = describe("cpu").hardware_key
+    before = hw_project.run("--collect-only", inprocess=True)
+    before.stdout.fnmatch_lines([
+        "hwregress: devices cpu",
+        f"hwregress: cpu: *, hardware key {key}, baselines none: every test will be new",
+        "hwregress: history reports/history (one <hardware-key>.jsonl)",
+        "hwregress: live progress of scale-out jobs and Spark streams every 10 s (--hwregress-quiet silences it)",
+    ])
+    hw_project.run("--update-baselines", "--modes", "infer").assert_outcomes(passed=1)
+    after = hw_project.run("--collect-only", "--no-history", "--hwregress-quiet", inprocess=True)
+    after.stdout.fnmatch_lines([f"hwregress: cpu: *, hardware key {key}, baselines baselines/{key}.json",
+                                "hwregress: history off (--no-history)",
+                                "hwregress: live progress off (--hwregress-quiet)"])  # quiet keeps the header
+    assert (hw_project.path / "baselines" / f"{key}.json").is_file()  # the file the session's records wrote
+
+
+LIVE_WAIT = '''
+from hwregress.plugin import progress
+
+
+def test_a_long_wait(pytestconfig):
+    clock = iter([0.0, 5.0, 10.0, 15.0, 25.0]).__next__
+    lines = progress.live_lines(pytestconfig, "test_a_long_wait", clock)
+    for _ in range(4):
+        if lines is not None:
+            lines.line(lambda: "rank 0: timed round 3 of 10")
+'''
+
+
+def test_live_lines_pass_pytest_capture_and_quiet_silences_them(hw_project):
+    (hw_project.path / "bench_tests" / "test_wait.py").write_text(LIVE_WAIT)
+    loud = hw_project.run("bench_tests/test_wait.py", "--no-hwregress-report")  # a subprocess: its capture is real
+    loud.assert_outcomes(passed=1)
+    lines = [line for line in loud.stdout.lines if line.startswith("hwregress: test_a_long_wait")]
+    assert lines == ["hwregress: test_a_long_wait: 10 s: rank 0: timed round 3 of 10",
+                     "hwregress: test_a_long_wait: 25 s: rank 0: timed round 3 of 10"]
+    for quiet in (["--hwregress-quiet"], ["-o", "hwregress_quiet=true"]):
+        silent = hw_project.run("bench_tests/test_wait.py", "--no-hwregress-report", *quiet, inprocess=True)
+        silent.assert_outcomes(passed=1)
+        assert "hwregress: test_a_long_wait" not in silent.stdout.str()
+        assert "hwregress: devices cpu" in silent.stdout.str()

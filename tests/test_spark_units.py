@@ -29,6 +29,7 @@ from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry
 from hwregress.judge.session import _measured
 from hwregress.measure import out_of_memory as hw_oom
 from hwregress.measure.timing import TimingPlan
+from hwregress.plugin import progress
 from hwregress.plugin.matrix import Selection, case_id, cases
 from hwregress.plugin.record import HwSkip
 from hwregress.spark import batch, engine, predictor, stream
@@ -821,6 +822,25 @@ def test_a_cuda_out_of_memory_in_a_stream_worker_is_an_oom(monkeypatch, tmp_path
         bench.measure(record, "cuda:0", "mobilenet_v3_small", "stream", 256, "fp32")
     assert skipped.value.verdict == Verdict.OOM
     assert record.message.startswith("out of memory at batch 256 on cuda:0 in a Spark Python worker (master local[1])")
+
+
+def test_the_stream_gets_the_sessions_live_lines_through_its_spec_and_none_without_a_terminal(monkeypatch, tmp_path):
+    bench, _, _ = _spark_bench(monkeypatch, tmp_path)
+    seen: list = []
+
+    def run_stream(session, spec):  # the real call's shape: (session, spec), the watcher rides in the spec
+        seen.append(spec.watch)
+        raise stream.StreamFailed("stopped by the self-test")
+
+    monkeypatch.setattr(stream, "run_stream", run_stream)
+    for written in (None, []):  # no writer stashed (quiet, xdist worker, no terminal), then the session's writer
+        if written is not None:
+            bench.bench.config.stash[progress.WRITER_KEY] = written.append
+        with pytest.raises(pytest.fail.Exception, match="stopped by the self-test"):
+            bench.measure(_record("cpu", "stream"), "cpu", "mobilenet_v3_small", "stream", 256, "fp32")
+    assert seen[0] is None and callable(seen[1])
+    seen[1](40, 30, 528)  # a first poll: inside the first 10 s, so no line yet (the throttle: test_progress.py)
+    assert written == []
 
 
 @pytest.mark.parametrize("text", [fake_spark.WORKER_VALUE_ERROR, fake_spark.JVM_HEAP_OOM])

@@ -8,7 +8,8 @@ pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 - :mod:`~hwregress.plugin.fixture`: the ``hwbench`` fixture and the pytest-benchmark bridge;
 - :mod:`~hwregress.plugin.record`: the one record per test, settled on the worker that ran it;
 - :mod:`~hwregress.plugin.collector`: the controller, which stores records and writes the outputs;
-- :mod:`~hwregress.plugin.xdist`: the scheduler that gives each device to one worker.
+- :mod:`~hwregress.plugin.xdist`: the scheduler that gives each device to one worker;
+- :mod:`~hwregress.plugin.progress`: the header lines and the live lines while scale-out jobs and Spark streams run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
-from hwregress.plugin import hookspecs, options, record, spark, xdist
+from hwregress.plugin import hookspecs, options, progress, record, spark, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.fixture import SESSION_KEY, hwbench, release_cpu_references
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
@@ -53,6 +54,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
+    progress.add_options(parser)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -71,6 +73,15 @@ def pytest_configure(config: pytest.Config) -> None:
     xdist.register(config)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = config.stash[SETTINGS_KEY]
+    return progress.header_lines(config, settings.selection.devices, settings.baseline_dir, settings.history_dir)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    progress.start(session.config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -20,6 +20,7 @@ from hwregress.hardware import interconnect
 from hwregress.hardware.facts import device_kind
 from hwregress.judge.stats import summarize
 from hwregress.measure import host_reference
+from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import node_gpus
 from hwregress.plugin.record import skip_with
@@ -186,8 +187,10 @@ class DistributedBench:
             return spec, self._run_joint(record, spec)["ranks"]
 
     def _check_in(self, spec: JobSpec) -> str:
+        lines = progress.live_lines(self.bench.config, self.bench.item.name)
+        watch = None if lines is None else lines.nodes()
         try:
-            return self._session_store().begin_job(self.bench.item.nodeid, spec.agreement())
+            return self._session_store().begin_job(self.bench.item.nodeid, spec.agreement(), watch)
         except (NodeMismatch, SessionStoreError) as error:
             pytest.fail(f"{type(error).__name__}: {error}", pytrace=False)
 
@@ -203,7 +206,7 @@ class DistributedBench:
     def _run(self, record: TestRecord, spec: JobSpec, topology: Topology) -> dict[str, Any]:
         """Run ``spec``; a rank out of memory skips the test as ``oom``, any other failure fails it with the rank."""
         try:
-            return run_job(spec, topology)
+            return run_job(spec, topology, self._watcher(spec))
         except RankOutOfMemory as error:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
@@ -216,7 +219,7 @@ class DistributedBench:
         out-of-memory there makes the test ``oom``."""
         store = self._session_store()
         try:
-            result = run_job(spec, self.topology)
+            result = run_job(spec, self.topology, self._watcher(spec))
         except DistributedJobError as error:
             kind = "oom" if isinstance(error, RankOutOfMemory) else type(error).__name__
             store.report_outcome({"ok": False, "kind": kind, "error": str(error)[:4000]})
@@ -224,6 +227,11 @@ class DistributedBench:
             self._judge_failure(record, spec, error, remote)
         store.report_outcome({"ok": True, "kind": None, "error": ""})
         return result
+
+    def _watcher(self, spec: JobSpec) -> progress.JobWatcher | None:
+        """The live lines on the job's ranks (:mod:`hwregress.plugin.progress`), None where they are not written."""
+        lines = progress.live_lines(self.bench.config, self.bench.item.name)
+        return None if lines is None else lines.job(spec.ranks_per_node, spec.nnodes)
 
     def _judge_failure(self, record: TestRecord, spec: JobSpec, error: DistributedJobError,
                        remote: dict[int, dict[str, Any]]) -> NoReturn:

@@ -18,6 +18,7 @@ from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.judge.stats import summarize
 from hwregress.measure import parity
 from hwregress.measure.out_of_memory import is_out_of_memory, out_of_memory_in_traceback
+from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
@@ -123,8 +124,10 @@ class SparkBench:
                 facts: dict[str, Any]) -> list[str]:
         device = spec.device
         folder = session_temp(self.bench.request) / "hwregress-spark-streams" / f"{time.time_ns():x}"
+        lines = progress.live_lines(self.bench.config, record.test_id.rpartition("::")[2])
         plan = stream.StreamSpec(spec, batch_size, self.settings.images_for(device), self.settings.rate_for(device),
-                                 folder, warmup_images=max(16, 2 * batch_size))
+                                 folder, warmup_images=max(16, 2 * batch_size),
+                                 watch=None if lines is None else lines.stream())
         sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
         try:
             with sampler:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,12 @@ class RankOutOfMemory(DistributedJobError):
     """A rank ran out of memory ("out of memory on rank 1 (cuda:1): ...")."""
 
 
-def run_job(spec: JobSpec, topology: Topology) -> dict[str, Any]:
+def run_job(spec: JobSpec, topology: Topology,
+            watch: Callable[[dict[int, dict[str, Any]]], None] | None = None) -> dict[str, Any]:
     """Run ``spec`` on this node's ranks and return the gathered result: ``{"ranks": [per-rank dict, ...]}`` sorted
-    by global rank (the keys are the job kind's, see :mod:`hwregress.scaleout.ddp_window` and siblings).
+    by global rank (the keys are the job kind's, see :mod:`hwregress.scaleout.ddp_window` and siblings). ``watch``, if
+    given, is called with every rank's last status at each poll of the wait (the live lines of
+    :mod:`hwregress.plugin.progress`).
 
     Raises:
         RankOutOfMemory: a rank's allocation failed.
@@ -63,7 +67,7 @@ def run_job(spec: JobSpec, topology: Topology) -> dict[str, Any]:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                    env=_environment(spec, topology, token))
         try:
-            hang = _watch(process, spec)
+            hang = _watch(process, spec, watch)
         finally:
             end_job(process, token)
     if hang:
@@ -91,7 +95,8 @@ def job_owner() -> Any | None:
     return owner if os.getpid() in descendants else None
 
 
-def _watch(process: subprocess.Popen[bytes], spec: JobSpec) -> str | None:
+def _watch(process: subprocess.Popen[bytes], spec: JobSpec,
+           watch: Callable[[dict[int, dict[str, Any]]], None] | None = None) -> str | None:
     """Wait for the driver; None when it ended by itself, else why the job was declared hung: a rank without
     progress for the timeout (its stack is dumped into its log first), no rank at all after the timeout and a
     start-up grace, or a launcher that lingers for the timeout after every local rank finished."""
@@ -100,6 +105,8 @@ def _watch(process: subprocess.Popen[bytes], spec: JobSpec) -> str | None:
     while process.poll() is None:
         time.sleep(POLL_S)
         statuses = read_statuses(spec.out_dir)
+        if watch is not None:
+            watch(statuses)
         stalled = stalled_ranks(statuses, time.time(), spec.timeout_s)
         if stalled:
             dump_stacks(statuses, stalled)

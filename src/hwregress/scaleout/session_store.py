@@ -11,6 +11,7 @@ import datetime
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from hwregress.scaleout.topology import Topology, parse_endpoint
@@ -52,9 +53,9 @@ class SessionStore:
                 "port and the next one must be free on node 0 and reachable from every node (firewall, the address "
                 "of node 0's interface that the others route to)") from None
 
-    def begin_job(self, test_id: str, agreement: dict[str, Any]) -> str:
+    def begin_job(self, test_id: str, agreement: dict[str, Any], watch: Callable[[int, int], None] | None = None) -> str:
         """Check in for the session's next job (``test_id`` running the job ``agreement`` describes) and wait for
-        every node; returns the job's run id.
+        every node; returns the job's run id. ``watch``, if given, is called with (nodes arrived, nodes) at each poll.
 
         Raises:
             NodeMismatch: node 0 runs another test or another job here (the message names the difference).
@@ -72,7 +73,7 @@ class SessionStore:
                 self._check_same_job(prefix, index, test_id, agreement)
                 run_id = self.store.get(f"{prefix}/run_id").decode()
             self.store.add(f"{prefix}/arrived", 1)
-            self._wait_for_all(prefix)
+            self._wait_for_all(prefix, watch)
         except (RuntimeError, OSError) as error:
             if isinstance(error, (NodeMismatch, SessionStoreError)):
                 raise
@@ -115,9 +116,11 @@ class SessionStore:
             raise NodeMismatch(f"job {index + 1} of the session differs from node 0's ({'; '.join(differences)}); run "
                                "the same pytest command (same tests and options, no -n) on every node")
 
-    def _wait_for_all(self, prefix: str) -> None:
+    def _wait_for_all(self, prefix: str, watch: Callable[[int, int], None] | None = None) -> None:
         deadline = time.monotonic() + self.timeout_s
-        while self.store.add(f"{prefix}/arrived", 0) < self.topology.nnodes:
+        while (arrived := self.store.add(f"{prefix}/arrived", 0)) < self.topology.nnodes:
+            if watch is not None:
+                watch(arrived, self.topology.nnodes)
             if self.store.check([f"{prefix}/mismatch"]):
                 raise NodeMismatch(f"another node runs a different job here ({self.store.get(f'{prefix}/mismatch').decode()}); "
                                    "run the same pytest command on every node")

@@ -57,6 +57,9 @@ class StreamSpec:
         restart_after: stop the producer and the query after this many measured images, then start both again
             (the query from its checkpoint, the producer where the folder says it stopped); None: no restart.
         timeout_s: the most seconds the stream may take beyond its production time to predict everything.
+        watch: called with (images produced, images predicted, images in all, warm-up included) at each poll of the
+            wait (the live lines of :mod:`hwregress.plugin.progress`); None: nobody watches. A field, not an
+            argument of :func:`run_stream`, so that the call, and every stand-in for it, stays ``(session, spec)``.
     """
 
     predict: PredictSpec
@@ -68,6 +71,7 @@ class StreamSpec:
     trigger_s: float = 0.0
     restart_after: int | None = None
     timeout_s: float = 120.0
+    watch: Callable[[int, int, int], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -219,7 +223,8 @@ def _ended_at(timestamp: str, durations: dict[str, int]) -> float:
 
 
 def run_stream(session: Any, spec: StreamSpec) -> StreamResult:
-    """Run ``spec``'s stream on ``session`` and count it at both ends.
+    """Run ``spec``'s stream on ``session`` and count it at both ends; ``spec.watch``, if set, is called at each poll
+    of the wait.
 
     Raises:
         StreamFailed: the query failed (Spark's error), the producer failed, or the stream had not predicted every
@@ -230,24 +235,27 @@ def run_stream(session: Any, spec: StreamSpec) -> StreamResult:
         path.mkdir(parents=True, exist_ok=True)
     written: dict[int, float] = {}
     progress = _Progress()
+    total = spec.warmup_images + spec.images
+    watch = spec.watch
+    tick = (lambda: watch(len(written), progress.rows(), total)) if watch is not None else None
     session.streams.addListener(progress.listener)
     try:
         query = _start_query(session, spec, folders)
         started = time.perf_counter()
-        _produce(spec, folders["in"], 0, spec.warmup_images, written, query, progress, wait_for_rows=spec.warmup_images)
+        _produce(spec, folders["in"], 0, spec.warmup_images, written, query, progress, wait_for_rows=spec.warmup_images,
+                 tick=tick)
         warmup_s, warm_batches = time.perf_counter() - started, len(progress.batches)
-        total = spec.warmup_images + spec.images
         halt_at = None if spec.restart_after is None else spec.warmup_images + spec.restart_after
         produced_from = time.time()
-        _produce(spec, folders["in"], spec.warmup_images, total, written, query, progress, halt_at=halt_at)
+        _produce(spec, folders["in"], spec.warmup_images, total, written, query, progress, halt_at=halt_at, tick=tick)
         restarts = 0
         if halt_at is not None:  # producer stopped mid-stream: stop the query too, then resume both
             query.stop()
             restarts = 1
             query = _start_query(session, spec, folders)
-            _produce(spec, folders["in"], resume_point(folders["in"]), total, written, query, progress)
+            _produce(spec, folders["in"], resume_point(folders["in"]), total, written, query, progress, tick=tick)
         produced_until = time.time()
-        _drain(query, progress, total, spec.timeout_s, lambda: _sink_ids(session, folders["out"]))
+        _drain(query, progress, total, spec.timeout_s, lambda: _sink_ids(session, folders["out"]), tick=tick)
         query.stop()
     finally:
         session.streams.removeListener(progress.listener)
@@ -277,14 +285,17 @@ def _query_name(spec: StreamSpec) -> str:
 
 
 def _produce(spec: StreamSpec, folder: Path, start: int, stop: int, written: dict[int, float], query: Any,
-             progress: _Progress, wait_for_rows: int | None = None, halt_at: int | None = None) -> None:
+             progress: _Progress, wait_for_rows: int | None = None, halt_at: int | None = None,
+             tick: Callable[[], None] | None = None) -> None:
     """Write images ``start..stop-1`` at the spec's rate while watching the query. ``wait_for_rows``: also wait until
     the query has read that many rows (the warm-up); ``halt_at``: stop the producer, mid-stream, once that many
-    images have been written in all."""
+    images have been written in all; ``tick``: called at each poll (live progress)."""
     producer = Producer(folder, start, stop, spec.rate, written).start()
     deadline = time.monotonic() + (stop - start) / spec.rate + spec.timeout_s
     while producer.running or (wait_for_rows is not None and progress.rows() < wait_for_rows):
         _check(query, producer)
+        if tick is not None:
+            tick()
         if halt_at is not None and len(written) >= halt_at:
             producer.stop()
             break
@@ -297,8 +308,9 @@ def _produce(spec: StreamSpec, folder: Path, start: int, stop: int, written: dic
 
 
 def _drain(query: Any, progress: _Progress, total: int, timeout_s: float, sink_ids: Callable[[], int],
-           sink_every_s: float = 2.0) -> None:
-    """Wait until the query has read every image written (or fail after ``timeout_s``).
+           sink_every_s: float = 2.0, tick: Callable[[], None] | None = None) -> None:
+    """Wait until the query has read every image written (or fail after ``timeout_s``); ``tick``: called at each poll
+    (live progress).
 
     The listener's row count is the quick signal, but a query stopped between its sink commit and its progress event
     (a restart) never reports that micro-batch, so while it falls short the sink itself (``sink_ids``: distinct ids
@@ -307,6 +319,8 @@ def _drain(query: Any, progress: _Progress, total: int, timeout_s: float, sink_i
     next_sink_read = time.monotonic() + sink_every_s
     while progress.rows() < total:
         _check(query, None)
+        if tick is not None:
+            tick()
         if time.monotonic() >= next_sink_read:
             if sink_ids() >= total:
                 break
