@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from hwregress.store.figures import SUB_RECORDS, migrate_legacy_details
 from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
-from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.results import SessionResults, TestRecord, record_problem
 from hwregress.store.verdicts import Verdict
 
 MODELS = ("resnet18", "mobilenet_v3_small", "vit_b_16", "bert", "gpt2")
@@ -124,3 +125,17 @@ def synthetic_history(directory: Path, tests: int = 40, sessions: int = HISTORY_
                 rows.append(history_row(machine, test, session, median, base, verdict, torch))
         store.append(MACHINES[machine][0], rows)
     return directory
+
+
+def as_loaded(record: TestRecord) -> TestRecord:
+    """``record`` as a results file of schema version 2 reads back: its ``details["scaling"]``, ``["spark"]``, ...
+    moved into the typed sub-records, and a sub-record field whose value has the wrong type left out (the loader
+    refuses such a file; a view only ever sees typed sub-records). Other fields are kept as they are."""
+    data = migrate_legacy_details(record.to_json())
+    for name in SUB_RECORDS:
+        if isinstance(data.get(name), dict):
+            data[name] = {key: value for key, value in data[name].items()
+                          if record_problem({name: {key: value}}) is None}
+        elif data.get(name) is not None:
+            data[name] = None
+    return TestRecord.from_json(data)

@@ -102,7 +102,7 @@ def test_update_refuses_a_field_the_sub_record_lacks():
     figures = SparkFigures()
     figures.update(pipeline="batch", rows=8)
     assert (figures.pipeline, figures.rows) == ("batch", 8)
-    with pytest.raises(TypeError, match="SparkFigures has no field.*rowz.*figures.py"):
+    with pytest.raises(TypeError, match=r"SparkFigures has no field.*rowz.*figures\.py"):
         figures.update(rowz=8)
 
 
@@ -149,7 +149,8 @@ def _load_error(tmp_path, details: dict[str, Any]) -> ValueError:
 
 def test_an_old_journal_line_keeps_its_figures():
     record = record_from_json({"test_id": "t", "details": {"llm": {"ttft_ms": 12.0}, "compile_s": 1.5}})
-    assert record is not None and record.llm == LlmFigures(ttft_ms=12.0) and record.compile == CompileFigures(compile_s=1.5)
+    assert record is not None and record.llm == LlmFigures(ttft_ms=12.0)
+    assert record.compile == CompileFigures(compile_s=1.5)
     assert record.details == {}
 
 

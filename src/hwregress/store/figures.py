@@ -184,7 +184,7 @@ class SparkFigures(Figures):
     first_pass_s: float | None = doc("s, batch: the untimed first pass (caching, worker start)")
     passes: int | None = doc("batch: timed full passes")
     torch_throughput: float | None = doc("images/s, batch: median of plain torch on the same model, batch and device")
-    torch_samples: list[float] = doc("images/s, batch: plain torch per pass", factory=list)
+    torch_samples: list[float | None] = doc("images/s, batch: plain torch per pass (null: not finite)", factory=list)
     overhead_ratio: float | None = doc("fraction, batch: Spark / plain torch images/s (the record's efficiency)")
     agreement: float | None = doc("fraction, batch: top-1 agreement with plain torch (must be 1)")
     max_logit_difference: float | None = doc("batch: largest top-1 logit difference from plain torch (logit units)")
@@ -205,7 +205,8 @@ class SparkFigures(Figures):
     offered_rate: float | None = doc("images/s, stream: what the producer achieved")
     sustained_rate: float | None = doc("images/s, stream: predictions over the measured span")
     latency_ms: dict[str, float | None] = doc("ms, stream: latency per image at p50, p90, p99", factory=dict)
-    latency_quantiles_ms: list[float] = doc("ms, stream: latency at evenly spaced levels 0..1 (the CDF)", factory=list)
+    latency_quantiles_ms: list[float | None] = doc("ms, stream: latency at evenly spaced levels 0..1 (the CDF; null: "
+                                                   "not finite)", factory=list)
     micro_batches: int | None = doc("stream: measured micro-batches")
     batch_rows: list[int] = doc("stream: rows of each measured micro-batch", factory=list)
     process_rates: list[float | None] = doc("rows/s, stream: Spark's processedRowsPerSecond per micro-batch",

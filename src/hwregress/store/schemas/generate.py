@@ -43,7 +43,8 @@ META_SCHEMA: dict[str, Any] = {
         "history": {"description": "the session history this session was appended to (absent with --no-history or "
                                    "when nothing was measured)",
                     "type": "object", "required": ["dir", "trends"],
-                    "properties": {"dir": {"type": "string"}, "warnings": {"type": "array", "items": {"type": "string"}},
+                    "properties": {"dir": {"type": "string"},
+                                   "warnings": {"type": "array", "items": {"type": "string"}},
                                    "trends": {"type": "array", "items": _TRENDS}}},
     },
 }
