@@ -154,17 +154,18 @@ def test_an_old_journal_line_keeps_its_figures():
     assert record.details == {}
 
 
-def _record(test_id: str, family: str, **fields: Any) -> TestRecord:
-    return TestRecord(test_id, family=family, hardware_key="cpu", device="cpu", model="m", mode="train", batch_size=4,
-                      dtype="fp32", throughput=100.0, samples=[99.0, 100.0, 101.0], rounds=3, steps_per_round=2,
-                      **fields)
+def _record(test_id: str, family: str, model: str = "m", **fields: Any) -> TestRecord:
+    return TestRecord(test_id, family=family, hardware_key="cpu", device="cpu", model=model, mode="train",
+                      batch_size=4, dtype="fp32", throughput=100.0, samples=[99.0, 100.0, 101.0], rounds=3,
+                      steps_per_round=2, **fields)
 
 
 def test_the_report_shows_each_sub_record():
     records = [
         _record("s[w2]", "scaling", efficiency=0.875, scaling=ScalingFigures(
             world_size=2, nodes=1, backend="gloo", step_ms=3.25, comm_share=0.125, reference_throughput=57.0)),
-        _record("a", "ceiling", unit="GB/s", allreduce=AllreduceFigures(world_size=2, nodes=1, backend="gloo", curve=[
+        _record("a", "ceiling", model="allreduce", unit="GB/s", allreduce=AllreduceFigures(
+            world_size=2, nodes=1, backend="gloo", curve=[
             AllreducePoint(bytes=1024, busbw_gbps=1.5, algbw_gbps=1.0),
             AllreducePoint(bytes=4096, busbw_gbps=3.0, algbw_gbps=2.0)])),
         _record("c", "colocated", colocated=ColocatedFigures(processes=2, mps_active=False, members=[

@@ -291,16 +291,16 @@ LEGACY_COMPILE_KEYS = {"compile_s": "compile_s", "compile_setup_s": "setup_s", "
 def migrate_legacy_details(item: dict[str, Any]) -> dict[str, Any]:
     """Move the family figures a record JSON of schema version <= 2 keeps in ``details`` (``details["scaling"]``,
     ``["allreduce"]``, ``["colocated"]``, ``["spark"]``, ``["llm"]`` and the flat ``compile_*`` keys) to the
-    sub-record keys of version 3, in place; returns ``item``. A sub-record key already present wins; a record without
-    such details is left as it is (so this may run on any record)."""
+    sub-record keys of version 3, in place; returns ``item``. A sub-record already present (not null) wins; a record
+    without such details is left as it is (so this may run on any record)."""
     details = item.get("details")
     if not isinstance(details, dict):
         return item
     for name in ("scaling", "allreduce", "colocated", "spark", "llm"):
         if isinstance(details.get(name), dict):
             moved = details.pop(name)
-            item.setdefault(name, moved)
+            item[name] = moved if item.get(name) is None else item[name]
     compile_figures = {new: details.pop(old) for old, new in LEGACY_COMPILE_KEYS.items() if old in details}
-    if compile_figures:
-        item.setdefault("compile", compile_figures)
+    if compile_figures and item.get("compile") is None:
+        item["compile"] = compile_figures
     return item
