@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from hwregress.store.figures import SUB_RECORDS, migrate_legacy_details
 from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
-from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.results import SessionResults, TestRecord, record_problem
 from hwregress.store.verdicts import Verdict
 
 MODELS = ("resnet18", "mobilenet_v3_small", "vit_b_16", "bert", "gpt2")
@@ -148,3 +149,17 @@ def judged_session(tests: int = 120, seed: int = 0) -> SessionResults:
         if record.verdict == Verdict.REGRESSION:
             record.diagnosis = [f"CPU contention during test {index}", "the machine itself is slower: gemm 0.1 vs 0.3"]
     return session
+
+
+def as_loaded(record: TestRecord) -> TestRecord:
+    """``record`` as a results file of schema version 2 reads back: its ``details["scaling"]``, ``["spark"]``, ...
+    moved into the typed sub-records, and a sub-record field whose value has the wrong type left out (the loader
+    refuses such a file; a view only ever sees typed sub-records). Other fields are kept as they are."""
+    data = migrate_legacy_details(record.to_json())
+    for name in SUB_RECORDS:
+        if isinstance(data.get(name), dict):
+            data[name] = {key: value for key, value in data[name].items()
+                          if record_problem({name: {key: value}}) is None}
+        elif data.get(name) is not None:
+            data[name] = None
+    return TestRecord.from_json(data)

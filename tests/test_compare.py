@@ -136,14 +136,16 @@ def test_nothing_to_compare_without_two_compile_times():
 def test_a_session_records_a_refused_compile_comparison_and_stores_the_cache_state(tmp_path):
     from hwregress.judge.session import BenchSession, Policy
     from hwregress.store.baselines import BaselineStore
+    from hwregress.store.figures import CompileFigures
     from hwregress.store.results import TestRecord
 
     store = BaselineStore(tmp_path)
     store.write_entries("cpu", "cpu", {"throughput/x": dict(BASE, compile_s=0.1, compile_cache="warm")})
     record = TestRecord("t[cpu]", hardware_key="cpu", samples=BASE["samples"], environment=ENV,
-                        details={"compile_s": 25.0, "compile_cache": "cold"})
+                        compile=CompileFigures(compile_s=25.0, cache="cold"))
     assert BenchSession(store, Policy(update_mode="all")).conclude(record, "throughput/x") == []
-    assert record.details["compile_vs_baseline"]["compared"] is False
+    assert record.compile is not None and record.compile.vs_baseline is not None
+    assert record.compile.vs_baseline.compared is False
     assert "compile time not compared: this session compiled with a cold cache" in record.message
     entry = store.load("cpu").entries["throughput/x"]
     assert (entry["compile_s"], entry["compile_cache"], entry["compile_history"]) == (25.0, "cold", [25.0])

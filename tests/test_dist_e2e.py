@@ -52,8 +52,8 @@ def test_scaling_records_world_sizes_one_and_two_with_efficiency_and_communicati
     records = _records(dist_project)
     one, two = records["cpu-tiny-train-w1-bs4-fp32"], records["cpu-tiny-train-w2-bs4-fp32"]
     assert one["family"] == two["family"] == "scaling"
-    assert one["efficiency"] == 1.0 and one["details"]["scaling"]["threads_per_rank"] == 2
-    scaling = two["details"]["scaling"]
+    assert one["efficiency"] == 1.0 and one["scaling"]["threads_per_rank"] == 2
+    scaling = two["scaling"]
     assert scaling["world_size"] == 2 and scaling["nodes"] == 1 and scaling["backend"] == "gloo"
     assert scaling["threads_per_rank"] == 1 and len(scaling["ranks"]) == 2
     assert two["efficiency"] == pytest.approx(two["throughput"] / (2 * one["throughput"]), rel=1e-9)
@@ -71,14 +71,14 @@ def test_the_cpu_ceilings_include_allreduce_and_a_colocated_pair_is_recorded(dis
     result.assert_outcomes(passed=4)  # gemm, copy, allreduce, the co-located pair
     records = _records(dist_project)
     allreduce = records["cpu-allreduce-fp32"]
-    curve = allreduce["details"]["allreduce"]["curve"]
-    assert allreduce["unit"] == "GB/s" and allreduce["details"]["allreduce"]["world_size"] == 2
+    curve = allreduce["allreduce"]["curve"]
+    assert allreduce["unit"] == "GB/s" and allreduce["allreduce"]["world_size"] == 2
     assert [point["bytes"] for point in curve] == [4**k * 1024 for k in range(8)]
     assert allreduce["batch_size"] == 16 * 2**20 and allreduce["throughput"] == statistics.median(allreduce["samples"])
     assert allreduce["throughput"] == pytest.approx(curve[-1]["busbw_gbps"], rel=0.1)  # the curve's last point
     assert all(point["busbw_gbps"] == pytest.approx(point["algbw_gbps"]) for point in curve)  # 2(W-1)/W = 1 at W=2
     pair = records["cpu-tiny+tiny-train-bs4-fp32"]
-    colocated = pair["details"]["colocated"]
+    colocated = pair["colocated"]
     assert pair["family"] == "colocated" and colocated["processes"] == 2 and colocated["mps_active"] is None
     assert [m["model"] for m in colocated["members"]] == ["tiny", "tiny"]
     assert all(m["interference"] > 0 and m["solo_throughput"] > 0 and m["peak_memory_bytes"] for m in colocated["members"])
@@ -166,7 +166,7 @@ def _node_record(project: HwProject, node: int) -> dict:
 def test_two_pytest_processes_on_localhost_are_two_nodes_of_one_job(dist_project):
     outputs = _two_nodes(dist_project)
     record = _node_record(dist_project, 0)
-    scaling = record["details"]["scaling"]
+    scaling = record["scaling"]
     assert record["verdict"] == "new", "\n\n".join(outputs)
     assert scaling["world_size"] == 2 and scaling["nodes"] == 2
     assert scaling["ranks_per_node"] == 1 and sorted(r["node_rank"] for r in scaling["ranks"]) == [0, 1]

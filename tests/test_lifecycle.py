@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry, update_action
+from hwregress.store.figures import CompileFigures
 from hwregress.store.results import TestRecord
 
 
@@ -82,7 +83,7 @@ def test_a_session_that_extended_its_rounds_weighs_as_much_as_any_other():
 
 def compiled_record(compile_s: float, cache: str, torch_version: str = "2.13.0") -> TestRecord:
     return TestRecord("t", samples=[10.0] * 5, environment={"torch": torch_version}, verdict="pass",
-                      details={"compile_s": compile_s, "compile_cache": cache})
+                      compile=CompileFigures(compile_s=compile_s, cache=cache))
 
 
 def test_entry_keeps_the_compile_time_with_its_cache_state_and_restarts_when_the_state_changes():

@@ -15,6 +15,7 @@ from conftest import table_cells
 from hwregress.report import render, render_merge, write_outputs
 from hwregress.report.axes import nice_axis, tick_label
 from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, roofline_chart
+from hwregress.store.figures import CompileComparison, CompileFigures, LlmFigures
 from hwregress.store.results import SessionResults, TestRecord, load
 from hwregress.store.verdicts import Verdict
 
@@ -364,8 +365,8 @@ def test_a_metric_that_did_not_change_is_a_visible_line_at_mid_height():
 
 def _compiled(comparison: dict) -> TestRecord:
     record = throughput_record("resnet18", 8, 40.0)
-    record.details.update(compile_s=19.3, compile_backend="inductor", frames_compiled=1, compile_cache="cold",
-                          compile_vs_baseline=comparison)
+    record.compile = CompileFigures(compile_s=19.3, backend="inductor", frames_compiled=1, cache="cold",
+                                    vs_baseline=CompileComparison.from_json(comparison))
     return record
 
 
@@ -384,9 +385,9 @@ def test_compile_time_shows_its_cache_state_and_a_comparison_only_of_the_same_st
 def test_decode_details_name_the_judged_step_figures_itl_and_tpot_apart():
     record = throughput_record("gpt2", 1, 30.0)
     record.mode, record.unit, record.latency_ms, record.baseline_latency_ms = "decode", "tokens/s", 33.5, 32.0
-    record.details["llm"] = {"context": 128, "new_tokens": 16, "ttft_ms": 120.0, "itl_p50_ms": 33.5, "itl_p90_ms": 36.0,
-                             "itl_p99_ms": 41.0, "tpot_ms": 34.0, "output_tokens_per_s": 25.0,
-                             "decode_tokens_per_s": 29.9, "prefill_tokens_per_s": 1066.0, "kv_cache_dtype": "bfloat16"}
+    record.llm = LlmFigures(context=128, new_tokens=16, ttft_ms=120.0, itl_p50_ms=33.5, itl_p90_ms=36.0, itl_p99_ms=41.0,
+                            tpot_ms=34.0, output_tokens_per_s=25.0, decode_tokens_per_s=29.9,
+                            prefill_tokens_per_s=1066.0, kv_cache_dtype="bfloat16")
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", render(SessionResults(dict(META), [record]))))
     assert ("Judged, the decode steps: 29.9 tokens/s, inter-token latency (ITL) p50 33.5 / p90 36 / p99 41 ms "
             "(baseline ITL p50 32 ms)") in text

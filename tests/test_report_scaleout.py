@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic import as_loaded
 
 from conftest import report_section, svg_charts, table_rows
 from hwregress.report import render
@@ -66,7 +67,8 @@ def colocated_record(mps_active: bool | None = None) -> TestRecord:
 
 
 def _page(records: list[TestRecord]) -> str:
-    return render(SessionResults(dict(META), records))
+    """The page of ``records`` built with version-2 ``details``, read as a results file reads them."""
+    return render(SessionResults(dict(META), [as_loaded(r) for r in records]))
 
 
 def _section(html: str) -> str:

@@ -47,13 +47,13 @@ def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spa
     first.assert_outcomes(passed=2)
     records = _records(spark_project)
     batch, stream = records["batch"], records["stream"]
-    facts = batch["details"]["spark"]
+    facts = batch["spark"]
     assert facts["master"] == "local[2]" and facts["spark_version"] and facts["layout"].startswith("1 executor x 2 cores")
     assert batch["environment"]["spark_master"] == "local[2]" and batch["environment"]["spark"] == facts["spark_version"]
     assert facts["partitions"] == 2 and facts["rows"] == 128 and facts["passes"] == 5 == len(batch["samples"])
     assert batch["accuracy"] == 1.0 and facts["agreement"] == 1.0 and facts["max_logit_difference"] == 0.0
     assert batch["efficiency"] == pytest.approx(batch["throughput"] / facts["torch_throughput"])
-    streamed = stream["details"]["spark"]
+    streamed = stream["spark"]
     assert streamed["produced"] == streamed["predicted"] == 60 + streamed["warmup_images"]
     assert streamed["exactly_once"] and streamed["lost"] == streamed["duplicated"] == 0
     latency = streamed["latency_ms"]
@@ -102,7 +102,7 @@ def test_a_standalone_master_and_worker_run_the_family_and_the_records_name_that
     pids = [p.pid for p in cluster.processes]
     assert registered
     for record in _records(spark_project).values():
-        facts = record["details"]["spark"]
+        facts = record["spark"]
         assert facts["master"] == cluster.url == record["environment"]["spark_master"]
         assert [e["host"].split(":")[0] for e in facts["executors"]] == ["127.0.0.1"]
         assert facts["executors"][0]["cores"] == 2 and facts["layout"] == "1 executor x 2 cores, 1 CPU per task"

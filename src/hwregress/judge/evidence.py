@@ -40,7 +40,7 @@ def entry_evidence(record: TestRecord) -> dict[str, Any]:
         "top_ops": operators(record),
         "top_ops_steps": int(record.details.get("profile_steps") or 1),
         "health": dict(record.health),
-        "comm_share": (record.details.get("scaling") or {}).get("comm_share"),
+        "comm_share": record.scaling.comm_share if record.scaling else None,
     }
 
 
@@ -69,7 +69,7 @@ def for_diagnosis(record: TestRecord, entry: Mapping[str, Any], ceilings: Mappin
         top_ops_steps=int(record.details.get("profile_steps") or 1),
         baseline_top_ops=entry.get("top_ops") or [],
         baseline_top_ops_steps=int(entry.get("top_ops_steps") or 1),
-        comm_share=(record.details.get("scaling") or {}).get("comm_share"),
+        comm_share=record.scaling.comm_share if record.scaling else None,
         baseline_comm_share=entry.get("comm_share"),
     )
 

@@ -100,8 +100,8 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         entry.update(_pooled_efficiency(record.efficiency, earlier))
     if record.latency_ms is not None and judges_latency(record.family, record.mode):
         entry.update(_pooled_latency(record.latency_ms, earlier))
-    if record.details.get("compile_s") is not None:
-        entry.update(_pooled_compile(record.details["compile_s"], record.details.get("compile_cache"), earlier))
+    if record.compile is not None and record.compile.compile_s is not None:
+        entry.update(_pooled_compile(record.compile.compile_s, record.compile.cache, earlier))
     return entry
 
 

@@ -13,6 +13,7 @@ from hwregress.judge import evidence, lifecycle
 from hwregress.judge.compare import Figures, Measured, Tolerances, judge, judges_latency
 from hwregress.judge.diagnosis import diagnose
 from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore
+from hwregress.store.figures import CompileComparison, CompileFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -168,12 +169,13 @@ def _measured(record: TestRecord) -> Measured:
                                        or record.details.get("efficiency_reference_samples") or ()),
                     on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
                     latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None,
-                    compile_s=record.details.get("compile_s"), compile_cache=record.details.get("compile_cache"))
+                    compile_s=record.compile.compile_s if record.compile else None,
+                    compile_cache=record.compile.cache if record.compile else None)
 
 
 def apply_figures(record: TestRecord, figures: Figures) -> None:
     """Copy a judgement's figures onto the record's fields of the same meaning (the compile-time comparison onto
-    ``details["compile_vs_baseline"]``, beside the compile time it compares)."""
+    ``record.compile.vs_baseline``, beside the compile time it compares)."""
     record.ratio, record.threshold, record.p_value = figures.ratio, figures.threshold, figures.p_value
     record.memory_ratio = figures.memory_ratio
     record.baseline_throughput = figures.baseline_throughput
@@ -186,4 +188,5 @@ def apply_figures(record: TestRecord, figures: Figures) -> None:
     record.env_changes = list(figures.env_changes)
     record.identity_changes = list(figures.identity_changes)
     if figures.compile_comparison is not None:
-        record.details["compile_vs_baseline"] = dict(figures.compile_comparison)
+        record.compile = record.compile or CompileFigures()
+        record.compile.vs_baseline = CompileComparison.from_json(figures.compile_comparison)

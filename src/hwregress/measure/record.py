@@ -7,6 +7,7 @@ from __future__ import annotations
 from hwregress.hardware import roofline
 from hwregress.judge.stats import summarize
 from hwregress.measure.window import Measurement
+from hwregress.store.figures import CompileFigures
 from hwregress.store.results import TestRecord
 
 
@@ -33,11 +34,10 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     if measurement.quantized_base_dtype is not None:
         record.details["quantized_base_dtype"] = measurement.quantized_base_dtype
     if measurement.compile is not None:  # the compiling first call, timed apart from the window
-        record.details.update(compile_s=measurement.compile.compile_s, compile_backend=measurement.compile.backend,
-                              frames_compiled=measurement.compile.recompiles, compile_cache=measurement.compile.cache_state,
-                              compile_cache_counts=measurement.compile.cache_counts)
-        if measurement.compile.setup_s is not None:  # this test paid the process's one-time compiler set-up, untimed
-            record.details["compile_setup_s"] = measurement.compile.setup_s
+        compiled = measurement.compile  # setup_s: None unless this test paid the process's one-time set-up, untimed
+        record.compile = CompileFigures(compile_s=compiled.compile_s, setup_s=compiled.setup_s, backend=compiled.backend,
+                                        frames_compiled=compiled.recompiles, cache=compiled.cache_state,
+                                        cache_counts=dict(compiled.cache_counts))
     window_samples = measurement.window_work / measurement.work_per_sample
     samples_per_s = summary.median / measurement.work_per_sample
     if measurement.work_per_sample != 1:  # text: throughput is in tokens/s; keep samples/s beside it

@@ -33,6 +33,7 @@ from hwregress.scaleout.session_store import NodeMismatch, SessionStore, Session
 from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
 from hwregress.store.atomic import safe_file_name
 from hwregress.store.baselines import entry_key
+from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -55,12 +56,11 @@ class DistributedBench:
         per_node = self._ranks_per_node(world_size, device)
         spec = self._spec("scaling", device, world_size, per_node, [model], batch_size, dtype)
         spec, ranks = self._launch(record, spec, joint=True)
-        details = figures.scaling_details(ranks, spec.nnodes, spec.backend)
-        record.details["scaling"] = details
+        scaling = record.scaling = ScalingFigures.from_json(figures.scaling_details(ranks, spec.nnodes, spec.backend))
         self._participants_stop_here(record, spec)
         samples = figures.global_throughput_samples(ranks)
         _fill_samples(record, samples, ranks)
-        record.latency_ms = details["step_ms"]
+        record.latency_ms = scaling.step_ms
         if world_size == 1 and not self.topology.multi_node:
             self._offer_reference(device, model, batch_size, dtype, samples)
             reference = samples
@@ -69,7 +69,7 @@ class DistributedBench:
         reference_median = summarize(reference).median
         record.efficiency = figures.efficiency(record.throughput or 0.0, world_size, reference_median)
         record.details["efficiency_reference_samples"] = reference
-        details.update(efficiency=record.efficiency, reference_throughput=reference_median,
+        scaling.update(efficiency=record.efficiency, reference_throughput=reference_median,
                        per_device_throughput=(record.throughput or 0.0) / world_size)
         nodes = f"-n{self.topology.nnodes}" if self.topology.multi_node else ""
         return f"train-w{world_size}{nodes}"
@@ -88,8 +88,8 @@ class DistributedBench:
         spec = dataclasses.replace(self._spec("allreduce", device, world_size, per_node, [], 1, "fp32"),
                                    message_sizes=sizes, verdict=self.bench.window_terms(record, key))
         spec, ranks = self._launch(record, spec, joint=True)
-        record.details["allreduce"] = {"world_size": world_size, "nodes": spec.nnodes, "backend": spec.backend,
-                                       "curve": ranks[0]["curve"]}
+        record.allreduce = AllreduceFigures.from_json({"world_size": world_size, "nodes": spec.nnodes,
+                                                       "backend": spec.backend, "curve": ranks[0]["curve"]})
         self._participants_stop_here(record, spec)
         _fill_samples(record, ranks[0]["busbw_samples"], ranks)
         record.details.update({name: ranks[0].get(name) for name in ("stable", "extended_rounds", "verdict_rounds")})
@@ -122,8 +122,9 @@ class DistributedBench:
         record.peak_memory_bytes = sum(peaks) if all(p is not None for p in peaks) else None
         record.efficiency = statistics.fmean(line["interference"] for line in lines)
         record.details["efficiency_reference_samples"] = figures.member_throughput_samples(solo[members[0]])
-        record.details["colocated"] = {"processes": len(members), "mps_active": active, "mps_detail": detail,
-                                       "threads_per_process": threads, "members": lines}
+        record.colocated = ColocatedFigures.from_json({"processes": len(members), "mps_active": active,
+                                                       "mps_detail": detail, "threads_per_process": threads,
+                                                       "members": lines})
 
     # -- T(1) ------------------------------------------------------------------------------------------
     def _reference(self, record: TestRecord, device: str, model: str, batch_size: int, dtype: str) -> list[float]:

@@ -36,6 +36,7 @@ from hwregress.plugin.spark import SparkBench
 from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
 from hwregress.store.atomic import safe_file_name
 from hwregress.store.baselines import BaselineError, entry_key
+from hwregress.store.figures import CompileFigures, LlmFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -98,7 +99,7 @@ class HwBench:
              context: int) -> None:
         """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode steps'
         tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
-        ``details.llm``."""
+        ``record.llm``."""
         try:
             result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, self.settings.plan,
                              self.settings.telemetry_interval_s, profile=self.settings.profile_steps > 0)
@@ -106,7 +107,7 @@ class HwBench:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
         fill_measurement(record, result.measurement)
-        record.details["llm"] = result.latency
+        record.llm = LlmFigures.from_json(result.latency)
         if mode == "decode":
             record.latency_ms = result.latency["itl_p50_ms"]  # one decode step, judged (compare.judges_latency)
 
@@ -291,7 +292,7 @@ class HwBench:
             skip_with(Verdict.OOM, str(error))
         except CompileFailed as error:  # a failed record with the error's first lines; the session goes on
             record.message = str(error)
-            record.details["compile_error"] = error.first_lines
+            record.compile = CompileFigures(backend=error.backend, error=list(error.first_lines))
             pytest.fail(str(error), pytrace=False)
 
     def _round_driver(self) -> RoundDriver | None:

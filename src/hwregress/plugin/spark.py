@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pytest
 
@@ -24,6 +24,7 @@ from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.spark import batch, engine, stream
 from hwregress.spark.predictor import PredictSpec, pixel_statistics
+from hwregress.store.figures import SparkFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -69,8 +70,7 @@ class SparkBench:
         record.environment.update(engine.fingerprint(running.description))
         mean, std = pixel_statistics()
         spec = PredictSpec(model, device, dtype, tuple(self.bench.settings.workload_modules), mean, std)
-        facts = {**running.description, "batch_size": batch_size}
-        record.details["spark"] = facts
+        facts = record.spark = SparkFigures.from_json({**running.description, "batch_size": batch_size})
         if pipeline == "batch":
             return self._batch(record, running, spec, batch_size, facts)
         return self._stream(record, running, spec, batch_size, facts)
@@ -94,7 +94,7 @@ class SparkBench:
 
     # -- batch -----------------------------------------------------------------------------------------------------
     def _batch(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
-               facts: dict[str, Any]) -> list[str]:
+               facts: SparkFigures) -> list[str]:
         device = spec.device
         tolerance = parity.tolerance_for(workloads.get(spec.model), spec.dtype)  # relative, as the output parity tests
         plan = batch.BatchSpec(spec, batch_size, self.settings.rows_for(device),
@@ -121,7 +121,7 @@ class SparkBench:
 
     # -- stream ----------------------------------------------------------------------------------------------------
     def _stream(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
-                facts: dict[str, Any]) -> list[str]:
+                facts: SparkFigures) -> list[str]:
         device = spec.device
         folder = session_temp(self.bench.request) / "hwregress-spark-streams" / f"{time.time_ns():x}"
         lines = progress.live_lines(self.bench.config, record.test_id.rpartition("::")[2])

@@ -7,8 +7,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from hwregress.store.results import TestRecord
-
 NUMBER_LIMIT = 10**300  # an int figure beyond this is not a measurement; it counts as not recorded
 
 
@@ -29,11 +27,6 @@ def number(value: Any) -> int | float | None:
 def text(value: Any) -> str | None:
     """``value`` as text; None stays None."""
     return None if value is None else str(value)
-
-
-def details(record: TestRecord, key: str) -> Mapping[str, Any]:
-    """``record.details[key]`` if it is a mapping, else an empty one."""
-    return mapping(mapping(record.details).get(key))
 
 
 def sort_key(value: Any) -> tuple[int, float, str]:

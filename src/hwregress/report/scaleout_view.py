@@ -5,15 +5,15 @@ Records read (``hwregress.store.results.TestRecord``):
 
 - ``family="scaling"``: ``throughput`` is the global median (all ranks) in ``unit`` (samples/s or tokens/s),
   ``efficiency`` = T(W) / (W x T(1)) with T(1) the same session's world-size-1 throughput, and
-  ``details["scaling"]`` the world size, nodes, backend, per-device throughput, reference T(1), communication
+  ``scaling`` (:class:`hwregress.store.figures.ScalingFigures`) the world size, nodes, backend, per-device throughput, reference T(1), communication
   share, buckets, bytes all-reduced per step and the per-rank figures.
-- ``family="ceiling", model="allreduce"``: ``details["allreduce"]["curve"]``, one point per message size
+- ``family="ceiling", model="allreduce"``: ``allreduce.curve``, one point per message size
   (bytes) with its time (us), algorithm bandwidth and bus bandwidth (GB/s = 1e9 bytes/s). Bus bandwidth =
   algbw x 2(W-1)/W, nccl-tests' definition (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md).
-- ``family="colocated"``: ``details["colocated"]["members"]``, per process its solo and co-located throughput
+- ``family="colocated"``: ``colocated.members``, per process its solo and co-located throughput
   and the interference ratio co-located / solo.
 
-Any detail may be missing, None, not finite or of the wrong type (a failed or skipped test still has a record):
+A sub-record may be missing (a failed or skipped test still has a record) and any figure None or not finite:
 such a figure is left out of the charts and shown as "–" in the tables, never an error.
 """
 
@@ -27,7 +27,8 @@ from typing import Any
 from markupsafe import Markup
 
 from hwregress.report import charts
-from hwregress.report.record_values import details, mapping, number, sort_key, text
+from hwregress.report.record_values import mapping, number, sort_key, text
+from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 
 SCALING_FAMILY = "scaling"
@@ -110,17 +111,17 @@ def _device_kind(device: Any) -> str:
 
 def scaling_row(record: TestRecord) -> ScalingRow:
     """The table row of one ``family="scaling"`` record; details it lacks are None."""
-    scaling = details(record, "scaling")
+    scaling = record.scaling or ScalingFigures()
     efficiency = number(record.efficiency)
     return ScalingRow(
-        record=record, world_size=number(scaling.get("world_size")), nodes=number(scaling.get("nodes")),
-        ranks_per_node=number(scaling.get("ranks_per_node")), backend=text(scaling.get("backend")),
-        threads_per_rank=number(scaling.get("threads_per_rank")), throughput=number(record.throughput),
-        per_device_throughput=number(scaling.get("per_device_throughput")),
-        efficiency=efficiency if efficiency is not None else number(scaling.get("efficiency")),
-        baseline_efficiency=number(record.baseline_efficiency), comm_share=number(scaling.get("comm_share")),
-        comm_ms_per_step=number(scaling.get("comm_ms_per_step")), step_ms=number(scaling.get("step_ms")),
-        buckets=number(scaling.get("buckets")), allreduce_bytes_per_step=number(scaling.get("allreduce_bytes_per_step")))
+        record=record, world_size=number(scaling.world_size), nodes=number(scaling.nodes),
+        ranks_per_node=number(scaling.ranks_per_node), backend=text(scaling.backend),
+        threads_per_rank=number(scaling.threads_per_rank), throughput=number(record.throughput),
+        per_device_throughput=number(scaling.per_device_throughput),
+        efficiency=efficiency if efficiency is not None else number(scaling.efficiency),
+        baseline_efficiency=number(record.baseline_efficiency), comm_share=number(scaling.comm_share),
+        comm_ms_per_step=number(scaling.comm_ms_per_step), step_ms=number(scaling.step_ms),
+        buckets=number(scaling.buckets), allreduce_bytes_per_step=number(scaling.allreduce_bytes_per_step))
 
 
 def _scaling_order(row: ScalingRow) -> tuple[Any, ...]:
@@ -176,7 +177,7 @@ def _throughput_series(rows: Sequence[ScalingRow]) -> dict[str, list[tuple[Any, 
 
 def _reference_throughput(rows: Sequence[ScalingRow]) -> float | None:
     """T(1): the recorded ``reference_throughput`` of the group, else the throughput measured at world size 1."""
-    recorded = (number(details(r.record, "scaling").get("reference_throughput")) for r in rows)
+    recorded = (number(r.record.scaling.reference_throughput) for r in rows if r.record.scaling)
     measured_at_one = (r.throughput for r in rows if r.world_size == 1)
     return next((t for t in (*recorded, *measured_at_one) if t is not None), None)
 
@@ -198,8 +199,8 @@ def allreduce_charts(records: Sequence[TestRecord]) -> list[Markup]:
     over the measured sizes. Records without a drawable curve give no chart."""
     groups: dict[tuple[str, str, str], list[TestRecord]] = defaultdict(list)
     for r in records:
-        allreduce = details(r, "allreduce")
-        groups[(_device_kind(r.device), _shown(allreduce.get("world_size")), _shown(allreduce.get("nodes")))].append(r)
+        allreduce = r.allreduce or AllreduceFigures()
+        groups[(_device_kind(r.device), _shown(allreduce.world_size), _shown(allreduce.nodes))].append(r)
     out = []
     for (kind, world_size, nodes), group in sorted(groups.items()):
         series: dict[str, list[tuple[Any, Any]]] = {}
@@ -212,18 +213,17 @@ def allreduce_charts(records: Sequence[TestRecord]) -> list[Markup]:
 
 def _curve_prefix(record: TestRecord) -> str:
     """What tells apart records of one chart: backend and dtype (``nccl fp32 ``)."""
-    backend = details(record, "allreduce").get("backend")
+    backend = record.allreduce.backend if record.allreduce else None
     return " ".join(str(p) for p in (backend, record.dtype) if p) + " "
 
 
 def _curve_series(record: TestRecord, prefix: str) -> dict[str, list[tuple[Any, Any]]]:
     """``busbw`` and ``algbw`` (GB/s) over bytes, and ``published (<source>)`` as a constant line."""
-    curve = details(record, "allreduce").get("curve")
-    points = [mapping(p) for p in curve] if isinstance(curve, (list, tuple)) else []
-    series = {f"{prefix}{name}": [(number(p.get("bytes")), number(p.get(key))) for p in points]
+    points = record.allreduce.curve if record.allreduce else []
+    series = {f"{prefix}{name}": [(number(p.bytes), number(getattr(p, key))) for p in points]
               for name, key in (("busbw", "busbw_gbps"), ("algbw", "algbw_gbps"))}
     published = number(mapping(record.details).get("published"))
-    sizes = [b for b in (number(p.get("bytes")) for p in points) if b is not None and b > 0]
+    sizes = [b for b in (number(p.bytes) for p in points) if b is not None and b > 0]
     if published is not None and sizes:
         source = mapping(record.details).get("published_source")
         label = f"{prefix}published ({source})" if source else f"{prefix}published"
@@ -236,19 +236,17 @@ def _curve_series(record: TestRecord, prefix: str) -> dict[str, list[tuple[Any, 
 def colocation_rows(record: TestRecord) -> list[ColocationRow]:
     """One row per member process of a ``family="colocated"`` record, in member order; one row with only the
     test's own figures when it recorded no members."""
-    colocated = details(record, "colocated")
-    mps_active = colocated.get("mps_active")
-    shared = {"record": record, "processes": number(colocated.get("processes")),
+    colocated = record.colocated or ColocatedFigures()
+    mps_active = colocated.mps_active
+    shared = {"record": record, "processes": number(colocated.processes),
               "mps": "yes" if mps_active is True else "no" if mps_active is False else "unknown",
-              "mps_detail": text(colocated.get("mps_detail"))}
-    members = colocated.get("members")
-    members = [mapping(m) for m in members] if isinstance(members, (list, tuple)) else []
+              "mps_detail": text(colocated.mps_detail)}
+    members = colocated.members
     if not members:
         return [ColocationRow(index=None, model=None, solo_throughput=None, colocated_throughput=None, interference=None,
                               peak_memory_bytes=None, solo_peak_memory_bytes=None, **shared)]
-    return [ColocationRow(index=number(m.get("index")), model=text(m.get("model")),
-                          solo_throughput=number(m.get("solo_throughput")),
-                          colocated_throughput=number(m.get("colocated_throughput")),
-                          interference=number(m.get("interference")), peak_memory_bytes=number(m.get("peak_memory_bytes")),
-                          solo_peak_memory_bytes=number(m.get("solo_peak_memory_bytes")), **shared)
+    return [ColocationRow(index=number(m.index), model=text(m.model), solo_throughput=number(m.solo_throughput),
+                          colocated_throughput=number(m.colocated_throughput), interference=number(m.interference),
+                          peak_memory_bytes=number(m.peak_memory_bytes),
+                          solo_peak_memory_bytes=number(m.solo_peak_memory_bytes), **shared)
             for m in members]

@@ -1,21 +1,21 @@
 """The report's Spark section: batch inference on Spark against plain torch, and Structured Streaming's rate,
 latency distribution and exactly-once count.
 
-Records read (``hwregress.store.results.TestRecord`` with ``family="spark"`` and a ``details["spark"]`` mapping; the
-pipeline is ``details["spark"]["pipeline"]``, else the record's ``mode``):
+Records read (``hwregress.store.results.TestRecord`` with ``family="spark"`` and a ``spark`` sub-record,
+:class:`hwregress.store.figures.SparkFigures`; the pipeline is ``spark.pipeline``, else the record's ``mode``):
 
 - ``batch``: ``throughput`` is Spark's median images/s over full passes of a cached DataFrame, ``efficiency`` the
   overhead ratio Spark images/s / plain torch images/s (same model, batch and device, same session; 1.0 = no
-  overhead), ``accuracy`` the top-1 agreement with plain torch (must be 1.0); the details hold the plain torch
+  overhead), ``accuracy`` the top-1 agreement with plain torch (must be 1.0); the sub-record holds the plain torch
   images/s (``torch_throughput``), the partitions and the engine (master, version, executor layout).
 - ``stream``: ``throughput`` is the median images/s of the measured micro-batches, ``latency_ms`` the p50
-  latency (ms) judged against ``baseline_latency_ms``; the details hold the rates asked, offered and sustained
+  latency (ms) judged against ``baseline_latency_ms``; the sub-record holds the rates asked, offered and sustained
   (images/s), p50/p90/p99 latency (ms), ``latency_quantiles_ms`` (up to 100 evenly spaced quantiles of the
   per-image latency, ms, sorted) and the exactly-once count (produced, predicted, lost, predicted twice).
 
-Any detail may be missing, None, not finite or of the wrong type (a failed test still has a record): such a
-figure is left out of the charts and shown as "–" in the tables, never an error. Records without Spark details
-(skipped tests) are left out of the section.
+Any figure may be missing, None or not finite (a failed test still has a record): such a figure is left out of the
+charts and shown as "–" in the tables, never an error. Records without a ``spark`` sub-record (skipped tests) are
+left out of the section.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 from markupsafe import Markup
 
 from hwregress.report import charts
-from hwregress.report.record_values import details, mapping, number, sort_key, text
+from hwregress.report.record_values import mapping, number, sort_key, text
+from hwregress.store.figures import SparkFigures
 from hwregress.store.results import TestRecord
 
 SPARK_FAMILY = "spark"
@@ -119,13 +120,13 @@ def spark_context(records: Sequence[TestRecord]) -> dict[str, Any]:
 
 def is_spark(record: TestRecord) -> bool:
     """A Spark test that recorded its engine facts (a skipped one records none and is left out)."""
-    return record.family == SPARK_FAMILY and bool(details(record, "spark"))
+    return record.family == SPARK_FAMILY and record.spark is not None
 
 
 def pipeline(record: TestRecord) -> str | None:
     """``batch`` or ``stream``: the recorded pipeline, else the record's mode (a test that failed before its
     measurement recorded only the engine)."""
-    recorded = details(record, "spark").get("pipeline")
+    recorded = record.spark.pipeline if record.spark else None
     return str(recorded) if recorded is not None else record.mode
 
 
@@ -140,28 +141,27 @@ def device_label(record: TestRecord) -> str:
     return f"{record.device_name} ({device})" if record.device_name else device
 
 
-def _engine(spark: Mapping[str, Any]) -> SparkEngineFacts:
-    return SparkEngineFacts(master=text(spark.get("master")), spark_version=text(spark.get("spark_version")),
-                            layout=text(spark.get("layout")))
+def _engine(spark: SparkFigures) -> SparkEngineFacts:
+    return SparkEngineFacts(master=text(spark.master), spark_version=text(spark.spark_version), layout=text(spark.layout))
 
 
 # --- batch inference -----------------------------------------------------------------------------------------
 
 def batch_row(record: TestRecord) -> SparkBatchRow:
     """The table row of one batch-inference record; details it lacks are None."""
-    spark = details(record, "spark")
+    spark = record.spark or SparkFigures()
     overhead = number(record.efficiency)
     agreement = number(record.accuracy)
     if agreement is None:
-        agreement = number(spark.get("agreement"))
+        agreement = number(spark.agreement)
     return SparkBatchRow(
         record=record, device=device_label(record), spark_throughput=number(record.throughput),
-        torch_throughput=number(spark.get("torch_throughput")),
-        overhead_ratio=overhead if overhead is not None else number(spark.get("overhead_ratio")),
+        torch_throughput=number(spark.torch_throughput),
+        overhead_ratio=overhead if overhead is not None else number(spark.overhead_ratio),
         baseline_overhead_ratio=number(record.baseline_efficiency), agreement=agreement,
         agreement_text=agreement_text(agreement), agreement_failed=agreement is not None and agreement < 1.0,
-        max_logit_difference=number(spark.get("max_logit_difference")), rows=number(spark.get("rows")),
-        partitions=number(spark.get("partitions")), engine=_engine(spark))
+        max_logit_difference=number(spark.max_logit_difference), rows=number(spark.rows),
+        partitions=number(spark.partitions), engine=_engine(spark))
 
 
 def agreement_text(agreement: float | None) -> str:
@@ -200,21 +200,19 @@ def _throughput_bars(row: SparkBatchRow) -> list[tuple[str, float | None]]:
 
 def stream_row(record: TestRecord) -> SparkStreamRow:
     """The table row of one streaming record; details it lacks are None."""
-    spark = details(record, "spark")
-    latency = mapping(spark.get("latency_ms"))
+    spark = record.spark or SparkFigures()
+    latency = mapping(spark.latency_ms)
     percentiles = {p: number(latency.get(p)) for p in PERCENTILES}
     if percentiles["p50"] is None:
         percentiles["p50"] = number(record.latency_ms)
-    exactly_once = spark.get("exactly_once")
     return SparkStreamRow(
-        record=record, device=device_label(record), rate=number(spark.get("rate")),
-        offered_rate=number(spark.get("offered_rate")), sustained_rate=number(spark.get("sustained_rate")),
-        median_batch_rate=number(record.throughput), latency_ms=percentiles,
-        baseline_p50_ms=number(record.baseline_latency_ms), produced=number(spark.get("produced")),
-        predicted=number(spark.get("predicted")), lost=number(spark.get("lost")),
-        duplicated=number(spark.get("duplicated")), unexpected=number(spark.get("unexpected")),
-        exactly_once=exactly_once if isinstance(exactly_once, bool) else None,
-        micro_batches=number(spark.get("micro_batches")), restarts=number(spark.get("restarts")), engine=_engine(spark))
+        record=record, device=device_label(record), rate=number(spark.rate), offered_rate=number(spark.offered_rate),
+        sustained_rate=number(spark.sustained_rate), median_batch_rate=number(record.throughput),
+        latency_ms=percentiles, baseline_p50_ms=number(record.baseline_latency_ms), produced=number(spark.produced),
+        predicted=number(spark.predicted), lost=number(spark.lost), duplicated=number(spark.duplicated),
+        unexpected=number(spark.unexpected),
+        exactly_once=spark.exactly_once if isinstance(spark.exactly_once, bool) else None,
+        micro_batches=number(spark.micro_batches), restarts=number(spark.restarts), engine=_engine(spark))
 
 
 def latency_cdf(quantiles: Any) -> list[tuple[float, float]]:
@@ -230,7 +228,7 @@ def latency_chart(row: SparkStreamRow) -> Markup:
     """The latency distribution of one stream: its CDF (x: latency ms, y: fraction of images) with p50, p90, p99
     and the baseline p50 marked at their levels. Empty Markup without a drawable latency."""
     r = row.record
-    series: dict[str, list[tuple[Any, Any]]] = {CDF_SERIES: latency_cdf(details(r, "spark").get("latency_quantiles_ms"))}
+    series: dict[str, list[tuple[Any, Any]]] = {CDF_SERIES: latency_cdf(r.spark.latency_quantiles_ms if r.spark else None)}
     marks = [(p, row.latency_ms[p], int(p[1:]) / 100) for p in PERCENTILES]
     if row.baseline_p50_ms is not None:
         marks.append(("baseline p50", row.baseline_p50_ms, 0.5))

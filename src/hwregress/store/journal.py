@@ -31,6 +31,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from hwregress.store.atomic import read_regular_file
+from hwregress.store.figures import migrate_legacy_details
 from hwregress.store.results import SessionResults, TestRecord, record_problem
 
 JOURNAL_FORMAT = 1
@@ -270,9 +271,12 @@ def _read_line(line: bytes, meta: dict[str, Any], records: dict[str, TestRecord]
 
 def record_from_json(data: Any) -> TestRecord | None:
     """A :class:`TestRecord` from one parsed JSON value, None when it is not an object with a text
-    ``test_id`` whose known fields all have the types the record declares (see :func:`record_problem`)."""
+    ``test_id`` whose known fields all have the types the record declares (see :func:`record_problem`). A journal
+    line carries no schema version: family figures an older hwregress kept in ``details`` are moved to the
+    sub-records (:func:`hwregress.store.figures.migrate_legacy_details`)."""
     if not isinstance(data, dict) or not isinstance(data.get("test_id"), str):
         return None
+    migrate_legacy_details(data)
     if record_problem(data) is not None:
         return None
     try:

@@ -8,6 +8,11 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **3** (hwregress 0.3): family figures in typed sub-records (:mod:`hwregress.store.figures`): ``scaling``,
+  ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile`` (each an object or null) instead of
+  ``details["scaling"]`` ... ``details["llm"]`` and the flat ``details["compile_*"]`` keys; the JSON Schema is
+  generated from the types (:mod:`hwregress.store.schemas.generate`). Versions 1 and 2 are read with those details
+  moved into the sub-records (:func:`hwregress.store.figures.migrate_legacy_details`).
 - **2** (hwregress 0.2): ``verdict`` is one of :class:`hwregress.store.verdicts.Verdict` (adds ``invalid`` and
   ``other-hardware``); new record fields ``wanted_threshold``, ``identity_changes``, ``health`` and
   ``diagnosis``; the telemetry summary counts its ``readings`` (was ``samples``, which now only means
@@ -30,85 +35,128 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from hwregress.store.figures import (
+    SUB_RECORDS,
+    AllreduceFigures,
+    ColocatedFigures,
+    CompileFigures,
+    Figures,
+    LlmFigures,
+    ScalingFigures,
+    SparkFigures,
+    doc,
+    migrate_legacy_details,
+)
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 2
-READABLE_RESULTS_VERSIONS = (1, 2)
+RESULTS_SCHEMA_VERSION = 3
+READABLE_RESULTS_VERSIONS = (1, 2, 3)
+
 
 @dataclass
 class TestRecord:
-    """One test's measurements and verdict (a row of ``results.json``)."""
+    """One test's measurements and verdict (a row of ``results.json``).
+
+    Family figures live in typed sub-records (:mod:`hwregress.store.figures`; None where the family does not apply):
+    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``. ``details`` holds the rest, the
+    open-ended facts a view or a plugin may add: ``identity`` and ``device_facts`` (hardware), ``worker``, the
+    variant (``compiler``, ``memory_format``, ``context``), the window's ``stable``, ``extended_rounds``,
+    ``verdict_rounds``, ``warmup_steps`` and ``telemetry_series``, ``profile_steps``, ``max_batch``,
+    ``quantized_layers``/``quantized_base_dtype``, ``samples_per_s``/``tokens_per_sample`` (text models), the
+    references a ratio was judged with (``cpu_throughput``, ``cpu_samples``, ``efficiency_reference_samples``),
+    published ceilings (``published``, ``published_source``, ``published_missing``, link facts), output parity's
+    errors (``relative_error``, ``max_abs_error``, ``tolerance``, ``decisive_agreement``) and ``participant`` (a
+    node other than 0 of a multi-node job). Field descriptions (``doc``) are the JSON Schema's."""
 
     __test__ = False  # not a pytest test class despite its name
 
-    test_id: str
-    family: str = "throughput"
-    hardware_key: str | None = None
-    device: str | None = None
-    device_name: str | None = None
-    model: str | None = None
-    mode: str | None = None
-    batch_size: int | None = None
-    dtype: str | None = None
-    unit: str = "samples/s"
-    throughput: float | None = None
-    throughput_iqr: float | None = None
-    samples: list[float] = field(default_factory=list)
-    rounds: int | None = None
-    steps_per_round: int | None = None
-    latency_ms: float | None = None
-    peak_memory_bytes: int | None = None
-    accuracy: float | None = None
-    reference_accuracy: float | None = None
-    speedup: float | None = None
-    efficiency: float | None = None  # scaling: T(W) / (W x T(1)); colocated: mean throughput vs solo; spark: vs torch
-    baseline_throughput: float | None = None
-    baseline_peak_memory_bytes: int | None = None
-    baseline_accuracy: float | None = None
-    baseline_speedup: float | None = None
-    baseline_efficiency: float | None = None
-    baseline_latency_ms: float | None = None  # where the latency is judged (compare.judges_latency)
-    ratio: float | None = None
-    threshold: float | None = None
-    p_value: float | None = None
-    memory_ratio: float | None = None
-    wanted_threshold: float | None = None  # what the noise/history bounds asked for when the cap cut it
-    verdict: Verdict = Verdict.NEW
-    outcome: str | None = None
-    message: str = ""
-    environment: dict[str, Any] = field(default_factory=dict)
-    env_changes: list[str] = field(default_factory=list)
-    identity_changes: list[str] = field(default_factory=list)
-    health: dict[str, Any] = field(default_factory=dict)
-    diagnosis: list[str] = field(default_factory=list)
-    baseline_recorded_at: str | None = None
-    baseline_action: str | None = None
-    flops_per_sample: float | None = None
-    achieved_tflops: float | None = None
-    mfu: float | None = None
-    arithmetic_intensity: float | None = None
-    energy_j_per_sample: float | None = None
-    samples_per_joule: float | None = None
-    telemetry: dict[str, Any] | None = None
-    top_ops: list[dict[str, Any]] = field(default_factory=list)
-    top_cpu_ops: list[dict[str, Any]] = field(default_factory=list)
-    op_categories: dict[str, float] = field(default_factory=dict)
-    throttled: bool = False
-    trace_path: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    duration_s: float | None = None
+    test_id: str = field(metadata={"doc": "pytest node id of the test"})
+    family: str = doc("test family: throughput, speedup, ceiling, parity, output-parity, scaling, colocated, spark",
+                      "throughput")
+    hardware_key: str | None = doc("the baseline file's hardware key of the device")
+    device: str | None = doc("torch device, e.g. cuda:0 or cpu")
+    device_name: str | None = doc("the device's marketing name")
+    model: str | None = doc("workload name (ceilings: the roof, e.g. gemm)")
+    mode: str | None = doc("train, infer, prefill, decode, roof, batch, stream, ...")
+    batch_size: int | None = doc("samples per step (ceilings: the size measured)")
+    dtype: str | None = doc("fp32, bf16, fp16, int8, ...")
+    unit: str = doc("samples/s for models, TFLOP/s or GB/s for ceilings, accuracy for parity", "samples/s")
+    throughput: float | None = doc("median of samples, in unit")
+    throughput_iqr: float | None = doc("interquartile range of samples, in unit")
+    samples: list[float] = doc("per-round throughput observations, in unit (the only meaning of 'samples')",
+                               factory=list)
+    rounds: int | None = doc("timed rounds")
+    steps_per_round: int | None = doc("steps timed in each round")
+    latency_ms: float | None = doc("ms, lower is better: a model's median step time; decode: the inter-token latency "
+                                   "p50 (one decode step, judged); spark stream: the p50 latency per image (judged)")
+    peak_memory_bytes: int | None = doc("peak device memory (CUDA allocator) or process RSS (CPU), bytes")
+    accuracy: float | None = doc("fraction: parity accuracy, top-1 agreement")
+    reference_accuracy: float | None = doc("fraction: the CPU's accuracy in the same session (parity off the CPU)")
+    speedup: float | None = doc("x, throughput over the CPU's in the same session")
+    efficiency: float | None = doc(
+        "scaling: T(W) / (W x T(1)) with T(1) from the same session; colocated: mean of each process's throughput "
+        "over its solo throughput; spark batch: Spark images/s over plain torch images/s of the same model, batch and "
+        "device in the same session (fraction, 1 = no loss)")
+    baseline_throughput: float | None = doc("the baseline entry's throughput, in unit")
+    baseline_peak_memory_bytes: int | None = doc("the baseline entry's peak memory, bytes")
+    baseline_accuracy: float | None = doc("the baseline entry's accuracy (fraction)")
+    baseline_speedup: float | None = doc("the baseline entry's speedup (x)")
+    baseline_efficiency: float | None = doc("the baseline entry's efficiency")
+    baseline_latency_ms: float | None = doc("the baseline entry's judged latency (ms; spark stream: the median of its "
+                                            "sessions' p50 latencies)")
+    ratio: float | None = doc("throughput / baseline throughput")
+    threshold: float | None = doc("the ratio below which the throughput is a regression")
+    p_value: float | None = doc("p-value of the test of samples against the baseline's")
+    memory_ratio: float | None = doc("peak memory / baseline peak memory")
+    wanted_threshold: float | None = doc("what the noise/history bounds asked for when the cap cut it")
+    verdict: Verdict = field(default=Verdict.NEW, metadata={"doc": "the test's verdict"})
+    outcome: str | None = doc("pytest's outcome", enum=["passed", "failed", "skipped", None])
+    message: str = doc("why the verdict, in words", "")
+    environment: dict[str, Any] = doc("software and settings fingerprint", factory=dict)
+    env_changes: list[str] = doc("fingerprint differences from the baseline's", factory=list)
+    identity_changes: list[str] = doc("hardware identity differences from the baseline's", factory=list)
+    health: dict[str, Any] = doc("host and device health findings during the window", factory=dict)
+    diagnosis: list[str] = doc("likely causes of a regression, most likely first", factory=list)
+    baseline_recorded_at: str | None = doc("when the baseline entry was recorded (ISO 8601)")
+    baseline_action: str | None = doc("what the session did to the baseline entry")
+    flops_per_sample: float | None = doc("FLOPs per sample (2 x MACs)")
+    achieved_tflops: float | None = doc("TFLOP/s achieved: flops_per_sample x samples/s")
+    mfu: float | None = doc("model FLOPs utilization: achieved over the device's published peak (fraction)")
+    arithmetic_intensity: float | None = doc("FLOP/byte")
+    energy_j_per_sample: float | None = doc("J per sample over the window")
+    samples_per_joule: float | None = doc("samples/J over the window")
+    telemetry: dict[str, Any] | None = doc("the window's telemetry summary (readings, metrics, energy_j, ...)")
+    top_ops: list[dict[str, Any]] = doc("top operators by self device time", factory=list)
+    top_cpu_ops: list[dict[str, Any]] = doc("top operators by self CPU time", factory=list)
+    op_categories: dict[str, float] = doc("fraction of profiled time per operator category", factory=dict)
+    throttled: bool = doc("whether the device reported throttling in the window", False)
+    trace_path: str | None = doc("path of the profiler trace, when written")
+    details: dict[str, Any] = doc("open-ended facts (see TestRecord's docstring): identity, device_facts, variant, "
+                                  "window and reference figures", factory=dict)
+    duration_s: float | None = doc("s, wall time of the measurement")
+    scaling: ScalingFigures | None = doc("data-parallel scaling figures (family scaling)")
+    allreduce: AllreduceFigures | None = doc("all-reduce sweep (family ceiling, model allreduce)")
+    colocated: ColocatedFigures | None = doc("co-located processes (family colocated)")
+    spark: SparkFigures | None = doc("Spark engine and pipeline figures (family spark)")
+    llm: LlmFigures | None = doc("prefill and decode windows of a causal LM (hwregress.measure.llm)")
+    compile: CompileFigures | None = doc("the compiling first call, or the compile error (compiled variants)")
 
     def to_json(self) -> dict[str, Any]:
-        """The record as plain JSON types (the verdict as its string)."""
+        """The record as plain JSON types (the verdict as its string, sub-records as objects)."""
         data = dataclasses.asdict(self)
         data["verdict"] = str(self.verdict)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestRecord:
-        """Build a record, ignoring keys this version does not know (forward compatible)."""
+        """Build a record, ignoring keys this version does not know (forward compatible); sub-record objects become
+        their :mod:`hwregress.store.figures` classes (an unknown key inside one is ignored too)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        record = cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        for name, kind in SUB_RECORDS.items():
+            if isinstance(values.get(name), Mapping):
+                values[name] = kind.from_json(values[name])
+        record = cls(**values)
         record.verdict = parse_verdict(str(record.verdict))
         return record
 
@@ -135,30 +183,50 @@ class SessionResults:
 
 def record_problem(values: Mapping[str, Any]) -> str | None:
     """The first field of ``values`` (a record's JSON, or ``vars(record)``) whose value does not have the
-    type :class:`TestRecord` declares for it, as ``"'throughput' must be float | None, found 'fast'"``;
-    None when all do. Unknown keys are ignored."""
-    hints = _record_hints()
+    type :class:`TestRecord` declares for it, as ``"'throughput' must be float | None, found 'fast'"``; a field of
+    a sub-record is named by its path (``'scaling.world_size'``). None when all do. Unknown keys are ignored."""
+    return _problem(values, TestRecord)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(kind: type) -> dict[str, Any]:
+    if kind not in _HINTS:
+        hints = typing.get_type_hints(kind)
+        hints.pop("__test__", None)
+        _HINTS[kind] = hints
+    return _HINTS[kind]
+
+
+def _problem(values: Mapping[str, Any], kind: type, prefix: str = "") -> str | None:
+    hints = _hints(kind)
     for name, value in values.items():
         hint = hints.get(name)
-        if hint is not None and not _conforms(value, hint):
-            return f"'{name}' must be {_hint_name(hint)}, found {json.dumps(value, default=str)[:40]}"
+        if hint is None:
+            continue
+        nested = _sub_record(hint)
+        if nested is not None and isinstance(value, (Mapping, nested)):
+            inner = _problem(value if isinstance(value, Mapping) else vars(value), nested, f"{prefix}{name}.")
+            if inner is not None:
+                return inner
+        elif not _conforms(value, hint):
+            return f"'{prefix}{name}' must be {_hint_name(hint)}, found {json.dumps(value, default=str)[:40]}"
     return None
 
 
-_HINTS: dict[str, Any] = {}
-
-
-def _record_hints() -> dict[str, Any]:
-    if not _HINTS:
-        _HINTS.update(typing.get_type_hints(TestRecord))
-        _HINTS.pop("__test__", None)
-    return _HINTS
+def _sub_record(hint: Any) -> type[Figures] | None:
+    """The sub-record class of ``X | None`` (or ``X``), None for any other hint."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    return next((o for o in options if isinstance(o, type) and issubclass(o, Figures)), None)
 
 
 def _conforms(value: Any, hint: Any, depth: int = 0) -> bool:
     """Whether a JSON value fits a type hint (one level into lists and dicts; floats may be NaN: a
-    journal keeps what the session measured)."""
+    journal keeps what the session measured). A sub-record in a list is checked field by field."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if isinstance(hint, type) and issubclass(hint, Figures):
+        return isinstance(value, hint) or (isinstance(value, Mapping) and _problem(value, hint) is None)
     if hint is Any or depth > 1:
         return True
     if origin in (Union, types.UnionType):
@@ -223,6 +291,8 @@ def _record(item: Any, source: Path, index: int, version: int) -> TestRecord:
             raise TypeError("not an object with a test_id")
         if version == 1 and isinstance(item.get("telemetry"), dict) and "samples" in item["telemetry"]:
             item["telemetry"]["readings"] = item["telemetry"].pop("samples")
+        if version < 3:
+            migrate_legacy_details(item)
         problem = record_problem(item)
         if problem is not None:
             raise TypeError(problem)

@@ -1,0 +1,142 @@
+"""The JSON Schema of ``results.json`` built from the types: the record part from the dataclass hints of
+:class:`hwregress.store.results.TestRecord` and its sub-records (:mod:`hwregress.store.figures`), descriptions from
+each field's ``metadata["doc"]``; the session metadata part (``meta``) is written here by hand, as it has no type.
+
+The committed ``results.schema.json`` must equal :func:`results_schema` (a self-test checks it). Regenerate it with::
+
+    python -m hwregress.store.schemas.generate
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import typing
+from pathlib import Path
+from typing import Any, Union
+
+from hwregress.store.figures import Figures
+from hwregress.store.results import RESULTS_SCHEMA_VERSION, TestRecord
+
+SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
+REGENERATE = "python -m hwregress.store.schemas.generate"
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_UNION_TYPE = type(int | None)
+
+_TRENDS = {"type": "object", "required": ["test_id", "hardware_key", "status", "summary", "sessions"],
+           "properties": {"test_id": {"type": "string"}, "hardware_key": {"type": "string"},
+                          "status": {"enum": ["regression", "drift", "improvement", "accepted", "steady", "short"]},
+                          "summary": {"type": "string"}, "sessions": {"type": "integer", "minimum": 1},
+                          "change_points": {"type": "integer", "minimum": 0}}}
+META_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "hostname": {"type": "string"}, "started_at": {"type": "string"}, "finished_at": {"type": "string"},
+        "duration_s": {"type": "number", "minimum": 0}, "exitstatus": {"type": "integer"},
+        "interrupted": {"type": "boolean"}, "args": {"type": "array", "items": {"type": "string"}},
+        "workers": {"type": "integer", "minimum": 0}, "python": {"type": "string"}, "platform": {"type": "string"},
+        "hardware": {"type": "array", "items": {"type": "object", "required": ["device"]}},
+        "baseline_dir": {"type": "string"}, "update_mode": {"type": ["string", "null"]},
+        "tolerances": {"type": "object"}, "pid": {"type": "integer"},
+        "history": {"description": "the session history this session was appended to (absent with --no-history or "
+                                   "when nothing was measured)",
+                    "type": "object", "required": ["dir", "trends"],
+                    "properties": {"dir": {"type": "string"},
+                                   "warnings": {"type": "array", "items": {"type": "string"}},
+                                   "trends": {"type": "array", "items": _TRENDS}}},
+    },
+}
+"""The session metadata (``SessionResults.meta``): written by hand, it is an open mapping in the code."""
+
+
+def results_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``results.json`` of this version: ``schema_version``, ``meta`` and the
+    records, each :class:`TestRecord` (``$defs/record``) with its sub-records (``$defs/<class name>``)."""
+    defs: dict[str, Any] = {}
+    record = dataclass_schema(TestRecord, defs)
+    record["required"] = ["test_id", "verdict"]
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://hwregress.dev/schemas/results-{RESULTS_SCHEMA_VERSION}.schema.json",
+        "title": f"hwregress results.json, schema version {RESULTS_SCHEMA_VERSION}",
+        "description": "One pytest session of hwregress: metadata and one record per hardware test. Format history: "
+                       "see hwregress.store.results. Generated from the types: " + REGENERATE,
+        "type": "object",
+        "required": ["schema_version", "meta", "records"],
+        "properties": {"schema_version": {"const": RESULTS_SCHEMA_VERSION}, "meta": META_SCHEMA,
+                       "records": {"type": "array", "items": {"$ref": "#/$defs/record"}}},
+        "$defs": {"record": record, **dict(sorted(defs.items()))},
+    }
+
+
+def dataclass_schema(kind: type, defs: dict[str, Any]) -> dict[str, Any]:
+    """The object schema of a dataclass: one property per field (its type, its ``doc`` as description and any
+    ``metadata["schema"]`` keywords), no other properties; sub-records it names are added to ``defs``."""
+    hints = typing.get_type_hints(kind)
+    properties = {}
+    for item in dataclasses.fields(kind):
+        schema = type_schema(hints[item.name], defs)
+        schema.update(item.metadata.get("schema") or {})
+        if item.metadata.get("doc"):
+            schema["description"] = item.metadata["doc"]
+        properties[item.name] = schema
+    out: dict[str, Any] = {"type": "object"}
+    if kind.__doc__ and issubclass(kind, Figures):
+        out["description"] = " ".join(kind.__doc__.split())
+    return {**out, "properties": properties, "additionalProperties": False}
+
+
+def type_schema(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    """The JSON Schema of one type hint: str/int/float/bool, an Enum (its values), ``list[X]``, ``dict[str, X]``,
+    ``X | None``, ``Any`` and sub-records (a ``$ref`` into ``defs``).
+
+    Raises:
+        TypeError: a hint without a JSON spelling (name it in this function to add one).
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return {}
+    if origin in (Union, _UNION_TYPE):
+        return _nullable([a for a in args if a is not type(None)], defs)
+    if hint in _JSON_TYPES:
+        return {"type": _JSON_TYPES[hint]}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return {"enum": [member.value for member in hint]}
+    if isinstance(hint, type) and issubclass(hint, Figures):
+        name = _def_name(hint)
+        if name not in defs:
+            defs[name] = {}  # taken before recursing: a sub-record that names itself would not end
+            defs[name] = dataclass_schema(hint, defs)
+        return {"$ref": f"#/$defs/{name}"}
+    if origin is list:
+        items = type_schema(args[0], defs)
+        return {"type": "array", "items": items} if items else {"type": "array"}
+    if origin is dict:
+        values = type_schema(args[1], defs)
+        return {"type": "object", "additionalProperties": values} if values else {"type": "object"}
+    raise TypeError(f"no JSON Schema for the type hint {hint!r}; teach hwregress.store.schemas.generate.type_schema")
+
+
+def _nullable(options: list[Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """``X | None``: ``type: [x, "null"]`` where X is one plain type, else ``anyOf`` X and null."""
+    schemas = [type_schema(option, defs) for option in options]
+    if len(schemas) == 1 and set(schemas[0]) == {"type"} and isinstance(schemas[0]["type"], str):
+        return {"type": [schemas[0]["type"], "null"]}
+    return {"anyOf": [*schemas, {"type": "null"}]}
+
+
+def _def_name(kind: type) -> str:
+    """``ScalingFigures`` -> ``scaling_figures``."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind.__name__).lstrip("_")
+
+
+def schema_text() -> str:
+    """:func:`results_schema` as the committed file's text (indent 1, a final newline)."""
+    return json.dumps(results_schema(), indent=1, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
+    print(f"wrote {SCHEMA_PATH}")
