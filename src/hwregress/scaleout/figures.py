@@ -41,9 +41,9 @@ def efficiency(throughput: float, world_size: int, reference_throughput: float) 
 
 
 def scaling_details(ranks: Sequence[dict[str, Any]], nodes: int, backend: str) -> dict[str, Any]:
-    """The record's ``details["scaling"]`` without the efficiency (which needs T(1)): world size, nodes, ranks per
-    node, backend, threads per rank, communication share (mean over ranks), buckets and bytes all-reduced per step,
-    and one line per rank."""
+    """The fields of the record's ``scaling`` sub-record (:class:`hwregress.store.figures.ScalingFigures`) but the
+    efficiency (which needs T(1)): world size, nodes, ranks per node, backend, threads per rank, communication share
+    (mean over ranks), buckets and bytes all-reduced per step, and one line per rank."""
     shares = [r["comm_share"] for r in ranks if r.get("comm_share") is not None]
     comm_ms = [r["comm_ms_per_step"] for r in ranks if r.get("comm_ms_per_step") is not None]
     return {
