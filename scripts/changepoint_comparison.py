@@ -30,7 +30,8 @@ from hwregress.judge.changepoints import change_points
 def _e_divisive(values: Sequence[float]) -> list[int]:
     from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
 
-    return sorted(int(index) for index in e_divisive(np.log(np.asarray(values, dtype=float)), pvalue=0.05, permutations=100))
+    return sorted(int(index)
+                  for index in e_divisive(np.log(np.asarray(values, dtype=float)), pvalue=0.05, permutations=100))
 
 
 def _pelt(values: Sequence[float]) -> list[int]:

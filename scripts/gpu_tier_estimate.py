@@ -127,8 +127,8 @@ def measure(names: list[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", action="store_true",
-                        help="the previous code: CPU builds, a CPU reference per test, two llama_1b batches per serving "
-                             "mode, 64 decode tokens")
+                        help="the previous code: CPU builds, a CPU reference per test, two llama_1b batches per "
+                             "serving mode, 64 decode tokens")
     parser.add_argument("--no-check", action="store_true", help="skip comparing the cases with pytest's collection")
     parser.add_argument("--measure", nargs="+", metavar="MODEL", help="re-measure these models' facts on this machine")
     args = parser.parse_args()

@@ -24,7 +24,8 @@ START = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def _rows(medians: np.ndarray, baseline: float | None, flagged_from: int | None) -> list[dict[str, Any]]:
-    return [{"test_id": "t", "hardware_key": "k", "unit": "samples/s", "time": (START + _dt.timedelta(days=i)).isoformat(),
+    return [{"test_id": "t", "hardware_key": "k", "unit": "samples/s",
+             "time": (START + _dt.timedelta(days=i)).isoformat(),
              "median": float(m), "baseline_median": baseline,
              "verdict": "regression" if flagged_from is not None and i >= flagged_from else "pass"}
             for i, m in enumerate(medians)]
@@ -53,12 +54,14 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     cases = [("10% step at 20 of 40, 2% noise", dict(sessions=40, noise=0.02, step_at=20, step=0.10)),
              ("5% step at 20 of 40, 2% noise", dict(sessions=40, noise=0.02, step_at=20, step=0.05)),
-             *[(f"no change, 40 sessions, {n:.0%} noise", dict(sessions=40, noise=n)) for n in (0.02, 0.03, 0.05, 0.10)],
+             *[(f"no change, 40 sessions, {n:.0%} noise", dict(sessions=40, noise=n))
+               for n in (0.02, 0.03, 0.05, 0.10)],
              ("no change, 40 sessions, 3% noise, no baseline", dict(sessions=40, noise=0.03, baseline=False)),
              ("1%/session drift over 15, 1% noise", dict(sessions=15, noise=0.01, drift=0.01)),
              ("1%/session drift over 15, 2% noise", dict(sessions=15, noise=0.02, drift=0.01)),
              ("0.5%/session drift over 20, 1% noise", dict(sessions=20, noise=0.01, drift=0.005))]
-    print("| series | " + " | ".join(STATUSES[:-1]) + " | change point at the step ±1 |\n|" + " --- |" * (len(STATUSES) + 1))
+    print("| series | " + " | ".join(STATUSES[:-1]) + " | change point at the step ±1 |\n|"
+          + " --- |" * (len(STATUSES) + 1))
     for name, kwargs in cases:
         counts, located = scenario(rng, args.series, **kwargs)
         shares = " | ".join(f"{counts[s] / args.series:.1%}" for s in STATUSES[:-1])

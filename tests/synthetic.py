@@ -44,7 +44,8 @@ def case(index: int) -> dict[str, Any]:
 
 def synthetic_test_id(index: int, device: str = "cpu") -> str:
     c = case(index)
-    return f"bench_tests/test_throughput.py::test_throughput[{device}-{c['model']}-{c['mode']}-bs{c['batch_size']}-{c['dtype']}]"
+    return (f"bench_tests/test_throughput.py::test_throughput"
+            f"[{device}-{c['model']}-{c['mode']}-bs{c['batch_size']}-{c['dtype']}]")
 
 
 def level_of(index: int) -> float:
@@ -92,13 +93,15 @@ def history_row(machine: int, test: int, session: int, median: float, baseline: 
     key, device, name, identity = MACHINES[machine]
     return {
         "v": HISTORY_ROW_VERSION, "session": f"{key}-{session:02d}",
-        "time": (START + _dt.timedelta(days=session, minutes=machine)).isoformat(), "test_id": synthetic_test_id(test, device),
+        "time": (START + _dt.timedelta(days=session, minutes=machine)).isoformat(),
+        "test_id": synthetic_test_id(test, device),
         "hardware_key": key, "device": device, "device_name": name, "family": "throughput", **case(test),
         "identity": identity, "hwregress_version": "0.1.0", "environment": {"torch": torch, "python": "3.11.9"},
         "packages": "0123456789abcdef", "unit": "samples/s", "median": median, "q1": median * 0.995,
         "q3": median * 1.005, "iqr": median * 0.01, "n": ROUNDS, "verdict": verdict,
         "ratio": median / baseline if baseline else None, "threshold": 0.05, "baseline_median": baseline,
-        "baseline_recorded_at": (START - _dt.timedelta(days=1)).isoformat(), "telemetry": {}, "health": {}, "diagnosis": [],
+        "baseline_recorded_at": (START - _dt.timedelta(days=1)).isoformat(), "telemetry": {}, "health": {},
+        "diagnosis": [],
     }
 
 
@@ -135,7 +138,8 @@ def judged_session(tests: int = 120, seed: int = 0) -> SessionResults:
     """:func:`synthetic_session` judged against a baseline at each test's level: ratios around 1 with 5% thresholds,
     the verdicts of JUDGED_VERDICTS (the regressions 20 to 40% slow, each with a two-line diagnosis, the invalid one
     50x fast, the improvement 30% fast), NEW_TESTS without a baseline, every other test a pass."""
-    slowdowns = {index: 1.2 + 0.1 * n for n, index in enumerate(i for i, v in JUDGED_VERDICTS.items() if v == "regression")}
+    slowdowns = {index: 1.2 + 0.1 * n
+                 for n, index in enumerate(i for i, v in JUDGED_VERDICTS.items() if v == "regression")}
     slowdowns.update({64: 1 / 50, 99: 1 / 1.3})
     session = synthetic_session(tests, seed, slowdowns=slowdowns)
     for index, record in enumerate(session.records):

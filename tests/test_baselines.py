@@ -60,7 +60,8 @@ def test_newer_entry_wins_merge():
 @pytest.mark.parametrize(("text", "message"), [
     ("{not json", "not valid JSON"),
     ("[]", "not a hwregress baselines file"),
-    ('{"schema_version": 7, "entries": {}}', f"schema version 7 is not supported (this hwregress {__version__} reads 1)"),
+    ('{"schema_version": 7, "entries": {}}',
+     f"schema version 7 is not supported (this hwregress {__version__} reads 1)"),
     ('{"schema_version": true, "entries": {}}', "schema_version must be an integer, found true"),
     ('{"schema_version": 1, "entries": {"a": {"median": NaN}}}', "holds NaN, which JSON does not allow"),
     ('{"schema_version": 1, "entries": {"a": {"median": 1e999}}}', "too large for a float"),

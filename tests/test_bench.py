@@ -23,7 +23,8 @@ class FixedTimer:
 
 
 def test_run_model_measures_everything():
-    options = RunOptions(TimingPlan(warmup_steps=2, rounds=5, min_round_s=0.01), telemetry_interval_s=0.005, profile_steps=2)
+    options = RunOptions(TimingPlan(warmup_steps=2, rounds=5, min_round_s=0.01), telemetry_interval_s=0.005,
+                         profile_steps=2)
     measurement = run_model(TINY, "cpu", "train", 8, "fp32", FixedTimer(), options)
     assert measurement.throughput_samples == pytest.approx([8 / 0.002] * 5)
     assert measurement.timing.steps_per_round == 5
@@ -35,7 +36,8 @@ def test_run_model_measures_everything():
 
 def test_int8_bytes_count_one_byte_weights_and_fp32_activations():
     """CPU int8: 1-byte weights, fp32 bias and activations (the base dtype the record names)."""
-    options = RunOptions(TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001), telemetry_interval_s=0.005, profile_steps=1)
+    options = RunOptions(TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001), telemetry_interval_s=0.005,
+                         profile_steps=1)
     measurement = run_model(TINY, "cpu", "infer", 8, "int8", FixedTimer(), options)
     weights, activations = 48 * 10 * 1 + 10 * 4, 2 * (48 + 10) * 4  # per sample: Flatten and Linear outputs
     assert measurement.bytes_per_sample == pytest.approx(weights / 8 + activations)

@@ -50,7 +50,8 @@ CHECK = """
       var r = el.getBoundingClientRect();
       if (r.width === 0 && r.height === 0) { return; }
       checked += 1;
-      if (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) {
+      if (r.left < box.left - 0.5 || r.right > box.right + 0.5 ||
+          r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) {
         problems.push({svg: index, chart: svg.getAttribute("aria-label"), element: el.outerHTML.slice(0, 200),
                        svg_box: [box.left, box.top, box.right, box.bottom], box: [r.left, r.top, r.right, r.bottom]});
       }
@@ -139,7 +140,8 @@ def test_dashboard_charts_stay_inside_their_svgs_and_filters_work(tmp_path, caps
     assert filters["status=regression"] == 1 and filters["status=drift"] == 1 and filters["status=improvement"] == 1
     assert filters["status=steady"] == 115 + 2  # and the two moved sections that also hold a steady series
     assert filters["family=throughput"] == total
-    assert sum(filters[f"model={model}"] for model in ("resnet18", "mobilenet_v3_small", "vit_b_16", "bert", "gpt2")) == total
+    assert (sum(filters[f"model={model}"] for model in ("resnet18", "mobilenet_v3_small", "vit_b_16", "bert", "gpt2"))
+            == total)
     if SCREENSHOT:
         shot = chromium(page, tmp_path / "profile-shot", f"--screenshot={SCREENSHOT}")
         assert shot.returncode == 0 and Path(SCREENSHOT).stat().st_size > 10_000

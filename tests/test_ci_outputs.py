@@ -70,7 +70,8 @@ def test_terminal_shows_each_verdict_as_its_test_finishes(hw_project):
     slow = hw_project.run(env={"HWREGRESS_SELFTEST_SLOWDOWN": "2.0"})
     slow.stdout.fnmatch_lines(["bench_tests/test_throughput.py RR*"])
     verbose = hw_project.run("-v", env={"HWREGRESS_SELFTEST_SLOWDOWN": "2.0"})
-    verbose.stdout.re_match_lines([re.escape(f"{TRAIN_ID} FAILED (regression 20") + r"\d\.?\d* samples/s x0\.(49\d|50\d) "
+    verbose.stdout.re_match_lines([re.escape(f"{TRAIN_ID} FAILED (regression 20")
+                                   + r"\d\.?\d* samples/s x0\.(49\d|50\d) "
                                    r"\(threshold \d+\.\d%\)\)"])
     plain = hw_project.run("-v")
     plain.stdout.re_match_lines([re.escape(f"{TRAIN_ID} PASSED (pass 40") + r"\d\.?\d* samples/s x(1\.0|0\.99)"])
@@ -92,7 +93,8 @@ def test_markdown_lists_noteworthy_worst_first_and_skips_passes():
 def test_markdown_lists_the_tests_whose_history_moved():
     trends = [{"test_id": "b.py::t[cpu-x]", "hardware_key": "k", "status": "drift", "sessions": 15,
                "summary": "drift: level now -12.1% vs the baseline | slope -1%"},
-              {"test_id": "a.py::t[cpu-y]", "hardware_key": "k", "status": "steady", "sessions": 9, "summary": "steady"}]
+              {"test_id": "a.py::t[cpu-y]", "hardware_key": "k", "status": "steady", "sessions": 9,
+               "summary": "steady"}]
     text = ci.markdown_summary(SessionResults({"history": {"dir": "reports/history", "trends": trends}},
                                               [_record(Verdict.PASS)]))
     history = text.split("### History", 1)[1]

@@ -244,5 +244,6 @@ def test_diff_judges_with_the_tests_rule_provisional_cap_and_cpu_tolerance():
     row = diff_row("k", _entry(100.0, 3, cpu=False), _entry(90.0, 1, cpu=False), None, tolerances)
     assert row.direction == "regression" and row.threshold == 0.05
     # an explicit --tolerance wins over the device default, not over the provisional cap
-    assert diff_row("k", _entry(100.0, 3, cpu=True), _entry(90.0, 1, cpu=True), 0.05, tolerances).direction == "regression"
+    assert (diff_row("k", _entry(100.0, 3, cpu=True), _entry(90.0, 1, cpu=True), 0.05, tolerances).direction
+            == "regression")
     assert diff_row("k", _entry(100.0, 2, cpu=True), _entry(90.0, 1, cpu=True), 0.05, tolerances).threshold == 0.25

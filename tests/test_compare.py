@@ -30,7 +30,8 @@ def test_slowdown_is_regression_with_numbers():
     judgement = judge(measured(0.8), BASE, Tolerances())
     assert judgement.verdict == "regression"
     (message,) = judgement.failures
-    assert "t[cpu]: throughput regressed" in message and "ratio 0.800 < 0.950" in message and "tolerance 5.0%" in message
+    assert ("t[cpu]: throughput regressed" in message and "ratio 0.800 < 0.950" in message
+            and "tolerance 5.0%" in message)
 
 
 def test_speedup_is_improvement_not_failure():
@@ -42,7 +43,8 @@ def test_memory_ceiling():
     tolerances = Tolerances(memory=0.10, memory_slack_bytes=0)
     assert not judge(measured(peak=1100 * 2**20), BASE, tolerances).failures
     judgement = judge(measured(peak=1101 * 2**20), BASE, tolerances)
-    assert judgement.verdict == "regression" and "peak memory 1101.0 MiB exceeds the ceiling 1100.0 MiB" in judgement.failures[0]
+    assert (judgement.verdict == "regression"
+            and "peak memory 1101.0 MiB exceeds the ceiling 1100.0 MiB" in judgement.failures[0])
 
 
 def test_accuracy_margin():
@@ -130,7 +132,8 @@ def test_a_warm_and_a_cold_compile_are_never_compared(cache, baseline_cache, sai
 
 def test_nothing_to_compare_without_two_compile_times():
     assert judge(compiled(), BASE, Tolerances()).figures.compile_comparison is None
-    assert judge(measured(), dict(BASE, compile_s=2.0, compile_cache="cold"), Tolerances()).figures.compile_comparison is None
+    assert (judge(measured(), dict(BASE, compile_s=2.0, compile_cache="cold"), Tolerances()).figures.compile_comparison
+            is None)
 
 
 def test_a_session_records_a_refused_compile_comparison_and_stores_the_cache_state(tmp_path):

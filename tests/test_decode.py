@@ -140,11 +140,13 @@ def test_scripted_clock_gives_exact_ttft_itl_tpot_and_throughputs(gpt2):
 def test_every_clock_reading_follows_a_device_synchronization(gpt2, monkeypatch):
     events: list[str] = []
     monkeypatch.setattr(decode, "synchronize", lambda device: events.append(f"sync {device}"))
-    decode_rounds(gpt2, _prompt(), None, new_tokens=3, rounds=1, device="cpu", clock=ScriptedClock([0, 1, 2, 3], events))
+    decode_rounds(gpt2, _prompt(), None, new_tokens=3, rounds=1, device="cpu",
+                  clock=ScriptedClock([0, 1, 2, 3], events))
     assert events == ["sync cpu", "clock"] * 4
 
     events.clear()
-    seconds = prefill_rounds(gpt2, _prompt(), None, rounds=2, device="cpu", clock=ScriptedClock([0, 0.25, 1, 1.5], events))
+    seconds = prefill_rounds(gpt2, _prompt(), None, rounds=2, device="cpu",
+                             clock=ScriptedClock([0, 0.25, 1, 1.5], events))
     assert events == ["sync cpu", "clock"] * 4
     assert seconds == [0.25, 0.5]
 
@@ -165,7 +167,8 @@ def test_kv_cache_tokens_equal_transformers_generate(model):
     timing = decode_rounds(model, input_ids, attention_mask, new_tokens=6, rounds=1, device="cpu", warmup=0)
     model.eval()  # generate() keeps the training flag: GPT-2's dropout would make its tokens random
     with torch.inference_mode():
-        generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6, min_new_tokens=6,
+        generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
+                                   min_new_tokens=6,
                                    do_sample=False, pad_token_id=0, eos_token_id=None)
     assert timing.tokens == generated[:, input_ids.shape[1]:].tolist()
 
@@ -209,10 +212,12 @@ def test_inconsistent_timing_is_rejected():
     ({"input_ids": torch.zeros(2, 5)}, r"got \(2, 5\) torch.float32"),
     ({"input_ids": torch.zeros(5, dtype=torch.long)}, r"got \(5,\) torch.int64"),
     ({"input_ids": torch.zeros(2, 0, dtype=torch.long)}, r"got shape \(2, 0\)"),
-    ({"attention_mask": torch.ones(2, 4, dtype=torch.long)}, r"attention_mask shape \(2, 4\) differs from input_ids \(2, 5\)"),
+    ({"attention_mask": torch.ones(2, 4, dtype=torch.long)},
+     r"attention_mask shape \(2, 4\) differs from input_ids \(2, 5\)"),
 ])
 def test_bad_arguments_raise_value_error_naming_the_value(gpt2, overrides, message):
-    arguments = {"input_ids": _prompt(2, 5), "attention_mask": None, "new_tokens": 2, "rounds": 1, "warmup": 0, **overrides}
+    arguments = {"input_ids": _prompt(2, 5), "attention_mask": None, "new_tokens": 2, "rounds": 1, "warmup": 0,
+                 **overrides}
     with pytest.raises(ValueError, match=message):
         decode_rounds(gpt2, device="cpu", **arguments)
 

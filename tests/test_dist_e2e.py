@@ -81,7 +81,8 @@ def test_the_cpu_ceilings_include_allreduce_and_a_colocated_pair_is_recorded(dis
     colocated = pair["colocated"]
     assert pair["family"] == "colocated" and colocated["processes"] == 2 and colocated["mps_active"] is None
     assert [m["model"] for m in colocated["members"]] == ["tiny", "tiny"]
-    assert all(m["interference"] > 0 and m["solo_throughput"] > 0 and m["peak_memory_bytes"] for m in colocated["members"])
+    assert all(m["interference"] > 0 and m["solo_throughput"] > 0 and m["peak_memory_bytes"]
+               for m in colocated["members"])
     assert pair["efficiency"] == pytest.approx(sum(m["interference"] for m in colocated["members"]) / 2)
     assert not _job_processes(dist_project)
 

@@ -129,7 +129,8 @@ def test_agreeing_ranks_time_the_same_steps_and_rounds():
 
 
 # -- the driver: failures and the launcher's configuration -------------------------------------------------
-def _failure(local_rank: int, pid: int, exitcode: int, timestamp: int, error_file: str = MISSING_ERROR_FILE) -> ProcessFailure:
+def _failure(local_rank: int, pid: int, exitcode: int, timestamp: int,
+             error_file: str = MISSING_ERROR_FILE) -> ProcessFailure:
     failure = ProcessFailure(local_rank=local_rank, pid=pid, exitcode=exitcode, error_file=error_file)
     failure.timestamp = timestamp  # the launcher orders failures by it (whole seconds)
     return failure
@@ -467,7 +468,8 @@ def test_the_watchdog_ends_a_launcher_that_outlives_its_finished_ranks(tmp_path,
     started = time.monotonic()
     verdict = launch._watch(fake_driver, _spec(tmp_path))
     elapsed = time.monotonic() - started
-    assert verdict is not None and verdict.startswith("every local rank finished but the launcher did not end within 1 s")
+    assert (verdict is not None
+            and verdict.startswith("every local rank finished but the launcher did not end within 1 s"))
     assert "agent: waiting for workers to exit" in verdict
     assert 1.0 <= elapsed < 5
 

@@ -44,7 +44,8 @@ def test_cpu_ranks_share_the_cores():
     assert threads_per_rank(4, cores=2) == 1
 
 
-@pytest.mark.parametrize(("text", "expected"), [("10.0.0.1:29500", ("10.0.0.1", 29500)), ("[::1]:29400", ("::1", 29400)),
+@pytest.mark.parametrize(("text", "expected"),
+                         [("10.0.0.1:29500", ("10.0.0.1", 29500)), ("[::1]:29400", ("::1", 29400)),
                                                 ("node0.cluster:1", ("node0.cluster", 1))])
 def test_endpoints_parse(text, expected):
     assert parse_endpoint(text, "--rdzv-endpoint") == expected
@@ -206,7 +207,8 @@ def test_the_killed_rank_is_named_first_with_its_signal_and_last_lines(tmp_path)
                 1: {"phase": "timed round 2 of 10", "node_rank": 0}}
     text = describe_failures(spec, failures, statuses)
     first, _ = text.split("\nrank 0", 1)
-    assert first.startswith("rank 1 (node 0, local rank 1) exited with exit code -9 (SIGKILL) during 'timed round 2 of 10'")
+    assert first.startswith("rank 1 (node 0, local rank 1) exited with exit code -9 (SIGKILL) during "
+                            "'timed round 2 of 10'")
     assert "step 7 ok" in first
     assert "Connection closed by peer" in text
 

@@ -67,7 +67,8 @@ def test_nvml_handle_is_the_gpu_under_test():
         bus_id = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
         uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         domain, bus, device = bus_id.split(".")[0].split(":")
-        assert (int(domain, 16), int(bus, 16), int(device, 16)) == (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+        assert ((int(domain, 16), int(bus, 16), int(device, 16))
+                == (props.pci_domain_id, props.pci_bus_id, props.pci_device_id))
         assert uuid == nvml_uuid(props)
 
 
@@ -89,7 +90,8 @@ class _Recorder(nn.Module):
         return _RecordFlags.apply(x)
 
 
-CONV = workloads.Workload("conv-probe", lambda: nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), _Recorder(), nn.Flatten(),
+CONV = workloads.Workload("conv-probe",
+                          lambda: nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), _Recorder(), nn.Flatten(),
                                                               nn.Linear(64 * 32 * 32, 10)), (64, 32, 32), 10)
 
 

@@ -75,7 +75,8 @@ class Probe(nn.Module):
 
 
 def probed_workload(seen: dict) -> workloads.Workload:
-    return workloads.Workload("probe", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10), Probe(seen)), (3, 4, 4), 10)
+    return workloads.Workload("probe", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10), Probe(seen)), (3, 4, 4),
+                              10)
 
 
 @pytest.fixture
@@ -192,7 +193,8 @@ def test_eval_multihead_attention_and_fused_sdpa_are_counted():
         counted = profiling.count_flops(lambda: attention(x, x, x, need_weights=False))
     assert counted == pytest.approx(2 * 2 * 10 * 4 * 64 * 64 + 4 * 2 * 10 * 10 * 64, rel=0.01)
     q = torch.randn(2, 4, 10, 16)
-    assert profiling.count_flops(lambda: nn.functional.scaled_dot_product_attention(q, q, q)) == 4 * 2 * 4 * 10 * 10 * 16
+    assert (profiling.count_flops(lambda: nn.functional.scaled_dot_product_attention(q, q, q))
+            == 4 * 2 * 4 * 10 * 10 * 16)
 
 
 # -- 3. exact CUDA memory has no slack; sampled CPU memory keeps its 64 MiB ---------------------------------
@@ -209,7 +211,8 @@ def test_memory_doubling_fails_exact_cuda_peaks_only(exact, fails):
 def test_cuda_meter_reports_the_peak_of_what_was_allocated_inside(monkeypatch):
     allocated = {"now": 100 * 2**20, "peak": 100 * 2**20}
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: allocated.update(peak=allocated["now"]))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: allocated.update(peak=allocated["now"]))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: allocated["peak"])
     with PeakMemoryMeter("cuda:0") as meter:
@@ -262,7 +265,8 @@ def test_host_identity_names_family_model_stepping_and_threads():
 # -- 5. dtype support from the compute capability of the device under test -----------------------------------
 
 def test_dtype_support_follows_the_capability_of_the_device_under_test(monkeypatch):
-    devices = {0: fake_cuda.fake_properties(capability=(9, 0)), 1: fake_cuda.fake_properties("Tesla V100-SXM2-16GB", (7, 0))}
+    devices = {0: fake_cuda.fake_properties(capability=(9, 0)),
+               1: fake_cuda.fake_properties("Tesla V100-SXM2-16GB", (7, 0))}
     fake_cuda.install(monkeypatch, devices, current=0)
     for dtype in ("bf16", "tf32"):
         reason = support.dtype_unsupported_reason("cuda:1", dtype)
@@ -426,8 +430,10 @@ def test_fingerprint_records_cudnn_benchmark_as_performance_relevant():
     assert environment_fingerprint("cuda:0", cudnn_benchmark=False)["cudnn_benchmark"] == "False"
     assert environment_fingerprint("cpu")["cudnn_benchmark"] is None
     assert "cudnn_benchmark" in PERFORMANCE_RELEVANT
-    assert fingerprint_changes({"cudnn_benchmark": "False"}, {"cudnn_benchmark": "True"}) == ["cudnn_benchmark False -> True"]
-    assert fingerprint_changes({"torch": "2.13.0"}, {"torch": "2.13.0", "cudnn_benchmark": "True"}) == []  # older baseline
+    assert (fingerprint_changes({"cudnn_benchmark": "False"}, {"cudnn_benchmark": "True"})
+            == ["cudnn_benchmark False -> True"])
+    # older baseline
+    assert fingerprint_changes({"torch": "2.13.0"}, {"torch": "2.13.0", "cudnn_benchmark": "True"}) == []
 
 
 # -- 10. MIG instances by their MIG UUID; Hopper's 1 s power average never invalidates a short window ----------

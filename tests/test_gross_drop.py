@@ -184,7 +184,8 @@ def test_a_slow_phase_of_the_host_is_outlasted_and_the_session_passes():
     record = _record(samples)
     from hwregress.judge.compare import Measured, judge
 
-    judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())
+    judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE,
+                   Tolerances())
     assert judged.verdict == Verdict.PASS, (judged.figures.ratio, record)
 
 
@@ -195,7 +196,8 @@ def test_a_real_slowdown_stays_red_after_the_confirmation_and_costs_only_the_con
     from hwregress.judge.compare import Measured, judge
 
     samples = [8.0 / s for s in timing.step_seconds]
-    judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE, Tolerances())
+    judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE,
+                   Tolerances())
     assert judged.verdict == Verdict.REGRESSION
 
 
@@ -246,7 +248,8 @@ def scripted_job(monkeypatch):
     def install(per_op_seconds: list[float]) -> ScriptedCollectives:
         job = ScriptedCollectives(per_op_seconds)
         monkeypatch.setattr(collectives, "dist", job)
-        monkeypatch.setattr(collectives, "JobRoundTimer", functools.partial(collectives.JobRoundTimer, clock=lambda: job.now))
+        monkeypatch.setattr(collectives, "JobRoundTimer",
+                            functools.partial(collectives.JobRoundTimer, clock=lambda: job.now))
         monkeypatch.setattr(collectives, "max_over_ranks", lambda value, device, dtype=None: value)
         monkeypatch.setattr(collectives, "agree_on_max", lambda device: lambda value: value)
         return job
@@ -257,7 +260,8 @@ def scripted_job(monkeypatch):
 def _allreduce_spec(verdict):
     from hwregress.scaleout.job import JobSpec
 
-    plan = {"warmup_steps": 1, "rounds": 10, "min_round_s": 0.1, "max_rel_iqr": 0.5, "budget_s": 30.0, "confirm_s": 10.0}
+    plan = {"warmup_steps": 1, "rounds": 10, "min_round_s": 0.1, "max_rel_iqr": 0.5, "budget_s": 30.0,
+            "confirm_s": 10.0}
     return JobSpec(kind="allreduce", device_kind="cpu", world_size=2, nnodes=1, ranks_per_node=2, run_id="r",
                    out_dir="", plan=plan, verdict=verdict)
 

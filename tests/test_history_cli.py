@@ -42,7 +42,8 @@ def history_row(index: int, median: float, *, key: str = "cpu-a", test_id: str =
     return {
         "v": HISTORY_ROW_VERSION, "session": f"session-{index:02d}", "time": session_time(index), "test_id": test_id,
         "hardware_key": key, "device": "cpu", "device_name": f"CPU {key}", "identity": {"cpu_family": 25},
-        "hwregress_version": "0.9.0", "environment": {"torch": torch, "python": "3.11.9"}, "packages": "0123456789abcdef",
+        "hwregress_version": "0.9.0", "environment": {"torch": torch, "python": "3.11.9"},
+        "packages": "0123456789abcdef",
         "unit": "samples/s", "median": median, "q1": median - spread, "q3": median + spread, "iqr": 2 * spread, "n": 8,
         "verdict": verdict, "ratio": median / BASELINE, "threshold": 0.05, "baseline_median": BASELINE,
         "baseline_recorded_at": BASELINE_RECORDED_AT, "telemetry": {}, "health": {}, "diagnosis": [],

@@ -21,7 +21,8 @@ def _history_rows(project) -> list[dict]:
 
 
 def _history_command(project, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hwregress", "history", "--dir", str(project.path / "reports" / "history"),
+    return subprocess.run([sys.executable, "-m", "hwregress", "history", "--dir",
+                           str(project.path / "reports" / "history"),
                            *args], capture_output=True, text=True, timeout=120)
 
 
@@ -51,7 +52,8 @@ def test_injected_step_is_a_change_point_the_history_command_gates_on_and_the_re
     assert "9.9.9" in html and "first bad session" in html
     meta = hw_project.results["meta"]["history"]
     jsonschema.validate(hw_project.results, schemas.schema("results"))
-    assert {t["status"] for t in meta["trends"]} == {"regression"} and all(t["change_points"] == 1 for t in meta["trends"])
+    assert ({t["status"] for t in meta["trends"]} == {"regression"}
+            and all(t["change_points"] == 1 for t in meta["trends"]))
     terminal = hw_project.run(env=SLOW).stdout.str()
     assert any(line.lstrip().startswith("history regression") and TRAIN in line for line in terminal.splitlines())
 

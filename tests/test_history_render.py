@@ -1,5 +1,5 @@
-"""``python -m hwregress history``'s ``--status`` and ``--format json``, and ``history render``: the static dashboard over
-every hardware key (hwregress.report.dashboard) from a synthetic history of 30 sessions x 3 hardware keys."""
+"""``python -m hwregress history``'s ``--status`` and ``--format json``, and ``history render``: the static dashboard
+over every hardware key (hwregress.report.dashboard) from a synthetic history of 30 sessions x 3 hardware keys."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def test_json_format_is_one_valid_document_with_every_test(history, capsys):
     assert (step["hardware_key"], step["test_id"]) == (CPU_KEY, synthetic_test_id(STEP_TEST))
     assert step["sessions"] == HISTORY_SESSIONS and step["changed"] is True and step["unit"] == "samples/s"
     (change,) = [c for c in step["change_points"] if c["significant"]]
-    assert change["index"] == STEP_AT and change["change"] == pytest.approx(-0.15, abs=0.01) and change["p_value"] < 0.01
+    assert (change["index"] == STEP_AT and change["change"] == pytest.approx(-0.15, abs=0.01)
+            and change["p_value"] < 0.01)
     assert "torch 2.4.0 -> 2.5.0" in change["differences"] and change["first_bad"].startswith("2026-03-21")
     assert step["latest"]["verdict"] == "regression" and step["drift"] == pytest.approx(-0.15, abs=0.01)
     assert all(t["changed"] is False and t["status"] == "steady" for t in tests[3:])
@@ -119,7 +120,7 @@ def test_bad_history_options_are_one_line_errors(history, tmp_path, capsys, argv
     assert not (tmp_path / "x.html").exists()
 
 
-# -- history render -----------------------------------------------------------------------------------------------------
+# -- history render ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("order", ["action-first", "options-first"])
 def test_render_parses_in_either_order_and_the_table_form_still_works(history, tmp_path, capsys, order):
     page = tmp_path / "dashboard.html"
@@ -194,12 +195,14 @@ def test_ratios_are_over_each_sessions_baseline_or_the_first_sessions():
 def test_facets_of_rows_written_before_the_history_kept_the_test_identity():
     row = {"v": HISTORY_ROW_VERSION, "session": "s", "time": "2026-03-01T00:00:00+00:00", "hardware_key": "k",
            "test_id": "bench_tests/test_speedup.py::test_speedup[cuda:0-resnet18]", "median": 10.0}
-    assert facets_of(analyze([row])) == {"key": "k", "device": "–", "model": "–", "family": "speedup", "status": "short"}
+    assert (facets_of(analyze([row]))
+            == {"key": "k", "device": "–", "model": "–", "family": "speedup", "status": "short"})
 
 
 def test_a_long_hardware_key_is_cut_to_fit_the_legend():
     long_key = MACHINES[2][0]
-    chart = trend_chart.trend_chart([trend_chart.TrendSeries(long_key, [trend_chart.TrendPoint(0, 1.0), trend_chart.TrendPoint(1, 2.0)])],
+    chart = trend_chart.trend_chart([trend_chart.TrendSeries(long_key, [trend_chart.TrendPoint(0, 1.0),
+                                                                        trend_chart.TrendPoint(1, 2.0)])],
                                "t" * 200, "y")
     legend = re.search(r'class="legend"><title>([^<]*)</title>([^<]*)</text>', str(chart))
     shown = legend.group(2)
@@ -209,14 +212,15 @@ def test_a_long_hardware_key_is_cut_to_fit_the_legend():
     assert len(title) == int(480 // charts.TITLE_CHAR_PX) and title.endswith("…") and hover == "t" * 200
 
 
-# -- rendering properties ------------------------------------------------------------------------------------------------
+# -- rendering properties ----------------------------------------------------------------------------------------------
 NAMES = st.text(alphabet=st.sampled_from("ab<>&\"'[]:= \u00e9\u2603-"), min_size=1, max_size=24)
 KEYS = st.text(alphabet=st.sampled_from("abc-<>&\"'"), min_size=1, max_size=16)
 MEDIANS = st.lists(st.floats(min_value=1e-3, max_value=1e6, allow_nan=False), min_size=1, max_size=9)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(series=st.lists(st.tuples(KEYS, NAMES, MEDIANS, st.one_of(st.none(), st.floats(1e-3, 1e6))), min_size=1, max_size=4),
+@given(series=st.lists(st.tuples(KEYS, NAMES, MEDIANS, st.one_of(st.none(), st.floats(1e-3, 1e6))), min_size=1,
+                       max_size=4),
        model=NAMES)
 def test_any_history_renders_with_names_escaped(series, model):
     rows = []

@@ -22,7 +22,8 @@ vendor_id\t: AuthenticAMD
 cpu family\t: 99
 """
 
-SAPPHIRE_RAPIDS_FLAGS = "flags : avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8\n"
+SAPPHIRE_RAPIDS_FLAGS = ("flags : avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 avx512_fp16 "
+                         "amx_bf16 amx_tile amx_int8\n")
 
 GRACE = """processor\t: 0
 BogoMIPS\t: 2000.00

@@ -157,7 +157,8 @@ def test_unreadable_journal_is_one_error_naming_it(tmp_path):
 
 
 def test_record_problem_names_the_field():
-    assert record_problem({"test_id": "x", "samples": [1.0, "a"]}) == "'samples' must be list[float], found [1.0, \"a\"]"
+    assert (record_problem({"test_id": "x", "samples": [1.0, "a"]})
+            == "'samples' must be list[float], found [1.0, \"a\"]")
     assert record_problem(TestRecord("x").to_json()) is None
 
 

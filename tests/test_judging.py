@@ -118,4 +118,5 @@ def test_a_slower_roof_in_this_session_is_named_against_the_files_pooled_ceiling
     slow = _record([s / 2 for s in STEADY])
     judged.conclude(slow, "throughput/tiny/train/bs4/fp32")
     assert slow.verdict == Verdict.REGRESSION
-    assert any(line.startswith("the machine itself is 50% slower: gemm_fp32_tflops 0.1 now vs 0.2") for line in slow.diagnosis)
+    assert any(line.startswith("the machine itself is 50% slower: gemm_fp32_tflops 0.1 now vs 0.2")
+               for line in slow.diagnosis)

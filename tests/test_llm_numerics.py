@@ -121,7 +121,8 @@ def test_decode_judges_its_steps_and_reports_end_to_end_throughput_ttft_and_tpot
 
 
 def _step_flops(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int) -> int:
-    """FLOPs of the ``new_tokens - 1`` cached decode steps of a greedy generation, counted apart from its prompt pass."""
+    """FLOPs of the ``new_tokens - 1`` cached decode steps of a greedy generation, counted apart from its prompt
+    pass."""
     model.eval()
     with torch.inference_mode():
         positions = mask.cumsum(-1) - 1
@@ -163,7 +164,8 @@ def test_bf16_serving_modes_run_the_model_in_bf16_and_its_kv_cache_holds_bf16(pr
 
 
 def test_bf16_decode_records_the_kv_cache_dtype(probe):
-    result = run_llm(probe.workload(), "cpu", "decode", 1, "bf16", CONTEXT, PLAN, telemetry_interval_s=0.05, profile=False)
+    result = run_llm(probe.workload(), "cpu", "decode", 1, "bf16", CONTEXT, PLAN, telemetry_interval_s=0.05,
+                     profile=False)
     assert result.latency["kv_cache_dtype"] == "bfloat16"
 
 
@@ -205,7 +207,8 @@ def test_decode_rounds_of_a_bf16_model_match_generate_in_bf16(probe):
     ids = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(7))
     timing = decode_rounds(model, ids, None, new_tokens=5, rounds=1, device="cpu", warmup=0)
     with torch.inference_mode():
-        generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5,
+        generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=5,
+                                   min_new_tokens=5,
                                    do_sample=False, pad_token_id=0, eos_token_id=None)
     assert timing.tokens == generated[:, ids.shape[1]:].tolist()
     assert timing.kv_cache_dtype == "bfloat16"
@@ -213,7 +216,8 @@ def test_decode_rounds_of_a_bf16_model_match_generate_in_bf16(probe):
 
 @pytest.mark.parametrize(("task", "mode", "dtype", "cast"), [
     ("causal-lm", "infer", "bf16", True), ("causal-lm", "prefill", "fp16", True), ("causal-lm", "decode", "bf16", True),
-    ("causal-lm", "train", "bf16", False), ("causal-lm", "decode", "fp32", False), ("causal-lm", "decode", "tf32", False),
+    ("causal-lm", "train", "bf16", False), ("causal-lm", "decode", "fp32", False), ("causal-lm", "decode", "tf32",
+                                                                                    False),
     ("causal-lm", "decode", "int8", False), ("classification", "infer", "bf16", False),
 ])
 def test_which_runs_cast_the_model(task, mode, dtype, cast):
@@ -228,4 +232,5 @@ def test_fp16_serving_casts_to_half_and_leaves_autocast_off():
         assert not torch.is_autocast_enabled("cpu")
     with numerics.forward_precision("cpu", "bf16", in_dtype=False):
         assert torch.is_autocast_enabled("cpu")
-    assert next(numerics.model_for_mode(nn.Linear(4, 4), "causal-lm", "train", "fp16").parameters()).dtype == torch.float32
+    assert (next(numerics.model_for_mode(nn.Linear(4, 4), "causal-lm", "train", "fp16").parameters()).dtype
+            == torch.float32)

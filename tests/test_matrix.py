@@ -14,7 +14,8 @@ from hwregress.plugin import matrix
 def test_cpu_defaults_are_the_small_tier():
     cases = matrix.cases(matrix.Selection(["cpu"]), "throughput")
     assert {c["workload"] for c in cases} == set(workloads.CPU_TIER)
-    cnns = {(c["mode"], c["batch_size"]) for c in cases if c["workload"] in ("resnet18", "mobilenet_v3_small", "alexnet")}
+    cnns = {(c["mode"], c["batch_size"]) for c in cases
+            if c["workload"] in ("resnet18", "mobilenet_v3_small", "alexnet")}
     assert cnns == {("infer", 1), ("infer", 8), ("train", 8)}
     text = sorted(matrix.case_id(c) for c in cases if c["workload"] in ("bert_base", "gpt2"))
     assert text == ["cpu-bert_base-infer-ctx128-bs1-fp32", "cpu-gpt2-decode-ctx128-bs1-fp32"]
@@ -23,7 +24,8 @@ def test_cpu_defaults_are_the_small_tier():
 def test_gpu_defaults_are_the_zoo_plus_transformers_and_speedup_only_on_cuda():
     selection = matrix.Selection(["cuda:0", "cpu"])
     gpu = [c for c in matrix.cases(selection, "throughput") if c["device"] == "cuda:0"]
-    assert {c["workload"] for c in gpu} == {*workloads.ZOO, "bert_base", "roberta_base", "deit_small", "gpt2", "llama_1b"}
+    assert ({c["workload"] for c in gpu}
+            == {*workloads.ZOO, "bert_base", "roberta_base", "deit_small", "gpt2", "llama_1b"})
     assert {c["mode"] for c in gpu if c["workload"] == "llama_1b"} == {"train", "infer", "prefill", "decode"}
     assert {c["mode"] for c in gpu if c["workload"] == "bert_base"} == {"train", "infer"}
     assert {c["context"] for c in gpu if c["workload"] == "gpt2"} == {512}
@@ -74,7 +76,8 @@ def test_scaling_and_colocated_run_on_the_cpu_when_asked_for():
     scaling = matrix.cases(matrix.Selection(["cpu"], opted_in=asked), "scaling")
     assert [matrix.case_id(c) for c in scaling] == ["cpu-mobilenet_v3_small-train-w1-bs8-fp32",
                                                     "cpu-mobilenet_v3_small-train-w2-bs8-fp32"]
-    pair = matrix.cases(matrix.Selection(["cpu"], colocate=[("resnet18", "alexnet")], batch_sizes=[4, 2], opted_in=asked),
+    pair = matrix.cases(matrix.Selection(["cpu"], colocate=[("resnet18", "alexnet")], batch_sizes=[4, 2],
+                                         opted_in=asked),
                         "colocated")
     assert [matrix.case_id(c) for c in pair] == ["cpu-resnet18+alexnet-train-bs2-fp32"]
     chosen = matrix.cases(matrix.Selection(["cpu"], models=["resnet18"], opted_in=asked), "colocated")
@@ -93,7 +96,8 @@ def test_distributed_families_train_in_training_numerics_on_devices_with_a_backe
     (matrix.Selection(["cpu"], world_sizes=[0]), "world sizes must be whole numbers >= 1, got 0"),
     (matrix.Selection(["cpu"], world_sizes=[3], nnodes=2), "world size 3 does not split evenly over 2 nodes"),
     (matrix.Selection(["cpu"], colocate=[("resnet18",)]), "needs two or more processes, got 'resnet18'"),
-    (matrix.Selection(["cpu"], colocate=[("resnet18", "nope")]), "co-located group 'resnet18\\+nope': unknown model 'nope'"),
+    (matrix.Selection(["cpu"], colocate=[("resnet18", "nope")]),
+     "co-located group 'resnet18\\+nope': unknown model 'nope'"),
 ])
 def test_distributed_selections_are_checked(selection, message):
     with pytest.raises(ValueError, match=message):

@@ -69,7 +69,8 @@ def test_xdist_update_baselines_writes_every_entry(hw_project):
     result.assert_outcomes(passed=8)
     (baseline_file,) = hw_project.baseline_files()
     entries = json.loads(baseline_file.read_text())["entries"]
-    assert sorted(entries) == sorted(f"throughput/tiny/{m}/bs{b}/fp32" for m in ("train", "infer") for b in (1, 2, 3, 4))
+    assert (sorted(entries)
+            == sorted(f"throughput/tiny/{m}/bs{b}/fp32" for m in ("train", "infer") for b in (1, 2, 3, 4)))
 
 
 def test_corrupt_baseline_fails_names_file_and_leaves_it_unchanged(hw_project):
@@ -246,7 +247,8 @@ def test_ini_accepts_toml_lists_and_space_separated_lists(hw_project):
     _add_ini(hw_project, 'hwregress_batch_sizes = ["2", "3"]\nhwregress_modes = "infer"')
     result = hw_project.run("--collect-only", "-q", "--devices", "cpu", "--models", "tiny", fast=False, inprocess=True)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*test_throughput?cpu-tiny-infer-bs2-fp32?", "*test_throughput?cpu-tiny-infer-bs3-fp32?"])
+    result.stdout.fnmatch_lines(["*test_throughput?cpu-tiny-infer-bs2-fp32?",
+                                 "*test_throughput?cpu-tiny-infer-bs3-fp32?"])
 
 
 def _add_ini(hw_project, lines: str) -> None:

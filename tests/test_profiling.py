@@ -93,7 +93,8 @@ def test_cpu_int8_weights_count_one_byte_a_quarter_of_fp32():
 ])
 def test_torchao_weights_count_their_one_byte_data_and_scales_on_a_bf16_model(config, scale_elements):
     model = two_linears().to(torch.bfloat16)
-    fake_torchao.FakeTorchao(quantize_takes_inductor_flag=False).quantization.quantize_(model, config(set_inductor_config=False))
+    fake_torchao.FakeTorchao(quantize_takes_inductor_flag=False).quantization.quantize_(
+        model, config(set_inductor_config=False))
     assert model[0].weight.dtype == torch.bfloat16 and model[0].weight.element_size() == 2  # what the subclass reports
     assert profiling.parameter_bytes(model) == WEIGHTS * 1 + scale_elements * 4 + BIASES * 2
     moved = profiling.estimate_bytes_moved(model, torch.randn(4, 32, dtype=torch.bfloat16), False)
@@ -131,7 +132,8 @@ def test_device_split_counts_kernels_once_and_the_rest_is_idle():
               _Event("Memcpy HtoD (Pinned -> Device)", 200.0, DeviceType.CUDA),
               _Event("vectorized_elementwise_kernel", 200.0, DeviceType.CUDA)]
     kernels = [e for e in events if profiling.is_device_event(e)]
-    assert [e.key for e in kernels] == ["sm90_xmma_gemm", "Memcpy HtoD (Pinned -> Device)", "vectorized_elementwise_kernel"]
+    assert ([e.key for e in kernels]
+            == ["sm90_xmma_gemm", "Memcpy HtoD (Pinned -> Device)", "vectorized_elementwise_kernel"])
     split = profiling.device_categories(kernels, wall_ms=2.0)
     assert split == pytest.approx({"compute": 0.4, "memcpy/memset": 0.1, "communication": 0.0, "idle": 0.5})
 

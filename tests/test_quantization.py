@@ -167,13 +167,15 @@ def h100_with_torchao(monkeypatch: pytest.MonkeyPatch) -> fake_torchao.FakeTorch
 
 
 @pytest.mark.usefixtures("inductor_state_restored")
-@pytest.mark.parametrize(("dtype", "mode"), [("int8", "infer"), ("int8", "decode"), ("fp8", "infer"), ("fp8", "prefill")])
+@pytest.mark.parametrize(("dtype", "mode"),
+                         [("int8", "infer"), ("int8", "decode"), ("fp8", "infer"), ("fp8", "prefill")])
 def test_cuda_inference_quantizes_a_bf16_model(dtype, mode, h100_with_torchao):
     model, quantized = quantization.prepare(fp32_model(), dtype, "cuda:0", mode)
     (call,) = h100_with_torchao.calls
     assert call.entry == "quantize_" and call.model_dtypes == {torch.bfloat16}
     assert quantized == 2
-    assert {p.dtype for p in model.parameters() if p.is_floating_point()} == {torch.bfloat16}  # no fp32 GEMM left for TF32
+    # no fp32 GEMM left for TF32
+    assert {p.dtype for p in model.parameters() if p.is_floating_point()} == {torch.bfloat16}
     assert quantization.base_dtype_name(dtype, "cuda:0") == "bf16"
     inputs = quantization.cast_inputs(torch.randn(4, 32), dtype, "cuda:0")
     assert inputs.dtype == torch.bfloat16

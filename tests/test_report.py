@@ -25,7 +25,8 @@ META = {"hostname": "box", "started_at": "s", "finished_at": "f", "duration_s": 
         "baseline_dir": "baselines"}
 
 
-def throughput_record(model: str, batch: int, throughput: float, verdict: str = "pass", device: str = "cpu") -> TestRecord:
+def throughput_record(model: str, batch: int, throughput: float, verdict: str = "pass",
+                      device: str = "cpu") -> TestRecord:
     return TestRecord(f"t[{device}-{model}-bs{batch}]", device=device, model=model, mode="train", batch_size=batch,
                       dtype="fp32", throughput=throughput, samples=[throughput] * 3, peak_memory_bytes=batch * 2**20,
                       verdict=verdict, hardware_key="amd-epyc-2t", arithmetic_intensity=30.0, achieved_tflops=0.1,
@@ -60,7 +61,8 @@ BENIGN_TAGS = _tags(_page_for("plain"))
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(min_size=1, max_size=40) | st.sampled_from(["<script>x</script>", '"><img src=x onerror=a>', "</td><b>", "&<"]))
+@given(st.text(min_size=1, max_size=40)
+       | st.sampled_from(["<script>x</script>", '"><img src=x onerror=a>', "</td><b>", "&<"]))
 def test_arbitrary_test_names_are_escaped(name):
     html = _page_for(name)
     assert _tags(html) <= BENIGN_TAGS  # no element or attribute the name brought in
@@ -92,7 +94,8 @@ def test_quantized_record_names_its_layers_and_base_dtype():
     record = throughput_record("bert_base", 1, 10.0)
     record.dtype = "int8"
     record.details.update(quantized_layers=74, quantized_base_dtype="bf16")
-    assert "74 Linear layers quantized to int8, the rest of the model in bf16." in render(SessionResults(dict(META), [record]))
+    assert ("74 Linear layers quantized to int8, the rest "
+            "of the model in bf16." in render(SessionResults(dict(META), [record])))
 
 
 def test_charts_are_valid_svg_and_empty_without_data():
@@ -150,7 +153,8 @@ SPAN_LIMIT = 1e12
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.floats(-SPAN_LIMIT, SPAN_LIMIT, allow_subnormal=False), st.floats(-SPAN_LIMIT, SPAN_LIMIT, allow_subnormal=False))
+@given(st.floats(-SPAN_LIMIT, SPAN_LIMIT, allow_subnormal=False),
+       st.floats(-SPAN_LIMIT, SPAN_LIMIT, allow_subnormal=False))
 def test_linear_ticks_are_multiples_of_a_one_two_five_step(a, b):
     low, high = min(a, b), max(a, b)
     axis = nice_axis(low, high)
@@ -245,7 +249,8 @@ def test_ceiling_rows_show_their_size_in_the_details_not_as_a_batch():
                throughput_record("resnet18", 8, 40.0)]
     html = render(SessionResults(dict(META), records))
     batches = {row[1]: row[BATCH_COLUMN] for row in _result_rows(html)}
-    assert batches == {"test_ceiling[cpu-gemm-fp32]": "–", "test_ceiling[cpu-copy-fp32]": "–", "t[cpu-resnet18-bs8]": "8"}
+    assert (batches
+            == {"test_ceiling[cpu-gemm-fp32]": "–", "test_ceiling[cpu-copy-fp32]": "–", "t[cpu-resnet18-bs8]": "8"})
     assert html.count("GEMM 4096³") >= 2 and html.count("copy 256 MiB") >= 2  # ceilings table and per-test detail
     assert "4,096" not in html and "268,435,456" not in html
 
@@ -270,7 +275,8 @@ def test_verdict_filter_offers_the_verdicts_present_in_verdict_order():
 def _annotated(verdict: str) -> TestRecord:
     record = throughput_record("resnet18", 8, 40.0, verdict)
     record.diagnosis = ["<b>thermal throttling</b> (most likely)", "another process used the CPU"]
-    record.health = {"swap_used": "<script>alert(1)</script> 2 GiB", "cpu_governor": {"now": "powersave", "want": "performance"},
+    record.health = {"swap_used": "<script>alert(1)</script> 2 GiB",
+                     "cpu_governor": {"now": "powersave", "want": "performance"},
                      "gpu_other_processes": []}
     record.threshold, record.wanted_threshold = 0.05, 0.12
     record.identity_changes = ["cpu model: EPYC 7B12 -> EPYC 9B14"]
@@ -310,7 +316,8 @@ SESSION_RECORD = st.builds(
     TestRecord, test_id=TEXT, family=st.sampled_from(["throughput", "ceiling", "parity", "output-parity"]) | TEXT,
     device=st.none() | st.sampled_from(["cpu", "cuda:0"]) | TEXT, device_name=st.none() | TEXT,
     model=st.none() | st.sampled_from(["gemm", "copy", "h2d"]) | TEXT, mode=st.none() | TEXT, batch_size=NUMBER,
-    dtype=st.none() | TEXT, unit=TEXT, throughput=NUMBER, throughput_iqr=NUMBER, samples=st.lists(st.floats(), max_size=3),
+    dtype=st.none() | TEXT, unit=TEXT, throughput=NUMBER, throughput_iqr=NUMBER,
+    samples=st.lists(st.floats(), max_size=3),
     latency_ms=NUMBER, peak_memory_bytes=NUMBER, accuracy=NUMBER, speedup=NUMBER, baseline_throughput=NUMBER,
     baseline_peak_memory_bytes=NUMBER, ratio=NUMBER, threshold=NUMBER, wanted_threshold=NUMBER,
     verdict=st.sampled_from(Verdict), message=TEXT, identity_changes=st.lists(TEXT, max_size=2),
@@ -328,7 +335,8 @@ CHARTED_RECORD = SESSION_RECORD.map(lambda r: _charted(r))
 
 def _charted(record: TestRecord) -> TestRecord:
     index = len(record.test_id) % 3
-    record.family, record.device, record.dtype, record.mode = ("throughput", "ceiling", "ceiling")[index], "cpu", "fp32", "train"
+    record.family, record.device, record.dtype, record.mode = (("throughput", "ceiling", "ceiling")[index], "cpu",
+                                                               "fp32", "train")
     record.model = ("resnet18", "gemm", "copy")[index]
     return record
 
@@ -341,7 +349,8 @@ def test_any_session_renders_and_record_text_stays_escaped(records, charted):
 
 
 def test_tokens_and_samples_per_second_never_share_a_chart_axis():
-    text = [TestRecord(f"t::text{b}", model="gpt2", mode="infer", device="cpu", dtype="fp32", batch_size=b, unit="tokens/s",
+    text = [TestRecord(f"t::text{b}", model="gpt2", mode="infer", device="cpu", dtype="fp32", batch_size=b,
+                       unit="tokens/s",
                        throughput=300.0 * b, details={"context": 128}) for b in (1, 2)]
     images = [TestRecord(f"t::img{b}", model="resnet18", mode="infer", device="cpu", dtype="fp32", batch_size=b,
                          throughput=30.0 * b) for b in (1, 8)]
@@ -378,14 +387,16 @@ def test_compile_time_shows_its_cache_state_and_a_comparison_only_of_the_same_st
     reason = "compile time not compared: this session compiled with a cold cache, the baseline's with a warm one"
     refused = render(SessionResults(dict(META), [_compiled({"compared": False, "cache": "cold",
                                                             "baseline_cache": "warm", "reason": reason})]))
-    assert "compile time not compared: this session compiled with a cold cache, the baseline&#39;s with a warm one" in refused
+    assert ("compile time not compared: this session compiled with a cold cache, the "
+            "baseline&#39;s with a warm one" in refused)
     assert "Baseline compile" not in refused
 
 
 def test_decode_details_name_the_judged_step_figures_itl_and_tpot_apart():
     record = throughput_record("gpt2", 1, 30.0)
     record.mode, record.unit, record.latency_ms, record.baseline_latency_ms = "decode", "tokens/s", 33.5, 32.0
-    record.llm = LlmFigures(context=128, new_tokens=16, ttft_ms=120.0, itl_p50_ms=33.5, itl_p90_ms=36.0, itl_p99_ms=41.0,
+    record.llm = LlmFigures(context=128, new_tokens=16, ttft_ms=120.0, itl_p50_ms=33.5, itl_p90_ms=36.0,
+                            itl_p99_ms=41.0,
                             tpot_ms=34.0, output_tokens_per_s=25.0, decode_tokens_per_s=29.9,
                             prefill_tokens_per_s=1066.0, kv_cache_dtype="bfloat16")
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", render(SessionResults(dict(META), [record]))))

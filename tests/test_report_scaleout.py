@@ -51,7 +51,8 @@ def allreduce_record(published: float | None = 450.0, world_size: int = 4, curve
     if published is not None:
         details.update(published=published, published_source="NVLink 4 spec")
     return TestRecord(f"bench_tests/test_ceilings.py::test_ceiling[cuda-allreduce-w{world_size}]", family="ceiling",
-                      device="cuda:0", model="allreduce", mode="roof", batch_size=CURVE_BYTES[-1], dtype="fp32", unit="GB/s",
+                      device="cuda:0", model="allreduce", mode="roof", batch_size=CURVE_BYTES[-1], dtype="fp32",
+                      unit="GB/s",
                       throughput=points[-1]["busbw_gbps"], samples=[1.0] * 3, verdict=Verdict.NEW, details=details)
 
 
@@ -60,7 +61,8 @@ def colocated_record(mps_active: bool | None = None) -> TestRecord:
                 "interference": solo / 100.0, "peak_memory_bytes": 3 * 2**30, "solo_peak_memory_bytes": 2 * 2**30}
                for i, solo in enumerate((60.0, 55.0))]
     return TestRecord("bench_tests/test_colocated.py::test_colocated[cuda-resnet18+resnet18]", family="colocated",
-                      device="cuda:0", model="resnet18+resnet18", mode="train", batch_size=32, dtype="fp32", throughput=115.0,
+                      device="cuda:0", model="resnet18+resnet18", mode="train", batch_size=32, dtype="fp32",
+                      throughput=115.0,
                       efficiency=0.575, verdict=Verdict.PASS,
                       details={"colocated": {"processes": 2, "mps_active": mps_active, "mps_detail": "no control pipe",
                                              "threads_per_process": None, "members": members}})
@@ -90,7 +92,8 @@ def test_scaling_table_and_charts_show_each_world_size():
     assert w2[9] == "gloo 1 thread/rank" and w2[10] == "180 samples/s" and w2[11] == "90"
     assert w2[12:17] == ["90.0%", "95.0%", "25.0%", "3", "44 MiB"]  # efficiency, baseline, comm share, buckets, bytes
     throughput_chart, efficiency_chart = [s for s in svg_charts(section) if "world size" in s]
-    assert set(_tooltips(throughput_chart)) >= {"measured: 4, 320", "ideal (W x T(1)): 4, 400", "ideal (W x T(1)): 2, 200"}
+    assert (set(_tooltips(throughput_chart))
+            >= {"measured: 4, 320", "ideal (W x T(1)): 4, 400", "ideal (W x T(1)): 2, 200"})
     assert set(_tooltips(efficiency_chart)) >= {"measured: 2, 0.9", "measured: 4, 0.8", "ideal (1.0): 4, 1"}
     assert re.findall(r'class="tick"[^>]*>([^<]*)<', throughput_chart)[:3] == ["1", "2", "4"]  # a tick per world size
 
@@ -112,9 +115,11 @@ def test_allreduce_chart_draws_bus_and_algorithm_bandwidth_and_the_published_lev
 def test_colocation_table_has_a_row_per_member():
     rows = table_rows(_section(_page([colocated_record(mps_active=None)])), "colocated")
     assert rows == [
-        ["pass", "test_colocated[cuda-resnet18+resnet18]", "cuda:0", "2", "0", "resnet18", "100 samples/s", "60 samples/s",
+        ["pass", "test_colocated[cuda-resnet18+resnet18]", "cuda:0", "2", "0", "resnet18", "100 samples/s",
+         "60 samples/s",
          "60.0%", "3.000", "2.000", "unknown (no control pipe)"],
-        ["pass", "test_colocated[cuda-resnet18+resnet18]", "cuda:0", "2", "1", "resnet18", "100 samples/s", "55 samples/s",
+        ["pass", "test_colocated[cuda-resnet18+resnet18]", "cuda:0", "2", "1", "resnet18", "100 samples/s",
+         "55 samples/s",
          "55.0%", "3.000", "2.000", "unknown (no control pipe)"]]
     assert table_rows(_page([colocated_record(mps_active=True)]), "colocated")[0][-1] == "yes (no control pipe)"
     assert table_rows(_page([colocated_record(mps_active=False)]), "colocated")[0][-1] == "no (no control pipe)"
@@ -221,7 +226,8 @@ def _well_formed(html: str) -> bool:
 
 HOSTILE = ["<script>alert(1)</script>", '"><svg onload=x>', "</td></table>", "&<"]
 TEXT = st.text(max_size=8) | st.sampled_from(HOSTILE)
-FIGURE = st.none() | st.sampled_from([1, 2, 4, 8]) | st.floats(1e-3, 1e6) | st.floats()  # plausible, None, nan, inf, any
+# plausible, None, nan, inf, any
+FIGURE = st.none() | st.sampled_from([1, 2, 4, 8]) | st.floats(1e-3, 1e6) | st.floats()
 VALUE = FIGURE | st.integers(-(2**64), 2**64) | st.booleans() | TEXT | st.lists(st.integers(0, 4), max_size=2)
 NAME = st.sampled_from(["gloo", "nccl", "resnet18"]) | st.none() | TEXT
 
@@ -230,7 +236,8 @@ def _details(**keys: st.SearchStrategy) -> st.SearchStrategy:
     """A details mapping: every key with a figure of its kind (so that charts get drawn), or each key perhaps
     missing and holding anything."""
     complete = st.fixed_dictionaries(keys)
-    return st.one_of(complete, complete, complete, st.fixed_dictionaries({}, optional={k: v | VALUE for k, v in keys.items()}))
+    return st.one_of(complete, complete, complete,
+                     st.fixed_dictionaries({}, optional={k: v | VALUE for k, v in keys.items()}))
 
 
 def _figures(*names: str) -> dict[str, st.SearchStrategy]:
@@ -245,7 +252,8 @@ CURVE_POINT = _details(bytes=st.sampled_from(CURVE_BYTES) | FIGURE, **_figures("
 ALLREDUCE_DETAILS = _details(backend=NAME, curve=st.lists(CURVE_POINT, max_size=4), **_figures("world_size", "nodes"))
 MEMBER = _details(model=NAME, **_figures("index", "solo_throughput", "colocated_throughput", "interference",
                                          "peak_memory_bytes", "solo_peak_memory_bytes"))
-COLOCATED_DETAILS = _details(mps_active=st.none() | st.booleans(), mps_detail=NAME, members=st.lists(MEMBER, max_size=3),
+COLOCATED_DETAILS = _details(mps_active=st.none() | st.booleans(), mps_detail=NAME,
+                             members=st.lists(MEMBER, max_size=3),
                              **_figures("processes", "threads_per_process"))
 
 
@@ -260,7 +268,8 @@ def _record(family: str, model: st.SearchStrategy, key: str, details: st.SearchS
 
 SCALE_OUT_RECORD = (_record("scaling", st.sampled_from(["resnet18", "gpt2"]) | TEXT, "scaling", SCALING_DETAILS)
                     | _record("ceiling", st.just("allreduce"), "allreduce", ALLREDUCE_DETAILS)
-                    | _record("colocated", st.sampled_from(["resnet18+resnet18"]) | TEXT, "colocated", COLOCATED_DETAILS))
+                    | _record("colocated", st.sampled_from(["resnet18+resnet18"]) | TEXT, "colocated",
+                              COLOCATED_DETAILS))
 
 
 @settings(max_examples=80, deadline=None)

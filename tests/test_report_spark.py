@@ -20,7 +20,8 @@ from hwregress.store.verdicts import Verdict
 META = {"hostname": "box", "started_at": "s", "finished_at": "f", "duration_s": 1.0, "args": ["-m", "cpu"],
         "hardware": [], "baseline_dir": "baselines"}
 ENGINE = {"spark_version": "4.3.0", "master": "local[2]", "app_id": "local-1", "default_parallelism": 2, "task_cpus": 1,
-          "executors": [{"id": "driver", "host": "192.0.2.2:43781", "cores": 2, "memory_bytes": 455501414, "resources": {}}],
+          "executors": [{"id": "driver", "host": "192.0.2.2:43781", "cores": 2, "memory_bytes": 455501414,
+                         "resources": {}}],
           "total_cores": 2, "layout": "1 executor x 2 cores, 1 CPU per task", "startup_s": 5.4}
 QUANTILES = [300.0 + 5.0 * i for i in range(200)]  # ms, sorted: 300 .. 1295
 
@@ -30,7 +31,8 @@ def _test_id(device: str, pipeline: str) -> str:
 
 
 def batch_record(throughput: float | None = 236.0, torch: float | None = 244.0, agreement: float | None = 1.0,
-                 device: str = "cpu", device_name: str | None = "AMD EPYC", hardware_key: str = "amd-epyc") -> TestRecord:
+                 device: str = "cpu", device_name: str | None = "AMD EPYC",
+                 hardware_key: str = "amd-epyc") -> TestRecord:
     overhead = throughput / torch if throughput and torch else None
     spark = {**ENGINE, "batch_size": 16, "pipeline": "batch", "rows": 512, "partitions": 2, "first_pass_s": 6.8,
              "passes": 5, "torch_throughput": torch, "torch_samples": [torch] * 5, "overhead_ratio": overhead,
@@ -88,7 +90,8 @@ def test_batch_table_shows_spark_and_torch_images_per_s_the_overhead_and_the_agr
 
 
 def test_batch_chart_per_device_draws_spark_beside_plain_torch():
-    records = [batch_record(), batch_record(900.0, 1000.0, device="cuda:0", device_name="NVIDIA H100", hardware_key="h100")]
+    records = [batch_record(),
+               batch_record(900.0, 1000.0, device="cuda:0", device_name="NVIDIA H100", hardware_key="h100")]
     section = _section(_page(records))
     assert [row[2] for row in table_rows(section, "spark-batch")] == ["AMD EPYC (cpu)", "NVIDIA H100 (cuda:0)"]
     cpu, gpu = (s for s in svg_charts(section) if "Spark vs plain torch" in s)
@@ -109,10 +112,10 @@ def test_an_agreement_below_one_is_flagged_and_never_reads_100_percent():
 
 def test_stream_table_shows_rates_latency_percentiles_and_the_exactly_once_count():
     [row] = table_rows(_section(_page([stream_record()])), "spark-stream")
-    assert row[:6] == ["pass", "test_spark[cpu-mobilenet_v3_small-stream-bs16-fp32]", "AMD EPYC (cpu)", "mobilenet_v3_small",
-                       "16", "fp32"]
-    assert row[6:] == ["20.08 (20)", "19.36", "20.3", "742.4", "1040", "1183", "700", "232", "232", "0", "0", "yes", "16", "1",
-                       "local[2]"]
+    assert row[:6] == ["pass", "test_spark[cpu-mobilenet_v3_small-stream-bs16-fp32]", "AMD EPYC (cpu)",
+                       "mobilenet_v3_small", "16", "fp32"]
+    assert row[6:] == ["20.08 (20)", "19.36", "20.3", "742.4", "1040", "1183", "700", "232", "232", "0", "0", "yes",
+                       "16", "1", "local[2]"]
 
 
 def test_stream_latency_chart_is_the_cdf_of_the_quantiles_with_the_percentiles_marked():
@@ -120,8 +123,10 @@ def test_stream_latency_chart_is_the_cdf_of_the_quantiles_with_the_percentiles_m
     assert _legend(chart) == ["fraction of images", "p50 742 ms", "p90 1.04k ms", "p99 1.18k ms", "baseline p50 700 ms"]
     tips = _tooltips(chart)
     cdf = [t for t in tips if t.startswith("fraction of images")]
-    assert len(cdf) == len(QUANTILES) and cdf[0] == "fraction of images: 300, 0" and cdf[-1] == "fraction of images: 1.3k, 1"
-    marks = {"p50 742 ms: 742, 0.5", "p90 1.04k ms: 1.04k, 0.9", "p99 1.18k ms: 1.18k, 0.99", "baseline p50 700 ms: 700, 0.5"}
+    assert (len(cdf) == len(QUANTILES) and cdf[0] == "fraction of images: 300, 0"
+            and cdf[-1] == "fraction of images: 1.3k, 1")
+    marks = {"p50 742 ms: 742, 0.5", "p90 1.04k ms: 1.04k, 0.9", "p99 1.18k ms: 1.18k, 0.99",
+             "baseline p50 700 ms: 700, 0.5"}
     assert marks <= set(tips)
     assert "latency (ms)" in chart
 
@@ -129,7 +134,8 @@ def test_stream_latency_chart_is_the_cdf_of_the_quantiles_with_the_percentiles_m
 def test_images_lost_are_flagged_red():
     section = _section(_page([stream_record(exactly_once=False, baseline_p50=None)]))
     [row] = table_rows(section, "spark-stream")
-    assert row[12:18] == ["–", "232", "229", "3", "0", "no"]  # baseline p50, produced, predicted, lost, twice, exactly once
+    # baseline p50, produced, predicted, lost, twice, exactly once
+    assert row[12:18] == ["–", "232", "229", "3", "0", "no"]
     assert '<tr class="row-failed">' in section and '<span class="badge v-failed">no</span>' in section
 
 
@@ -177,7 +183,8 @@ QUANTILE_LISTS = (st.lists(QUANTILE, max_size=40) | st.lists(st.floats(0.0, 1e4)
 def test_any_latency_quantiles_render(quantiles):
     html = _page([stream_record(quantiles=quantiles)])
     assert html.lower().count("<script") == 1  # the page's own filter script: record text stayed escaped
-    [chart] = [s for s in svg_charts(_section(html)) if "stream latency" in s]  # the percentiles are drawn whatever the quantiles
+    # the percentiles are drawn whatever the quantiles
+    [chart] = [s for s in svg_charts(_section(html)) if "stream latency" in s]
     cdf = latency_cdf(quantiles)
     assert [x for x, _ in cdf] == sorted(x for x, _ in cdf) and all(0.0 <= y <= 1.0 for _, y in cdf)
     assert not cdf or cdf[-1][1] == 1.0

@@ -1,5 +1,6 @@
-"""``report compare`` and ``report merge``: two sessions judged with the verdict gate's statistics (hwregress.judge.session_compare),
-on synthetic 120-test sessions with known injected slowdowns, memory growth and telemetry; the page and the exit codes."""
+"""``report compare`` and ``report merge``: two sessions judged with the verdict gate's statistics
+(hwregress.judge.session_compare), on synthetic 120-test sessions with known injected slowdowns, memory growth and
+telemetry; the page and the exit codes."""
 
 from __future__ import annotations
 
@@ -93,7 +94,8 @@ def test_tolerances_for_refuses_a_cap_below_the_tolerance():
 
 
 def test_a_2x_speedup_is_an_improvement():
-    comparison = compare_sessions(synthetic_session(seed=1, tests=8), synthetic_session(seed=2, tests=8, slowdowns={SLOW: 0.5}))
+    comparison = compare_sessions(synthetic_session(seed=1, tests=8),
+                                  synthetic_session(seed=2, tests=8, slowdowns={SLOW: 0.5}))
     (fast,) = comparison.matching({"improvement"})
     assert fast.throughput.ratio == pytest.approx(2.0, rel=0.03) and fast.p_value == fast.throughput.p_faster < 1e-3
 
@@ -197,7 +199,8 @@ def test_compare_refuses_to_overwrite_an_input_or_read_a_missing_file(two_sessio
     a, b = two_sessions
     status, _, err = run(capsys, "report", "compare", str(a), str(b), "-o", str(b))
     assert status == 2 and "an output never overwrites an input" in err
-    status, _, err = run(capsys, "report", "compare", str(tmp_path / "none.json"), str(b), "-o", str(tmp_path / "d.html"))
+    status, _, err = run(capsys, "report", "compare", str(tmp_path / "none.json"), str(b), "-o",
+                         str(tmp_path / "d.html"))
     assert status == 2 and "none.json" in err and "cannot open" in err
 
 
@@ -211,10 +214,12 @@ def test_merge_judges_each_machine_against_the_first_with_the_gates_statistics(t
     page = tmp_path / "merged.html"
     assert run(capsys, "report", "merge", str(a), str(b), "-o", str(page))[0] == 0
     text = html.unescape(page.read_text(encoding="utf-8"))
-    changes = re.findall(r'<span class="change change-(\w+)" title="ratio of medians ([\d.]+)[^"]*">([^<]*)</span>', text)
+    changes = re.findall(r'<span class="change change-(\w+)" title="ratio of medians ([\d.]+)[^"]*">([^<]*)</span>',
+                         text)
     assert len(changes) == 3  # the second machine's cells; the first is the reference
     slower = [c for c in changes if c[0] == "regression"]
-    assert len(slower) == 1 and float(slower[0][1]) == pytest.approx(0.5, rel=0.03) and slower[0][2].startswith("slower (p=")
+    assert (len(slower) == 1 and float(slower[0][1]) == pytest.approx(0.5, rel=0.03)
+            and slower[0][2].startswith("slower (p="))
     assert sum(c[2].startswith("no significant change") for c in changes) == 2
 
 

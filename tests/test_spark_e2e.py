@@ -48,8 +48,10 @@ def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spa
     records = _records(spark_project)
     batch, stream = records["batch"], records["stream"]
     facts = batch["spark"]
-    assert facts["master"] == "local[2]" and facts["spark_version"] and facts["layout"].startswith("1 executor x 2 cores")
-    assert batch["environment"]["spark_master"] == "local[2]" and batch["environment"]["spark"] == facts["spark_version"]
+    assert (facts["master"] == "local[2]" and facts["spark_version"]
+            and facts["layout"].startswith("1 executor x 2 cores"))
+    assert (batch["environment"]["spark_master"] == "local[2]"
+            and batch["environment"]["spark"] == facts["spark_version"])
     assert facts["partitions"] == 2 and facts["rows"] == 128 and facts["passes"] == 5 == len(batch["samples"])
     assert batch["accuracy"] == 1.0 and facts["agreement"] == 1.0 and facts["max_logit_difference"] == 0.0
     assert batch["efficiency"] == pytest.approx(batch["throughput"] / facts["torch_throughput"])
@@ -69,7 +71,8 @@ def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spa
     # doubles it either way
     slow_batch = spark_project.run(*SPARK, "-k", "batch", env={"HWREGRESS_SELFTEST_SLEEP_S": "0.6"}, fast=False)
     slow_batch.assert_outcomes(failed=1)
-    assert _records(spark_project)["batch"]["verdict"] == "regression" and _records(spark_project)["batch"]["ratio"] < 0.5
+    assert (_records(spark_project)["batch"]["verdict"] == "regression"
+            and _records(spark_project)["batch"]["ratio"] < 0.5)
     slow_stream = spark_project.run(*SPARK, "-k", "stream", env={"HWREGRESS_SELFTEST_SLEEP_S": "3"}, fast=False)
     slow_stream.assert_outcomes(failed=1)
     stream = _records(spark_project)["stream"]
@@ -86,8 +89,9 @@ def test_an_out_of_memory_in_the_python_workers_is_oom_naming_the_batch_and_devi
     records = _records(spark_project)
     for record in records.values():
         assert record["verdict"] == "oom", record["message"]
-        assert record["message"].startswith("out of memory at batch 32 on cpu in a Spark Python worker (master local[2]): "
-                                            "torch.OutOfMemoryError: CUDA out of memory (injected by the self-test)")
+        assert record["message"].startswith("out of memory at batch 32 on cpu in a Spark Python worker (master "
+                                            "local[2]): torch.OutOfMemoryError: CUDA out of memory "
+                                            "(injected by the self-test)")
     result.stdout.fnmatch_lines(["*out of memory at batch 32 on cpu in a Spark Python worker*"])
 
 

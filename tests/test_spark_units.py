@@ -192,7 +192,8 @@ def test_parse_conf_round_trips_key_value_pairs(pairs):
 
 def _context(master: str, conf: dict[str, str] | None = None):
     return SimpleNamespace(master=master, applicationId="app-1", defaultParallelism=4, uiWebUrl="http://127.0.0.1:4040",
-                           getConf=lambda: SimpleNamespace(get=lambda key, default=None: (conf or {}).get(key, default)))
+                           getConf=lambda: SimpleNamespace(get=lambda key,
+                                                           default=None: (conf or {}).get(key, default)))
 
 
 def test_describe_in_local_mode_counts_the_driver_as_the_one_executor(monkeypatch):
@@ -210,8 +211,10 @@ def test_describe_in_local_mode_counts_the_driver_as_the_one_executor(monkeypatc
 
 def test_describe_on_a_cluster_leaves_the_driver_out_and_lists_gpu_addresses(monkeypatch):
     executors = [{"id": "driver", "hostPort": "d:1", "totalCores": 0},
-                 {"id": "0", "hostPort": "a:1", "totalCores": 4, "resources": {"gpu": {"name": "gpu", "addresses": ["0"]}}},
-                 {"id": "1", "hostPort": "b:1", "totalCores": 4, "resources": {"gpu": {"name": "gpu", "addresses": ["1"]}}}]
+                 {"id": "0", "hostPort": "a:1", "totalCores": 4,
+                  "resources": {"gpu": {"name": "gpu", "addresses": ["0"]}}},
+                 {"id": "1", "hostPort": "b:1", "totalCores": 4,
+                  "resources": {"gpu": {"name": "gpu", "addresses": ["1"]}}}]
     monkeypatch.setattr(engine, "_rest", lambda context, what: executors)
     conf = {"spark.task.cpus": "2", "spark.executor.resource.gpu.amount": "1"}
     description = engine.describe(SimpleNamespace(version="4.0.0", sparkContext=_context("spark://m:7077", conf)), 2)
@@ -315,7 +318,8 @@ def test_by_id_orders_collected_rows_by_id():
 @pytest.mark.parametrize(("ids", "message"), [([0, 2], r"1 rows never, 0 rows more than once and 0 ids outside"),
                                               ([0, 1, 1, 2], r"0 rows never, 1 rows more than once and 0 ids outside"),
                                               ([0, 0, 1], r"1 rows never, 1 rows more than once and 0 ids outside"),
-                                              ([0, 1, 2, 7, -1], r"0 rows never, 0 rows more than once and 2 ids outside "
+                                              ([0, 1, 2, 7, -1],
+                                               r"0 rows never, 0 rows more than once and 2 ids outside "
                                                                  r"0\.\.2 \(\[7, -1\]\)")])
 def test_by_id_raises_on_a_missing_or_repeated_row(ids, message):
     rows = [{"id": i, "prediction": 1, "logit": 0.0} for i in ids]
@@ -452,7 +456,8 @@ def test_the_drain_ends_when_the_sink_holds_every_image_though_a_restart_lost_a_
 def test_the_drain_still_fails_when_the_sink_misses_an_image():
     progress = stream._Progress()
     progress.add(_progress(0, 87, 0.0, 100))
-    with pytest.raises(stream.StreamFailed, match=r"87 of 88 images read 0 s after the last was written \(87 in the sink\)"):
+    with pytest.raises(stream.StreamFailed,
+                       match=r"87 of 88 images read 0 s after the last was written \(87 in the sink\)"):
         stream._drain(fake_spark.FakeStreamingQuery(None), progress, 88, timeout_s=0.3, sink_ids=lambda: 87,
                       sink_every_s=0.0)
 
@@ -557,8 +562,10 @@ def test_a_doubled_latency_is_always_red_whatever_the_history(history, max_thres
 
 def test_a_stream_without_throughput_samples_is_still_latency_judged():
     judgement = judge(_stream_measured(200.0, samples=()), _stream_baseline(history=[]), Tolerances())
-    assert judgement.verdict == Verdict.REGRESSION and "latency p50 200.0 ms > baseline 100.0 ms" in judgement.failures[0]
-    assert judge(_stream_measured(100.0, samples=()), _stream_baseline(history=[]), Tolerances()).verdict == Verdict.PASS
+    assert (judgement.verdict == Verdict.REGRESSION
+            and "latency p50 200.0 ms > baseline 100.0 ms" in judgement.failures[0])
+    assert (judge(_stream_measured(100.0, samples=()), _stream_baseline(history=[]), Tolerances()).verdict
+            == Verdict.PASS)
 
 
 def test_only_a_spark_stream_judges_its_latency():

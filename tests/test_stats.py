@@ -38,7 +38,8 @@ def test_identical_samples_never_regress(samples):
 @given(samples_strategy, st.lists(st.floats(min_value=0.05, max_value=1.0), min_size=2, max_size=6, unique=True))
 def test_scaling_current_down_moves_verdict_monotonically_towards_regression(baseline, factors):
     order = {"improvement": 0, "none": 1, "regression": 2}
-    ranks = [order[stats.compare([x * f for x in baseline], baseline, 0.05).direction] for f in sorted(factors, reverse=True)]
+    ranks = [order[stats.compare([x * f for x in baseline], baseline, 0.05).direction]
+             for f in sorted(factors, reverse=True)]
     assert ranks == sorted(ranks)
 
 

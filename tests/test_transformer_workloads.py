@@ -1,4 +1,5 @@
-"""The transformers workloads: registration, sizes on the meta device, CPU forward/backward, FLOP counts, offline builds."""
+"""The transformers workloads: registration, sizes on the meta device, CPU forward/backward, FLOP counts, offline
+builds."""
 
 from __future__ import annotations
 
@@ -216,13 +217,15 @@ def test_a_hub_download_inside_a_build_raises_a_runtime_error_naming_the_workloa
     transformers = transformer_workloads.import_transformers()
     build = transformer_workloads.offline_build(
         "bert_pretrained", lambda: transformers.AutoModel.from_pretrained("bert-base-uncased", cache_dir=tmp_path))
-    with pytest.raises(RuntimeError, match=r"workload 'bert_pretrained' tried to download .*hwregress never downloads") as caught:
+    with pytest.raises(RuntimeError,
+                       match=r"workload 'bert_pretrained' tried to download .*hwregress never downloads") as caught:
         build()
     assert isinstance(caught.value.__cause__, OSError)
 
 
 def test_importing_the_module_switches_the_hub_offline():
-    environment = {key: value for key, value in os.environ.items() if key not in transformer_workloads.OFFLINE_VARIABLES}
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in transformer_workloads.OFFLINE_VARIABLES}
     script = ("import hwregress.workloads.transformers, os, huggingface_hub.constants as constants; "
               "print(os.environ['HF_HUB_OFFLINE'], os.environ['TRANSFORMERS_OFFLINE'], constants.HF_HUB_OFFLINE)")
     result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True)
@@ -230,7 +233,8 @@ def test_importing_the_module_switches_the_hub_offline():
 
 
 def test_offline_is_enforced_when_the_hub_library_was_imported_first():
-    environment = {key: value for key, value in os.environ.items() if key not in transformer_workloads.OFFLINE_VARIABLES}
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in transformer_workloads.OFFLINE_VARIABLES}
     script = ("import huggingface_hub.constants as constants; before = constants.HF_HUB_OFFLINE; "
               "import hwregress.workloads.transformers; print(before, constants.HF_HUB_OFFLINE)")
     result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True)

@@ -67,7 +67,8 @@ def test_iqr_band_is_drawn_only_where_both_quartiles_are_known():
     assert not elements(parse(trend_chart([series([100, 90, 95])], "t", "samples/s")), "polygon")
     one_quartile = TrendSeries("a", [TrendPoint(0, 100, 95, 105), TrendPoint(1, 90, 85, None), TrendPoint(2, 95)])
     assert not elements(parse(trend_chart([one_quartile], "t", "samples/s")), "polygon")
-    two_quartiles = TrendSeries("a", [TrendPoint(0, 100, 95, 105), TrendPoint(1, 90, 85, math.nan), TrendPoint(2, 95, 90, 99)])
+    two_quartiles = TrendSeries("a", [TrendPoint(0, 100, 95, 105), TrendPoint(1, 90, 85, math.nan),
+                                      TrendPoint(2, 95, 90, 99)])
     assert len(elements(parse(trend_chart([two_quartiles], "t", "samples/s")), "polygon")[0].get("points").split()) == 4
 
 
@@ -79,15 +80,18 @@ def test_baseline_is_a_dashed_horizontal_line_across_the_plot_with_a_legend_entr
     marker_at_100 = elements(root, "circle")[0]
     assert math.isclose(float(line.get("y1")), float(marker_at_100.get("cy")), abs_tol=0.1)
     assert legend_texts(root) == ["a100", "baseline"]  # one series: its baseline needs no name
-    two = parse(trend_chart([series([100, 90], baseline=100), series([80, 85], baseline=80)._replace(label="b")], "t", "y"))
+    two = parse(trend_chart([series([100, 90], baseline=100), series([80, 85], baseline=80)._replace(label="b")], "t",
+                            "y"))
     assert legend_texts(two) == ["a100", "a100 baseline", "b", "b baseline"]
-    long_names = [series([1, 2], baseline=1)._replace(label="x" * 40), series([2, 3], baseline=2)._replace(label="y" * 40)]
+    long_names = [series([1, 2], baseline=1)._replace(label="x" * 40),
+                  series([2, 3], baseline=2)._replace(label="y" * 40)]
     texts = legend_texts(parse(trend_chart(long_names, "t", "y")))
     assert texts[1].endswith("… baseline") and len(texts[1]) <= 21
 
 
 def test_change_point_is_a_vertical_line_halfway_between_the_sessions_with_its_label():
-    root = parse(trend_chart([series([100, 101, 100, 88, 89], change_points=[TrendMark(3, "-12.3%, p=0.001")])], "t", "y"))
+    root = parse(trend_chart([series([100, 101, 100, 88, 89], change_points=[TrendMark(3, "-12.3%, p=0.001")])], "t",
+                             "y"))
     (line,) = elements(root, "line", "changepoint")
     cx = [float(c.get("cx")) for c in elements(root, "circle")]
     assert math.isclose(float(line.get("x1")), (cx[2] + cx[3]) / 2, abs_tol=0.1)
@@ -142,7 +146,8 @@ def test_text_is_escaped():
 
 def test_no_drawable_point_gives_empty_markup():
     assert trend_chart([], "t", "y") == ""
-    undrawable = TrendSeries("a", [TrendPoint(0, None), TrendPoint(1, math.nan), TrendPoint(None, 1.0), TrendPoint(2, math.inf)],
+    undrawable = TrendSeries("a", [TrendPoint(0, None), TrendPoint(1, math.nan), TrendPoint(None, 1.0),
+                                   TrendPoint(2, math.inf)],
                              baseline=5.0, change_points=[TrendMark(1, "x")])
     assert trend_chart([undrawable, TrendSeries("b", [])], "t", "y") == ""
 
@@ -187,8 +192,10 @@ def test_long_series_has_few_integer_session_ticks():
 
 FIGURE = (st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**12, 10**12)
           | st.sampled_from([1e30, -1e31, 1e-300, 0.0]))
-TEXT = st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=20) | st.sampled_from(["<svg>", "&amp;", '"\''])
-POINT = st.builds(TrendPoint, x=st.none() | st.integers(-3, 300) | st.floats(), median=FIGURE, q1=FIGURE, q3=FIGURE, label=TEXT)
+TEXT = (st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=20)
+        | st.sampled_from(["<svg>", "&amp;", '"\'']))
+POINT = st.builds(TrendPoint, x=st.none() | st.integers(-3, 300) | st.floats(), median=FIGURE, q1=FIGURE, q3=FIGURE,
+                  label=TEXT)
 SERIES = st.builds(TrendSeries, label=TEXT, points=st.lists(POINT, max_size=8), baseline=FIGURE,
                    change_points=st.lists(st.builds(TrendMark, x=FIGURE, label=TEXT), max_size=4))
 
@@ -206,4 +213,5 @@ def test_any_figures_and_text_give_valid_svg_or_nothing(trend_series, title, y_l
     root = parse(svg)
     assert root.get("aria-label") == title
     labels = x_tick_labels(root)
-    assert 1 <= len(labels) <= 10 and all(label.lstrip("-").isdigit() or "e" in label or label[-1] in "kMGTP" for label in labels)
+    assert (1 <= len(labels) <= 10
+            and all(label.lstrip("-").isdigit() or "e" in label or label[-1] in "kMGTP" for label in labels))

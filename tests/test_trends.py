@@ -223,8 +223,8 @@ def test_differences_name_cpu_contention_and_the_first_bad_sessions_own_diagnosi
     after = row(health={"other_cpu_fraction": 0.39, "steal_fraction": 0.03},
                 diagnosis=["CPU contention: other processes used 39% of the 2 cores' time", "operators slower"])
     assert differences(before, after) == ["other processes' share of the cores 2% -> 39%",
-                                          "diagnosed in the first bad session: CPU contention: other processes used 39% "
-                                          "of the 2 cores' time"]
+                                          "diagnosed in the first bad session: CPU contention: other processes used "
+                                          "39% of the 2 cores' time"]
 
 
 def test_differences_say_when_nothing_recorded_changed():

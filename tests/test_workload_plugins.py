@@ -132,7 +132,8 @@ def test_example_package_by_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_import_modules_skips_blanks_and_reports_replacements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "fake_plugin_module.py").write_text(
         "from torch import nn\nfrom hwregress.workloads import Workload, register\n"
-        "register(Workload(name='resnet18', build=lambda: nn.Linear(4, 2), input_shape=(4,), num_classes=2), replace=True)\n")
+        "register(Workload(name='resnet18', build=lambda: nn.Linear(4, 2), input_shape=(4,), num_classes=2), "
+        "replace=True)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
     assert import_modules([" fake_plugin_module ", ""], "--workloads") == ["resnet18"]

@@ -38,8 +38,10 @@ def test_causal_lm_runs_every_mode_in_tokens_per_second_with_serving_latencies(h
 
 
 def test_a_workload_of_your_own_runs_by_name_from_workloads_module(hw_project):
-    # the example's folder first, the rest kept: a checkout whose src/ is on PYTHONPATH (a worktree) still runs its own code
-    hw_project.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(EXAMPLE), os.environ.get("PYTHONPATH")])))
+    # the example's folder first, the rest kept: a checkout whose src/ is on PYTHONPATH (a worktree) still runs its own
+    # code
+    hw_project.monkeypatch.setenv("PYTHONPATH",
+                                  os.pathsep.join(filter(None, [str(EXAMPLE), os.environ.get("PYTHONPATH")])))
     result = hw_project.run("--workloads", "custom_workload_example", "--models", "example_mlp", "--modes", "infer")
     result.assert_outcomes(passed=1)
     (record,) = hw_project.results["records"]
@@ -54,7 +56,8 @@ def test_a_workloads_module_that_cannot_be_imported_is_a_usage_error_naming_it(h
 
 
 def test_a_compile_failure_is_a_failed_record_with_the_first_lines_and_the_session_goes_on(hw_project):
-    result = hw_project.run("--compile", "eager,inductor", "--modes", "infer", env={"HWREGRESS_SELFTEST_COMPILE_FAIL": "1"})
+    result = hw_project.run("--compile", "eager,inductor", "--modes", "infer",
+                            env={"HWREGRESS_SELFTEST_COMPILE_FAIL": "1"})
     result.assert_outcomes(passed=1, failed=1)
     records = {r["details"]["compiler"]: r for r in hw_project.results["records"]}
     failed = records["inductor"]

@@ -1,6 +1,6 @@
 """A stand-in for torchao, installed over ``sys.modules`` with monkeypatch, so hwregress's CUDA quantization
-paths (:mod:`hwregress.measure.precision.quantization`) run on the CPU. It records the model each entry point received and behaves
-like pytorch/ao where hwregress depends on it (snapshot 36027d8 of 2026-08, and tags v0.5.0-v0.18.0):
+paths (:mod:`hwregress.measure.precision.quantization`) run on the CPU. It records the model each entry point received
+and behaves like pytorch/ao where hwregress depends on it (snapshot 36027d8 of 2026-08, and tags v0.5.0-v0.18.0):
 
 - ``quantize_``: ``torchao/quantization/quant_api.py:249`` takes ``(model, config, filter_fn=_is_linear,
   device=None)``; v0.9.0 ``quant_api.py:487`` had ``set_inductor_config: Optional[bool] = None`` (None means True,

@@ -1,5 +1,6 @@
 """``python -m hwregress report compare A.json B.json -o diff.html [--fail-on regression]``: session B judged against
-session A test by test with the gate's statistics (:mod:`hwregress.judge.session_compare`), as a page and a summary line.
+session A test by test with the gate's statistics (:mod:`hwregress.judge.session_compare`), as a page and a summary
+line.
 
 Exit status: 0, or 1 when a test's verdict matches ``--fail-on`` (``regression``, ``improvement`` or ``any``),
 2 on a user error (one line on stderr, as every ``python -m hwregress`` command).
@@ -26,7 +27,8 @@ def add_compare_parser(report: Any) -> argparse.ArgumentParser:
     compare.add_argument("--fail-on", choices=sorted(FAIL_ON), default=None,
                          help="exit 1 when any test's verdict of B against A matches (regression, improvement or any)")
     compare.add_argument("--tolerance", type=fraction, default=None,
-                         help="throughput change that counts at least (default: the tests' own, 0.15 on CPUs, 0.05 else)")
+                         help="throughput change that counts at least (default: the tests' own, "
+                              "0.15 on CPUs, 0.05 else)")
     compare.add_argument("--max-threshold", type=fraction, default=None,
                          help="the cap of the threshold, which a one-session reference starts from (default: 0.25)")
     compare.add_argument("--accept-identity", action="store_true",
@@ -46,7 +48,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         tolerances = tolerances_for(args.tolerance, args.max_threshold)
     except ValueError as error:
-        raise CliError("--max-threshold", str(error), "give a cap at least the tolerance, e.g. --max-threshold 0.25") from None
+        raise CliError("--max-threshold", str(error),
+                       "give a cap at least the tolerance, e.g. --max-threshold 0.25") from None
     comparison = compare_sessions(*sessions, tolerances=tolerances, accept_identity=args.accept_identity)
     write_output(output, render_compare(comparison, [machine_label(s) for s in sessions], [args.a, args.b],
                                          [s.meta for s in sessions]))

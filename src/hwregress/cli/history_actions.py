@@ -43,15 +43,18 @@ def check_actions(args: argparse.Namespace) -> None:
     """Refuse options that do not go together, before anything is read.
 
     Raises:
-        hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, or ``render --format json``.
+        hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, or ``render --format
+            json``.
     """
 
     if args.action == "render" and not args.output:
         raise CliError("history render", "needs the HTML file to write", "give -o dashboard.html")
     if args.action != "render" and args.output:
-        raise CliError("-o", "only `history render` writes a file", "add the action: python -m hwregress history render ...")
+        raise CliError("-o", "only `history render` writes a file",
+                       "add the action: python -m hwregress history render ...")
     if args.action == "render" and args.format != "text":
-        raise CliError("--format", f"{args.format} is for the table, not the dashboard", "leave --format out with render")
+        raise CliError("--format", f"{args.format} is for the table, not the dashboard",
+                       "leave --format out with render")
 
 
 def with_status(trends: Sequence[Trend], statuses: Sequence[str] | None) -> list[Trend]:

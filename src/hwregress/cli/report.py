@@ -1,6 +1,7 @@
 """``python -m hwregress report merge|render|compare``: several machines' results side by side in one HTML page, or
 one results file (or what is readable of an unfinished session's journal) as a page, with trend charts from history
-folders when given; ``compare`` (:mod:`hwregress.cli.compare`) judges one session against another. Jinja2 is imported only when a page is rendered."""
+folders when given; ``compare`` (:mod:`hwregress.cli.compare`) judges one session against another. Jinja2 is imported
+only when a page is rendered."""
 
 from __future__ import annotations
 

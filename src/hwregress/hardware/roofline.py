@@ -8,8 +8,8 @@ PCIe, NVL) and memory variant change the figures, so a name whose variant cannot
 with the reason (:func:`peak_lookup`). Full-GPU SM counts, used to scale a MIG instance, are those of
 NVIDIA's architecture whitepapers: "NVIDIA H100 Tensor Core GPU Architecture" (2022: SXM5 132 SMs,
 PCIe 114; H100 NVL and H200 use the 132-SM configuration) and "NVIDIA A100 Tensor Core GPU
-Architecture" (2020: 108 SMs); memory sizes are the datasheets'. The roofline model: Williams, Waterman & Patterson, "Roofline: an
-insightful visual performance model for multicore architectures", CACM 52(4), 2009.
+Architecture" (2020: 108 SMs); memory sizes are the datasheets'. The roofline model: Williams, Waterman & Patterson,
+"Roofline: an insightful visual performance model for multicore architectures", CACM 52(4), 2009.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ NAME_RULES: tuple[NameRule, ...] = (
              f"{_V100_SHEET}, V100 PCIe column; fp16 is the Tensor Performance figure")),
     NameRule("v100", ("sxm2",), peak=Peak("V100 SXM2", {"fp32": 15.7, "fp16": 125.0}, 0.9,
              f"{_V100_SHEET}, V100 SXM2 column; fp16 is the Tensor Performance figure")),
-    NameRule("v100", reason="only the V100 SXM2 and PCIe have datasheet columns; this variant (SXM3, FHHL, ...) has none"),
+    NameRule("v100",
+             reason="only the V100 SXM2 and PCIe have datasheet columns; this variant (SXM3, FHHL, ...) has none"),
 )
 
 _MIG_PROFILE = re.compile(r"\b(\d+)g\.(\d+)gb\b")

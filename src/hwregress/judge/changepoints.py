@@ -100,7 +100,8 @@ def _breakpoints(logs: np.ndarray) -> list[int]:
     if logs.size < 3:
         return []
     penalty = PENALTY_SIGMAS * robust_noise(logs) * math.log(logs.size)
-    return [int(b) for b in ruptures.Pelt(model="l1", min_size=2, jump=1).fit(logs.reshape(-1, 1)).predict(pen=penalty)[:-1]]
+    return [int(b)
+            for b in ruptures.Pelt(model="l1", min_size=2, jump=1).fit(logs.reshape(-1, 1)).predict(pen=penalty)[:-1]]
 
 
 def change_points(medians: Sequence[float]) -> list[ChangePoint]:

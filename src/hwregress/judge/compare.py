@@ -152,7 +152,8 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     (:func:`compare_compile`).
     """
     if baseline is None:
-        return Judgement(Verdict.NEW, notes=["no baseline for this test on this hardware; record one with --update-baselines"])
+        return Judgement(Verdict.NEW,
+                         notes=["no baseline for this test on this hardware; record one with --update-baselines"])
     judgement = Judgement()
     changes = identity_changes(baseline.get("identity") or {}, measured.identity)
     judgement.figures.identity_changes = changes
@@ -215,8 +216,9 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     figures.baseline_throughput = baseline_median
     figures.wanted_threshold = comparison.wanted_threshold
     if comparison.wanted_threshold is not None:
-        judgement.notes.append(f"noise-limited: the baseline's noise and history asked for a {comparison.wanted_threshold:.1%} "
-                               f"threshold, capped at {comparison.threshold:.1%} (--max-threshold)")
+        judgement.notes.append("noise-limited: the baseline's noise and history asked for a "
+                               f"{comparison.wanted_threshold:.1%} threshold, capped at "
+                               f"{comparison.threshold:.1%} (--max-threshold)")
     current_median = stats.summarize(measured.samples).median
     if comparison.direction == "regression":
         judgement.verdict = Verdict.REGRESSION
@@ -253,7 +255,8 @@ def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: T
         slack_text = f" + {slack / 2**20:.0f} MiB slack" if slack else ""
         judgement.failures.append(
             f"{measured.test_id}: peak memory {measured.peak_memory_bytes / 2**20:.1f} MiB exceeds the ceiling "
-            f"{ceiling / 2**20:.1f} MiB (baseline {base_peak / 2**20:.1f} MiB x (1 + {tolerances.memory:.0%}){slack_text})"
+            f"{ceiling / 2**20:.1f} MiB (baseline {base_peak / 2**20:.1f} MiB x "
+            f"(1 + {tolerances.memory:.0%}){slack_text})"
         )
 
 

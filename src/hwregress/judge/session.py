@@ -142,7 +142,8 @@ class BenchSession:
                 record.baseline_action = "write-failed"
                 record.verdict = Verdict.FAILED
                 failures.append(f"{record.test_id}: baseline not recorded in {path}: {error} "
-                                "(check the folder's permissions and free space; the measurement is kept in the results)")
+                                "(check the folder's permissions and free space; the measurement is "
+                                "kept in the results)")
                 return
             notes.append(f"baseline recorded in {path}")
         elif action == "kept-regression":

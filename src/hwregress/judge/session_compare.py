@@ -2,15 +2,16 @@
 
 ``python -m hwregress report compare A.json B.json`` judges each test of session B (the candidate) against the same
 test of session A (the reference) as if A's record were B's baseline entry: the entry is what ``--update-baselines``
-would have written from A (:func:`hwregress.judge.lifecycle.make_entry` and :func:`hwregress.judge.evidence.entry_evidence`), and
-B's record is judged by :func:`hwregress.judge.compare.judge`, the function that gives every test its verdict. So the
-throughput verdict is :func:`hwregress.judge.stats.compare` (ratio of medians beyond the threshold and a one-sided
-Mann-Whitney test, or a gross drop), memory, accuracy, speedup and efficiency are judged as the tests judge them,
-and the environment and hardware identity differences are the gate's own lines.
+would have written from A (:func:`hwregress.judge.lifecycle.make_entry` and
+:func:`hwregress.judge.evidence.entry_evidence`), and B's record is judged by :func:`hwregress.judge.compare.judge`, the
+function that gives every test its verdict. So the throughput verdict is :func:`hwregress.judge.stats.compare` (ratio of
+medians beyond the threshold and a one-sided Mann-Whitney test, or a gross drop), memory, accuracy, speedup and
+efficiency are judged as the tests judge them, and the environment and hardware identity differences are the gate's own
+lines.
 
 A is one session, so the threshold is provisional exactly as for a baseline of fewer than
-:data:`hwregress.judge.compare.MIN_SESSIONS` sessions: the cap ``max_threshold`` (25% by default), since one session says
-nothing about how far the next one may move (up to 28% between processes on the 2-core development VM). A smaller
+:data:`hwregress.judge.compare.MIN_SESSIONS` sessions: the cap ``max_threshold`` (25% by default), since one session
+says nothing about how far the next one may move (up to 28% between processes on the 2-core development VM). A smaller
 ``max_threshold`` asks for a tighter comparison where the machines are known to be quiet.
 
 ``report merge`` puts each machine's throughput beside the first machine's with :func:`throughput_change`: the same
@@ -102,7 +103,8 @@ class SessionComparison:
     tolerances: Tolerances
 
     def counts(self) -> dict[str, int]:
-        """Tests per verdict of B against A, in the order of :class:`hwregress.store.verdicts.Verdict` (then not compared)."""
+        """Tests per verdict of B against A, in the order of :class:`hwregress.store.verdicts.Verdict` (then not
+        compared)."""
         order = [v.value for v in Verdict] + [NOT_COMPARED]
         return {v: n for v in order if (n := sum(t.verdict == v for t in self.tests))}
 
@@ -151,9 +153,10 @@ def throughput_change(a: TestRecord, b: TestRecord, tolerances: Tolerances) -> s
         return None
 
 
-def compare_records(a: TestRecord, b: TestRecord, tolerances: Tolerances, accept_identity: bool = False) -> TestComparison:
-    """B judged against A by :func:`hwregress.judge.compare.judge` (see the module doc), with memory, energy and telemetry
-    side by side. A test that either session did not measure (failed, skipped, out of memory, invalid) is not
+def compare_records(a: TestRecord, b: TestRecord, tolerances: Tolerances,
+                    accept_identity: bool = False) -> TestComparison:
+    """B judged against A by :func:`hwregress.judge.compare.judge` (see the module doc), with memory, energy and
+    telemetry side by side. A test that either session did not measure (failed, skipped, out of memory, invalid) is not
     compared; a hardware identity that differs gives ``other-hardware`` unless ``accept_identity``."""
     row = TestComparison(b.test_id, a, b, NOT_COMPARED, memory=_delta("peak memory", "bytes", a.peak_memory_bytes,
                                                                       b.peak_memory_bytes),
@@ -210,7 +213,8 @@ def machine_changes(meta_a: Mapping[str, Any], meta_b: Mapping[str, Any]) -> lis
             if first.get(name) != second.get(name):
                 lines.append(f"{device}: {name} {first.get(name)} -> {second.get(name)}")
         facts_a, facts_b = _mapping(first.get("facts")), _mapping(second.get("facts"))
-        lines += [f"{device}: {key} {facts_a.get(key)} -> {facts_b.get(key)}" for key in sorted(set(facts_a) | set(facts_b))
+        lines += [f"{device}: {key} {facts_a.get(key)} -> {facts_b.get(key)}"
+                  for key in sorted(set(facts_a) | set(facts_b))
                   if facts_a.get(key) != facts_b.get(key)]
         lines += [f"{device}: {change}" for change in fingerprint_changes(dict(_mapping(first.get("environment"))),
                                                                           dict(_mapping(second.get("environment"))))]
@@ -224,7 +228,8 @@ def _by_test(records: Iterable[TestRecord]) -> dict[str, TestRecord]:
 def _devices(meta: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     hardware = meta.get("hardware")
     items = hardware if isinstance(hardware, list) else []
-    return {str(item.get("device")): item for item in items if isinstance(item, Mapping) and not item.get("unavailable")}
+    return {str(item.get("device")): item for item in items
+            if isinstance(item, Mapping) and not item.get("unavailable")}
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

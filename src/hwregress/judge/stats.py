@@ -218,7 +218,8 @@ def ratio_interval(current: Sequence[float], baseline: Sequence[float], confiden
     if len(current) < 2 or len(baseline) < 2:
         raise ValueError(f"a ratio interval needs >= 2 samples on each side, got {len(current)} and {len(baseline)}")
     if summarize(baseline).median <= 0 or summarize(current).median < 0:
-        raise ValueError(f"medians must be > 0 for a ratio, got {summarize(current).median} / {summarize(baseline).median}")
+        raise ValueError(f"medians must be > 0 for a ratio, got {summarize(current).median} / "
+                         f"{summarize(baseline).median}")
     if np.ptp(np.asarray(current, float)) == 0 and np.ptp(np.asarray(baseline, float)) == 0:
         ratio = float(current[0]) / float(baseline[0])
         return ratio, ratio  # no spread on either side: the bootstrap distribution is one point

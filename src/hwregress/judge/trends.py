@@ -174,7 +174,8 @@ def _slid(trend: Trend, logs: np.ndarray, tolerance: float) -> bool:
     reference: a slow drift that PELT cut into steps each too short to test. Sets the level, slope and p-value."""
     assert trend.reference is not None
     recorded = parse_time(str(trend.rows[-1].get("baseline_recorded_at") or ""))
-    since = [i for i, row in enumerate(trend.rows) if recorded is None or (parse_time(row["time"]) or recorded) >= recorded]
+    since = [i for i, row in enumerate(trend.rows)
+             if recorded is None or (parse_time(row["time"]) or recorded) >= recorded]
     fit = _trend_slope(logs[since[0]:]) if since else None
     if fit is None:
         return False
@@ -320,7 +321,8 @@ def _telemetry_changes(before: dict[str, Any], after: dict[str, Any]) -> list[st
     lines = []
     for key, (name, unit) in _TELEMETRY_NAMES.items():
         old, new = before.get(key), after.get(key)
-        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and old > 0 and abs(new / old - 1) > TELEMETRY_CHANGE:
+        if (isinstance(old, (int, float)) and isinstance(new, (int, float)) and old > 0
+            and abs(new / old - 1) > TELEMETRY_CHANGE):
             lines.append(f"{name} {old:.4g} -> {new:.4g} {unit}")
     return lines
 
@@ -345,7 +347,8 @@ def analyze_all(rows: Iterable[dict[str, Any]], tolerance: float = DEFAULT_TOLER
 
 
 def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: Iterable[str] | None = None,
-                test_ids: Iterable[str] | None = None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[list[Trend], list[str]]:
+                test_ids: Iterable[str] | None = None,
+                tolerance: float = DEFAULT_TOLERANCE) -> tuple[list[Trend], list[str]]:
     """Read the history of ``hardware_keys`` (all keys in the stores when None) from one or several folders and
     analyse the tests in ``test_ids`` (all when None). A row found in more than one folder (a copied CI cache)
     counts once; rows of one key from different folders (two runners of one hardware) join one series.

@@ -78,8 +78,8 @@ def find_max_batch(try_batch: Callable[[int], None], device: str, limit: int = 4
     """The largest power-of-two batch size for which ``try_batch`` runs on ``device``.
 
     Tries ``start``, ``2 * start``, ``4 * start`` ... up to and including ``limit`` while ``try_batch(b)``
-    returns; the first out-of-memory (:func:`hwregress.measure.out_of_memory.is_out_of_memory`) ends the search. After every
-    try that ran or ran out of memory, ``gc.collect()`` and then ``release(device)`` run (default
+    returns; the first out-of-memory (:func:`hwregress.measure.out_of_memory.is_out_of_memory`) ends the search. After
+    every try that ran or ran out of memory, ``gc.collect()`` and then ``release(device)`` run (default
     :func:`hwregress.measure.memory.release_device_memory`), so the next try starts from a clean allocator. Doubling
     only, no bisection: see the module docstring for why the figure is a power of two.
 

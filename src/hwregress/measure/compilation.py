@@ -199,7 +199,8 @@ class CompileTiming:
         cache_state: ``"cold"`` (fresh caches, no cache hit counted) or ``"warm"`` (the caches as they were, or a
             hit counted); None for eager. See the module docstring.
         cache_counts: FX graph and AOTAutograd cache hits and misses during the warmup, by counter name
-            (:data:`hwregress.measure.compile_cache.CACHE_COUNTERS`; 0 for what this torch does not count); empty for eager or unreadable counters.
+            (:data:`hwregress.measure.compile_cache.CACHE_COUNTERS`; 0 for what this torch does not count); empty for
+            eager or unreadable counters.
         setup_s: wall seconds of the untimed :func:`prime_compiler` compile that preceded this one, when it paid
             the process's one-time compiler set-up; None when an earlier test had paid it.
     """
@@ -220,7 +221,8 @@ def warm_up_compiled(step: Callable[[], None], backend: str, device: str, steps:
     Each call is bracketed by ``hwregress.hardware.devices.synchronize(device)`` and ``clock()`` (seconds), so
     asynchronous device work counts where it was launched. See the module docstring for what
     ``compile_s`` includes. Under a compiled backend with ``cache="cold"`` the calls run after
-    :func:`reset` inside :func:`hwregress.measure.compile_cache.fresh_compile_caches`; ``"warm"`` runs them with the caches as they are.
+    :func:`reset` inside :func:`hwregress.measure.compile_cache.fresh_compile_caches`; ``"warm"`` runs them with the
+    caches as they are.
 
     Raises:
         ValueError: unknown ``backend``, ``cache`` not one of ``CACHE_STATES``, or ``steps`` < 1.
@@ -266,7 +268,8 @@ _PRIMED: set[tuple[str, str]] = set()
 def prime_compiler(backend: str, device: str, clock: Callable[[], float] = time.perf_counter) -> float | None:
     """Pay the process's one-time compiler set-up for ``backend`` on ``device`` (a spec like ``"cuda:0"``) outside
     any measurement: compile and run a tiny Linear+ReLU with ``backend`` in a fresh cache
-    (:func:`hwregress.measure.compile_cache.fresh_compile_caches`), then forget it (:func:`reset`). Once per (backend, device) and process.
+    (:func:`hwregress.measure.compile_cache.fresh_compile_caches`), then forget it (:func:`reset`). Once per (backend,
+    device) and process.
 
     Returns:
         The wall seconds it took, device-synchronized (``clock()``, seconds); None when nothing was done

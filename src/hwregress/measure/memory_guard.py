@@ -87,4 +87,5 @@ def refusal(measure_footprint: Callable[[int], int], batch_size: int, headroom: 
         return None
     return (f"out of memory at batch {batch_size} on cpu (predicted): the step would need ~{predicted / 2**30:.2f} GiB "
             f"of host memory, extrapolated from batches {PROBE_BATCHES}, but {SAFETY_FRACTION:.0%} of the "
-            f"{headroom.source} is {budget / 2**30:.2f} GiB; ended before the kernel's OOM killer could end the session")
+            f"{headroom.source} is {budget / 2**30:.2f} GiB; ended before the kernel's OOM killer "
+            "could end the session")

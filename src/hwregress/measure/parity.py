@@ -232,7 +232,8 @@ def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0,
     reference = (references or CpuReferences()).get(workload, seed, build_device=device)
     device_model, _ = quantization.prepare(device_copy(reference, device), dtype, device, "infer")
     with torch.no_grad(), precision(device, dtype):
-        output = forward(device_model, quantization.cast_inputs(_to(reference.inputs, device), dtype, device)).float().cpu()
+        output = forward(device_model,
+                         quantization.cast_inputs(_to(reference.inputs, device), dtype, device)).float().cpu()
     del device_model
     logits = reference.logits
     reference_rows, output = logits.reshape(-1, logits.shape[-1]), output.reshape(-1, output.shape[-1])

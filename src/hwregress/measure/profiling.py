@@ -75,7 +75,8 @@ def _table(events: list[Any], time_of: Callable[[Any], float], top: int) -> list
     total = sum(t for _, t in timed) or 1.0
     timed.sort(key=lambda pair: pair[1], reverse=True)
     return [
-        {"name": e.key, "calls": int(e.count), "total_ms": t / 1000.0, "share": t / total, "category": categorize(e.key)}
+        {"name": e.key, "calls": int(e.count), "total_ms": t / 1000.0, "share": t / total,
+         "category": categorize(e.key)}
         for e, t in timed[:top]
     ]
 

@@ -35,7 +35,8 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
         record.details["quantized_base_dtype"] = measurement.quantized_base_dtype
     if measurement.compile is not None:  # the compiling first call, timed apart from the window
         compiled = measurement.compile  # setup_s: None unless this test paid the process's one-time set-up, untimed
-        record.compile = CompileFigures(compile_s=compiled.compile_s, setup_s=compiled.setup_s, backend=compiled.backend,
+        record.compile = CompileFigures(compile_s=compiled.compile_s, setup_s=compiled.setup_s,
+                                        backend=compiled.backend,
                                         frames_compiled=compiled.recompiles, cache=compiled.cache_state,
                                         cache_counts=dict(compiled.cache_counts))
     window_samples = measurement.window_work / measurement.work_per_sample

@@ -141,8 +141,8 @@ def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
     each "extend by one round?" decision (1 or 0).
 
     ``settled(step_seconds, window_s)`` says whether the verdict against the baseline is decided by the per-step
-    seconds so far and the timed rounds' total seconds (:func:`hwregress.judge.window_verdict.verdict_settled`); while it says
-    False the window is extended as a noisy one is, within ``plan.budget_s``. The rounds are never filtered.
+    seconds so far and the timed rounds' total seconds (:func:`hwregress.judge.window_verdict.verdict_settled`); while
+    it says False the window is extended as a noisy one is, within ``plan.budget_s``. The rounds are never filtered.
 
     Raises:
         whatever ``step`` raises (``torch.OutOfMemoryError`` included) after the timer is left clean.
@@ -173,7 +173,8 @@ def measure(step: Callable[[], None], timer: RoundTimer, plan: TimingPlan,
         (round_driver or _loop)(run_round, plan.rounds)
         while True:  # every rank of a job takes each decision through agree(), the budget check included
             open_verdict = verdict_open()
-            wanted = (relative_iqr(round_seconds) > plan.max_rel_iqr or open_verdict) and sum(round_seconds) < plan.budget_s
+            wanted = ((relative_iqr(round_seconds) > plan.max_rel_iqr or open_verdict)
+                      and sum(round_seconds) < plan.budget_s)
             if not agree(int(wanted)):
                 break
             run_round()

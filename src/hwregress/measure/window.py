@@ -39,8 +39,9 @@ class RunOptions:
         round_driver: drives the planned rounds (pytest-benchmark's pedantic when active).
         cudnn_benchmark: ``torch.backends.cudnn.benchmark`` for the whole run (warmup, timed and profiled
             windows), restored after; recorded in the environment fingerprint (``cudnn_benchmark``).
-        compiler: :data:`hwregress.measure.compilation.BACKENDS`; a compiled model's first call (the compilation) is timed
-            apart, before the warmup, as ``Measurement.compile``, with cold caches (``compilation.warm_up_compiled``).
+        compiler: :data:`hwregress.measure.compilation.BACKENDS`; a compiled model's first call (the compilation) is
+            timed apart, before the warmup, as ``Measurement.compile``, with cold caches
+            (``compilation.warm_up_compiled``).
         memory_format: ``contiguous`` or ``channels_last`` (weights and 4-D inputs converted).
         settled: whether the verdict against the baseline is decided by the throughput samples so far (units of
             work per second) and the window's seconds; the window is extended while it is not
@@ -108,9 +109,9 @@ def build_step(workload: Workload, model: torch.nn.Module, mode: str, inputs: In
     a GradScaler for fp16 on CUDA); ``infer`` = forward in inference mode. The TF32 flags of ``dtype``
     hold for the whole step, backward and optimizer included; autocast covers forward and loss, except
     where the model runs in ``dtype`` itself (bf16/fp16 inference of a causal LM,
-    :func:`hwregress.measure.precision.numerics.runs_in_dtype`; the caller casts it with :func:`hwregress.measure.precision.numerics.model_for_mode`).
-    A causal LM's forward gets ``use_cache=False`` (:func:`hwregress.workloads.step_use_cache`): neither step reads
-    a KV cache.
+    :func:`hwregress.measure.precision.numerics.runs_in_dtype`; the caller casts it with
+    :func:`hwregress.measure.precision.numerics.model_for_mode`). A causal LM's forward gets ``use_cache=False``
+    (:func:`hwregress.workloads.step_use_cache`): neither step reads a KV cache.
 
     Raises:
         ValueError: unknown mode.
@@ -172,7 +173,8 @@ def run_model(workload: Workload, device: str, mode: str, batch_size: int, dtype
         OutOfMemory: the batch did not fit; device memory has been released.
     """
     prepare_process(device)
-    return out_of_memory_released(lambda: _run_model(workload, device, mode, batch_size, dtype, timer, options, context),
+    return out_of_memory_released(lambda: _run_model(workload, device, mode, batch_size, dtype, timer, options,
+                                                     context),
                                   device, batch_size)
 
 
@@ -233,7 +235,8 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
         compiled = compilation.compile_model(model, options.compiler)
         step = build_step(workload, compiled, mode, inputs, labels, device, dtype)
         compiled_timing = None
-        if options.compiler != "eager":  # compiled cold: dynamo reset, a fresh inductor cache folder (compilation module)
+        # compiled cold: dynamo reset, a fresh inductor cache folder (compilation module)
+        if options.compiler != "eager":
             # cudagraphs records its graph on the 2nd or 3rd call: keep that recording out of the timed window too
             steps = 3 if options.compiler == "cudagraphs" else 1
             compiled_timing = compilation.warm_up_compiled(step, options.compiler, device, steps=steps)

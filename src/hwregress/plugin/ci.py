@@ -52,9 +52,11 @@ def markdown_summary(results: SessionResults, title: str = "hwregress") -> str:
         lines += [_markdown_row(record) for record in noteworthy]
     moved = [t for t in (results.meta.get("history") or {}).get("trends", []) if t.get("status") in MOVED]
     if moved:
-        lines += ["", "### History", "", "| status | test | sessions | what the history shows |", "| --- | --- | --- | --- |"]
+        lines += ["", "### History", "", "| status | test | sessions | what the history shows |",
+                  "| --- | --- | --- | --- |"]
         lines += ["| " + " | ".join(_cell(c) for c in (t["status"], f"`{t['test_id'].rsplit('::', 1)[-1]}`",
-                                                      str(t.get("sessions", "")), t["summary"][:300])) + " |" for t in moved]
+                                                      str(t.get("sessions", "")), t["summary"][:300])) + " |"
+                  for t in moved]
     return "\n".join(lines) + "\n"
 
 

@@ -200,7 +200,8 @@ class Collector:
 
     def _history_meta(self) -> dict[str, Any]:
         return {"dir": self.history.dirs[0], "warnings": self.history.warnings[:20],
-                "trends": [{"test_id": t.test_id, "hardware_key": t.hardware_key, "status": t.status, "summary": t.summary,
+                "trends": [{"test_id": t.test_id, "hardware_key": t.hardware_key, "status": t.status,
+                            "summary": t.summary,
                             "sessions": len(t.rows), "change_points": len(t.changes)} for t in self.history.trends]}
 
 

@@ -180,7 +180,8 @@ class DistributedBench:
         same job) and folder; run it holding its GPUs; return the spec as run and its ranks' reports."""
         together = joint and self.topology.multi_node
         run_id = self._check_in(spec) if together else f"hwregress-{uuid.uuid4().hex[:12]}"
-        folder = session_temp(self.bench.request) / "hwregress-jobs" / f"{safe_file_name(self.bench.item.name, 80)}-{run_id}"
+        folder = (session_temp(self.bench.request) / "hwregress-jobs"
+                  / f"{safe_file_name(self.bench.item.name, 80)}-{run_id}")
         spec = dataclasses.replace(spec, run_id=run_id, out_dir=str(folder))
         with holding_devices(self.bench.request, [d for d in spec.devices if d != record.device]):
             if not together:
@@ -281,7 +282,8 @@ def _fill_telemetry(record: TestRecord, ranks: list[dict[str, Any]]) -> None:
     energies = list({r.get("device"): (r.get("telemetry") or {}).get("energy_j") for r in ranks}.values())
     if not (energies and all(energies)):
         return  # no energy counter (CPUs), or a job without a training window (the all-reduce sweep)
-    window_samples = sum(r["work_per_step"] * r["steps_per_round"] * len(r["round_seconds"]) / r.get("work_per_sample", 1)
+    window_samples = sum(r["work_per_step"] * r["steps_per_round"] * len(r["round_seconds"])
+                         / r.get("work_per_sample", 1)
                          for r in ranks)
     if window_samples:
         record.energy_j_per_sample = sum(energies) / window_samples

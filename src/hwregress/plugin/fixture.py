@@ -65,7 +65,8 @@ class HwBench:
         record = self._start("throughput", device, model, mode, batch_size, dtype)
         workload = workloads.get(model)
         record.unit = workload.unit
-        record.details.update(compiler=compiler, memory_format=memory_format, **({"context": context} if context else {}))
+        record.details.update(compiler=compiler, memory_format=memory_format,
+                              **({"context": context} if context else {}))
         mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
             {"compiler": compiler, "memory_format": memory_format})
         key = entry_key("throughput", model, mode_key, batch_size, dtype)
@@ -74,7 +75,8 @@ class HwBench:
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
             self._llm(record, model, device, mode, batch_size, dtype, context or workload.seq_len or 1)
         else:
-            fill_measurement(record, self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver(),
+            fill_measurement(record,
+                             self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver(),
                                                      context=context, compiler=compiler, memory_format=memory_format,
                                                      settled=self._window_check(record, key)))
             self._benchmark_extra_info(record)
@@ -82,8 +84,8 @@ class HwBench:
 
     def _max_batch(self, record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
                    memory_format: str) -> int:
-        """The largest power-of-two batch that fits (:mod:`hwregress.measure.batch_search`); the search is in the record,
-        and the baseline of ``bsmax`` keeps the batch it found."""
+        """The largest power-of-two batch that fits (:mod:`hwregress.measure.batch_search`); the search is in the
+        record, and the baseline of ``bsmax`` keeps the batch it found."""
         limit = MAX_BATCH_LIMIT.get(device_kind(device), MAX_BATCH_LIMIT["cpu"])
         try:
             found = find_max_batch(batch_probe(workloads.get(model), device, mode, dtype, context, memory_format),
@@ -97,8 +99,8 @@ class HwBench:
 
     def _llm(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
              context: int) -> None:
-        """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode steps'
-        tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
+        """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode
+        steps' tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
         ``record.llm``."""
         try:
             result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, self.settings.plan,
@@ -162,7 +164,8 @@ class HwBench:
             self._published_link(record, name, device)
         else:
             facts = record.details["device_facts"]
-            lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"), facts.get("mig", False))
+            lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"),
+                                          facts.get("mig", False))
             if lookup.peak is not None:
                 record.details.update(published=lookup.peak.roof(name, dtype), published_source=lookup.peak.source)
             else:
@@ -172,7 +175,8 @@ class HwBench:
 
     @staticmethod
     def _published_link(record: TestRecord, name: str, device: str) -> None:
-        """The published bandwidth of the link a bus ceiling crosses (:mod:`hwregress.hardware.interconnect`), and the link."""
+        """The published bandwidth of the link a bus ceiling crosses (:mod:`hwregress.hardware.interconnect`), and the
+        link."""
         roof = interconnect.published_roof(name, device, record.device_name or "")
         if roof is not None:
             record.details.update(published=roof[0], published_source=roof[1])
@@ -257,12 +261,13 @@ class HwBench:
 
     def _window_check(self, record: TestRecord, key: str) -> VerdictCheck | None:
         """What keeps the timed window open while its verdict against the baseline entry ``key`` is undecided
-        (:func:`hwregress.judge.window_verdict.window_check`); None without a trustworthy entry (judged after the window)."""
+        (:func:`hwregress.judge.window_verdict.window_check`); None without a trustworthy entry (judged after the
+        window)."""
         return check_from_terms(self.window_terms(record, key))
 
     def window_terms(self, record: TestRecord, key: str) -> dict[str, Any] | None:
-        """The JSON-able terms of :meth:`_window_check` (:func:`hwregress.judge.window_verdict.window_terms`), for a window that
-        runs in a scale-out job's ranks."""
+        """The JSON-able terms of :meth:`_window_check` (:func:`hwregress.judge.window_verdict.window_terms`), for a
+        window that runs in a scale-out job's ranks."""
         assert record.hardware_key is not None
         try:
             entry = self.session.baseline_entry(record.hardware_key, key)
@@ -279,14 +284,17 @@ class HwBench:
                    memory_format: str = "contiguous", settled: VerdictCheck | None = None) -> Measurement:
         trace = None
         if self.settings.trace:
-            trace = self.settings.report_dir / "traces" / f"{safe_file_name(record.test_id, 150)}-{device.replace(':', '')}.json"
+            trace = (self.settings.report_dir / "traces"
+                     / f"{safe_file_name(record.test_id, 150)}-{device.replace(':', '')}.json")
             record.trace_path = str(trace)
         options = RunOptions(plan or self.settings.plan, self.settings.telemetry_interval_s,
-                             self.settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver,
+                             self.settings.profile_steps if profile_steps is None else profile_steps, trace,
+                             round_driver,
                              cudnn_benchmark=self.settings.cudnn_benchmark, compiler=compiler,
                              memory_format=memory_format, settled=settled)
         try:
-            return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options, context)
+            return run_model(workloads.get(model), device, mode, batch_size, dtype, self._timer(device), options,
+                             context)
         except OutOfMemory as error:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))

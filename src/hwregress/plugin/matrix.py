@@ -54,12 +54,13 @@ class Selection:
         devices: device specs, e.g. ``["cpu", "cuda:0"]``.
         models: workload names or None.
         batch_sizes: batch sizes for every mode (``"max"``: search the largest power of two that fits), or None.
-        modes: subset of :data:`hwregress.measure.precision.numerics.MODES`, or None: each workload's tier modes (a mode a
-            workload cannot run, such as ``decode`` for a CNN, is left out for it).
+        modes: subset of :data:`hwregress.measure.precision.numerics.MODES`, or None: each workload's tier modes (a mode
+            a workload cannot run, such as ``decode`` for a CNN, is left out for it).
         dtypes: subset of :data:`hwregress.measure.precision.numerics.DTYPES`.
         compilers: subset of :data:`hwregress.measure.compilation.BACKENDS` (``eager``: no compilation).
         memory_formats: ``contiguous`` and/or ``channels_last`` (the latter for convolutional models only).
-        world_sizes: ranks of the ``scaling`` family's jobs, or None: :func:`hwregress.scaleout.topology.default_world_sizes`.
+        world_sizes: ranks of the ``scaling`` family's jobs, or None:
+            :func:`hwregress.scaleout.topology.default_world_sizes`.
         colocate: the ``colocated`` family's process groups (model names, one per process), or None: per device kind.
         nnodes: nodes every distributed job spans (``--nnodes``).
         opted_in: families of :data:`OPT_IN_ON_CPU` and :data:`OPT_IN_EVERYWHERE` asked for, so they run.
@@ -130,7 +131,8 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
     for device in selection.devices:
         if family == "throughput":
             out += [
-                {"device": device, "workload": m, "mode": mode, "context": workloads.get(m).context_for(device_kind(device)),
+                {"device": device, "workload": m, "mode": mode,
+                 "context": workloads.get(m).context_for(device_kind(device)),
                  "compiler": c, "memory_format": f, "batch_size": b, "dtype": d}
                 for m in models_for(selection, device)
                 for mode in modes_for(selection, device, m)
@@ -146,7 +148,8 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
                     for d in selection.dtypes]
         elif family == "speedup" and device_kind(device) == "cuda":
             out += [{"device": device, "workload": m, "mode": "train",
-                     "batch_size": min(_numeric(batch_sizes_for(selection, device, "train", m)) or [1]), "dtype": "fp32"}
+                     "batch_size": min(_numeric(batch_sizes_for(selection, device, "train", m)) or [1]),
+                     "dtype": "fp32"}
                     for m in models_for(selection, device) if workloads.get(m).input_kind == "images"]
         elif family == "ceiling":
             for name in CEILINGS:
@@ -157,7 +160,8 @@ def cases(selection: Selection, family: str) -> list[dict[str, Any]]:
                     continue  # one job over every GPU of the node, not one per GPU
                 for d in (_gemm_dtypes(selection, device) if name == "gemm" else ["fp32"]):
                     out.append({"device": device, "ceiling": name, "dtype": d})
-        elif family == "scaling" and _runs_distributed(selection, device, family) and _leads_its_kind(selection, device):
+        elif (family == "scaling" and _runs_distributed(selection, device, family)
+              and _leads_its_kind(selection, device)):
             out += [{"device": device, "workload": m, "mode": "train", "world_size": w, "batch_size": b, "dtype": d}
                     for m in scaling_models(selection, device)
                     for w in world_sizes_for(selection, device)

@@ -50,7 +50,8 @@ def record_from_params(item: pytest.Item) -> TestRecord:
     """The record of a test that ended before ``hwbench`` could build one (a skip in a fixture)."""
     params: dict[str, Any] = item.callspec.params  # type: ignore[attr-defined]
     return TestRecord(test_id=item.nodeid, family=family_of(item) or "throughput", device=params.get("device"),
-                      model=params.get("workload") or params.get("members") or params.get("ceiling"), mode=params.get("mode"),
+                      model=params.get("workload") or params.get("members") or params.get("ceiling"),
+                      mode=params.get("mode"),
                       batch_size=params.get("batch_size"), dtype=params.get("dtype"))
 
 

@@ -113,7 +113,8 @@ class SparkBench:
         record.accuracy = result.agreement
         _energy(record, sampler, result.rows * len(result.spark_samples))
         facts.update(pipeline="batch", rows=result.rows, partitions=result.partitions, first_pass_s=result.first_pass_s,
-                     passes=len(result.spark_samples), torch_throughput=torch_median, torch_samples=result.torch_samples,
+                     passes=len(result.spark_samples), torch_throughput=torch_median,
+                     torch_samples=result.torch_samples,
                      overhead_ratio=record.efficiency, agreement=result.agreement,
                      max_logit_difference=result.max_logit_difference, logit_tolerance=tolerance,
                      disagreements=result.disagreements, distinct_classes=result.distinct_classes)
@@ -165,12 +166,13 @@ def _parity_failures(record: TestRecord, result: batch.BatchResult, tolerance: f
     failures = []
     if result.agreement != 1.0:
         shown = "; ".join(f"id {d['id']}: Spark {d['spark']} vs torch {d['torch']}" for d in result.disagreements)
-        failures.append(f"{record.test_id}: Spark's top-1 predictions agree with plain torch's on {result.agreement:.4%} "
-                        f"of {result.rows} images (must be all; same model, weights, batches and device): {shown}")
+        failures.append(f"{record.test_id}: Spark's top-1 predictions agree with plain torch's on "
+                        f"{result.agreement:.4%} of {result.rows} images (must be all; same model, weights, batches "
+                        f"and device): {shown}")
     if result.max_logit_difference > tolerance * max(result.logit_scale, 1.0):
         failures.append(f"{record.test_id}: Spark's top-1 logits differ from plain torch's by up to "
-                        f"{result.max_logit_difference:.3g} (largest logit {result.logit_scale:.3g}; relative tolerance "
-                        f"{tolerance:g} for {record.dtype})")
+                        f"{result.max_logit_difference:.3g} (largest logit {result.logit_scale:.3g}; relative "
+                        f"tolerance {tolerance:g} for {record.dtype})")
     return failures
 
 

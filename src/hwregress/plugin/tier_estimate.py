@@ -233,8 +233,8 @@ class _CostModel:
         try:
             return MODEL_FACTS[name]
         except KeyError:
-            raise KeyError(f"no facts for workload {name!r} in hwregress.plugin.tier_estimate.MODEL_FACTS; measure them with "
-                           "scripts/gpu_tier_estimate.py --measure and add a row") from None
+            raise KeyError(f"no facts for workload {name!r} in hwregress.plugin.tier_estimate.MODEL_FACTS; measure "
+                           "them with scripts/gpu_tier_estimate.py --measure and add a row") from None
 
     def _step_s(self, name: str, mode: str, batch: int, dtype: str = "fp32") -> float:
         facts = self._facts(name)
@@ -289,7 +289,8 @@ class _CostModel:
         weights = 4 * facts.parameters / (a.bandwidth_fraction * a.memory_tb_s * 1e12)
         token_step = max(weights, facts.forward_ops * a.launch_us * 1e-6)
         generation = prompt + (tokens - 1) * token_step
-        counted = (generation + tokens * facts.forward_ops * a.flop_counter_us * 1e-6) if self.profile_steps > 0 else 0.0
+        counted = ((generation + tokens * facts.forward_ops * a.flop_counter_us * 1e-6) if self.profile_steps > 0
+                   else 0.0)
         return fixed + generation + counted, self.plan.rounds * generation
 
     def _cpu_step_s(self, name: str, mode: str, batch: int) -> float:

@@ -48,7 +48,8 @@ def _environment() -> Environment:
 
 
 def _short_id(test_id: str) -> str:
-    """``bench_tests/test_throughput.py::test_throughput[cpu-resnet18-...]`` -> ``test_throughput[cpu-resnet18-...]``."""
+    """``bench_tests/test_throughput.py::test_throughput[cpu-resnet18-...]`` ->
+    ``test_throughput[cpu-resnet18-...]``."""
     return test_id.rsplit("::", 1)[-1]
 
 
@@ -101,7 +102,8 @@ def _binary_size_text(value: Any) -> str:
     return _binary_size(value)
 
 
-CEILING_SIZE_NAMES = {"copy": "copy", "h2d": "host→device", "d2h": "device→host", "p2p": "GPU→GPU", "allreduce": "all-reduce"}
+CEILING_SIZE_NAMES = {"copy": "copy", "h2d": "host→device", "d2h": "device→host", "p2p": "GPU→GPU",
+                      "allreduce": "all-reduce"}
 
 
 def _ceiling_size(record: TestRecord) -> str:
@@ -201,7 +203,8 @@ def _variant_label(record: TestRecord) -> str:
     """``resnet18 fp32``, plus the context and any non-default compiler or memory format (``gpt2 ctx128 fp32``)."""
     details = record.details or {}
     parts = [record.model, f"ctx{details['context']}" if details.get("context") else None,
-             *(v for v in (details.get("compiler"), details.get("memory_format")) if v not in (None, "eager", "contiguous")),
+             *(v for v in (details.get("compiler"), details.get("memory_format"))
+               if v not in (None, "eager", "contiguous")),
              record.dtype]
     return " ".join(str(p) for p in parts if p)
 
@@ -211,7 +214,8 @@ def _speedup_chart(records: list[TestRecord]) -> Any:
     if not bars:  # same-session throughput of GPU vs CPU for identical settings
         cpu = {(r.model, r.mode, r.batch_size, r.dtype): r.throughput for r in records
                if r.family == "throughput" and r.device == "cpu" and r.throughput}
-        bars = [(f"{r.model} {r.mode} bs{r.batch_size} {r.device}", r.throughput / cpu[(r.model, r.mode, r.batch_size, r.dtype)])
+        bars = [(f"{r.model} {r.mode} bs{r.batch_size} {r.device}",
+                 r.throughput / cpu[(r.model, r.mode, r.batch_size, r.dtype)])
                 for r in records if r.family == "throughput" and r.device != "cpu" and r.throughput
                 and (r.model, r.mode, r.batch_size, r.dtype) in cpu]
     return charts.bar_chart(bars, "speedup over the CPU (same session)", "x CPU throughput")
@@ -236,7 +240,8 @@ def _roofs(records: list[TestRecord], device: str) -> list[charts.Roof]:
     published table (``hwregress.hardware.roofline.published_peak``)."""
     gemm = {r.dtype: r.throughput for r in records if r.device == device and r.family == "ceiling"
             and r.model == "gemm" and r.throughput}
-    copy = [r.throughput for r in records if r.device == device and r.family == "ceiling" and r.model == "copy" and r.throughput]
+    copy = [r.throughput for r in records
+            if r.device == device and r.family == "ceiling" and r.model == "copy" and r.throughput]
     roofs = [charts.Roof(f"measured {dtype} roof", tflops, copy[0] / 1000.0)
              for dtype, tflops in sorted(gemm.items(), key=lambda kv: str(kv[0])) if copy]
     name = next((r.device_name for r in records if r.device == device and r.device_name), "")
@@ -253,7 +258,8 @@ def _detail(record: TestRecord) -> dict[str, Any]:
     times = series.get("t_s", [])
     sparks = [charts.sparkline(times, series.get(key, []), label, unit) for key, label, unit in (
         ("gpu_util_pct", "GPU utilization", "%"), ("power_w", "power", "W"), ("temperature_c", "temperature", "°C"),
-        ("sm_clock_mhz", "SM clock", "MHz"), ("cpu_util_pct", "CPU utilization", "%"), ("rss_bytes", "process RSS", "bytes"))]
+        ("sm_clock_mhz", "SM clock", "MHz"), ("cpu_util_pct", "CPU utilization", "%"),
+        ("rss_bytes", "process RSS", "bytes"))]
     return {"record": record, "sparks": [s for s in sparks if s],
             "split": charts.stacked_bar(record.op_categories, f"time split of {record.test_id}")}
 
@@ -262,7 +268,8 @@ def render_merge(sessions: Iterable[SessionResults], history: HistorySection | N
     """Several machines' results side by side: one row per test identity, one column per machine with
     its throughput and its ratio to the first machine that ran the test (the seed studies' K40 / P100 /
     V100 table, for whatever hardware the user has), judged against it with the gate's statistics
-    (:func:`hwregress.judge.session_compare.throughput_change`); ``history`` adds trend charts, one series per hardware key."""
+    (:func:`hwregress.judge.session_compare.throughput_change`); ``history`` adds trend charts, one series per hardware
+    key."""
     from hwregress.judge.compare import Tolerances
     from hwregress.judge.session_compare import throughput_change
 
@@ -287,5 +294,6 @@ def render_merge(sessions: Iterable[SessionResults], history: HistorySection | N
                                     "change": None if first_measured is None or c is first_measured
                                     else throughput_change(first_measured, c, Tolerances())} for c in cells]})
     return _environment().get_template("merge.html.j2").render(labels=labels, sessions=sessions, table=table,
-                                                               version=__version__, **(history or HistorySection()).context())
+                                                               version=__version__,
+                                                               **(history or HistorySection()).context())
 

@@ -2,8 +2,8 @@
 
 Every chart function returns ``markupsafe.Markup`` with all text escaped; numbers are plain floats.
 Axes put their ticks at round numbers and label them compactly (:mod:`hwregress.report.axes`); the history's
-trend chart is in :mod:`hwregress.report.trend_chart`. Figures that cannot be drawn (None, nan, inf, beyond 1e±30, or not positive on a log axis) are left out
-of a chart; the tables of the report still show them.
+trend chart is in :mod:`hwregress.report.trend_chart`. Figures that cannot be drawn (None, nan, inf, beyond 1e±30, or
+not positive on a log axis) are left out of a chart; the tables of the report still show them.
 """
 
 from __future__ import annotations
@@ -52,13 +52,16 @@ def _grid(plot: _Plot) -> list[str]:
     parts = []
     for tick, label in zip(plot.x.ticks, plot.x.labels(), strict=True):
         x = plot.px(tick)
-        parts.append(f'<line x1="{x:.1f}" y1="{MARGIN["top"]}" x2="{x:.1f}" y2="{MARGIN["top"] + PLOT_H}" class="grid"/>'
+        parts.append(f'<line x1="{x:.1f}" y1="{MARGIN["top"]}" x2="{x:.1f}" '
+                     f'y2="{MARGIN["top"] + PLOT_H}" class="grid"/>'
                      f'<text x="{x:.1f}" y="{MARGIN["top"] + PLOT_H + 15}" class="tick" text-anchor="middle">'
                      f'{escape(label)}</text>')
     for tick, label in zip(plot.y.ticks, plot.y.labels(), strict=True):
         y = plot.py(tick)
-        parts.append(f'<line x1="{MARGIN["left"]}" y1="{y:.1f}" x2="{MARGIN["left"] + PLOT_W}" y2="{y:.1f}" class="grid"/>'
-                     f'<text x="{MARGIN["left"] - 5}" y="{y + 4:.1f}" class="tick" text-anchor="end">{escape(label)}</text>')
+        parts.append(f'<line x1="{MARGIN["left"]}" y1="{y:.1f}" x2="{MARGIN["left"] + PLOT_W}" '
+                     f'y2="{y:.1f}" class="grid"/>'
+                     f'<text x="{MARGIN["left"] - 5}" y="{y + 4:.1f}" class="tick" '
+                     f'text-anchor="end">{escape(label)}</text>')
     return parts
 
 
@@ -103,7 +106,8 @@ class _LabelPlacer:
             if all(box[2] <= b[0] or b[2] <= box[0] or box[3] <= b[1] or b[3] <= box[1] for b in self.boxes):
                 self.boxes.append(box)
                 x = x0 if anchor == "start" else x0 + width
-                return f'<text x="{x:.1f}" y="{cy + 3:.1f}" class="ptlabel" text-anchor="{anchor}">{escape(text)}</text>'
+                return (f'<text x="{x:.1f}" y="{cy + 3:.1f}" class="ptlabel" '
+                        f'text-anchor="{anchor}">{escape(text)}</text>')
         return ""
 
 
@@ -150,7 +154,8 @@ def line_chart(series: dict[str, Sequence[tuple[Any, Any]]], title: str, x_label
 
 def _wrap_with_legend(parts: list[str], entries: Sequence[legend.LegendEntry], css_class: str, title: str) -> Markup:
     """:func:`_wrap` with the legend beside the plot, or below it in an SVG grown to hold it."""
-    drawn, bottom = legend.layout(entries, WIDTH, WIDTH - MARGIN["right"] + 10, MARGIN["top"], MARGIN["top"] + PLOT_H, HEIGHT)
+    drawn, bottom = legend.layout(entries, WIDTH, WIDTH - MARGIN["right"] + 10, MARGIN["top"], MARGIN["top"] + PLOT_H,
+                                  HEIGHT)
     return _wrap([*parts, drawn], css_class, title, height=max(HEIGHT, math.ceil(bottom) + 6))
 
 
@@ -171,7 +176,8 @@ def bar_chart(bars: Sequence[tuple[str, Any]], title: str, value_label: str, css
                      f'<rect x="180" y="{y}" width="{w:.1f}" height="16" fill="{palette.series_style(index).color}">'
                      f'<title>{escape(label)}: {format_value(value)} {escape(value_label)}</title></rect>'
                      f'<text x="{184 + w:.1f}" y="{y + 13}" class="tick">{format_value(value)}</text>')
-    parts.append(f'<text x="{180 + plot_w / 2}" y="{height - 6}" class="axis" text-anchor="middle">{escape(value_label)}</text>')
+    parts.append(f'<text x="{180 + plot_w / 2}" y="{height - 6}" class="axis" '
+                 f'text-anchor="middle">{escape(value_label)}</text>')
     return Markup(f'<svg class="{css_class}" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {height}" '
                   f'width="{WIDTH}" height="{height}" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>')
 
@@ -210,10 +216,12 @@ def sparkline(times: Sequence[Any], values: Sequence[Any], label: str, unit: str
 
     path = " ".join(f"{(t - t0) / span_t * width:.1f},{y(v):.1f}" for t, v in points)
     return Markup(f'<figure class="spark"><svg class="chart sparkline" role="img" aria-label="{escape(label)}" '
-                  f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
+                  f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+                  'xmlns="http://www.w3.org/2000/svg">'
                   f'<line x1="0" y1="{height - 1}" x2="{width}" y2="{height - 1}" stroke="#ddd" stroke-width="1"/>'
                   f'<polyline points="{path}" fill="none" stroke="#1f77b4" stroke-width="1.5"/></svg>'
-                  f'<figcaption>{escape(label)}: {format_value(low)}–{format_value(high)} {escape(unit)}</figcaption></figure>')
+                  f'<figcaption>{escape(label)}: {format_value(low)}–{format_value(high)} '
+                  f'{escape(unit)}</figcaption></figure>')
 
 
 class RooflinePoint(NamedTuple):
@@ -267,7 +275,8 @@ def _roof_line(roof: Roof, plot: _Plot) -> list[tuple[float, float]]:
     edge; exact, no sampling. The roof's peak lies within the y axis by construction."""
     enters = min(max(plot.x.low, plot.y.low / roof.bandwidth_tb_s), plot.x.high)
     ridge = min(max(roofline.ridge_point(roof.peak_tflops, roof.bandwidth_tb_s), enters), plot.x.high)
-    return [(x, roofline.attainable_tflops(x, roof.peak_tflops, roof.bandwidth_tb_s)) for x in (enters, ridge, plot.x.high)]
+    return [(x, roofline.attainable_tflops(x, roof.peak_tflops, roof.bandwidth_tb_s))
+            for x in (enters, ridge, plot.x.high)]
 
 
 def _roofline_marker(plot: _Plot, point: RooflinePoint, style: palette.SeriesStyle, placer: _LabelPlacer) -> str:
@@ -285,7 +294,8 @@ def _frame(title: str, x_label: str, y_label: str) -> str:
     hover = f"<title>{escape(title)}</title>" if shown != title else ""
     return (f'<text x="{center_x}" y="18" class="title" text-anchor="middle">{hover}{escape(shown)}</text>'
             f'<text x="{center_x}" y="{HEIGHT - 6}" class="axis" text-anchor="middle">{escape(x_label)}</text>'
-            f'<text transform="translate(14,{center_y}) rotate(-90)" class="axis" text-anchor="middle">{escape(y_label)}</text>')
+            f'<text transform="translate(14,{center_y}) rotate(-90)" class="axis" '
+            f'text-anchor="middle">{escape(y_label)}</text>')
 
 
 def _wrap(parts: list[str], css_class: str, title: str, height: float = HEIGHT) -> Markup:

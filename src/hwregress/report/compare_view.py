@@ -57,7 +57,8 @@ def sample_strip(a: Sequence[Any], b: Sequence[Any], unit: str) -> Markup:
     """The per-round samples of A (upper row) and B (lower row) as dots on one linear axis with round ticks
     (:func:`hwregress.report.axes.nice_axis`), each session's median a vertical bar. Figures that cannot be
     drawn are left out; empty Markup when neither side has one."""
-    rows = {name: [float(v) for v in values if charts._plottable(v, log=False)] for name, values in (("A", a), ("B", b))}
+    rows = {name: [float(v) for v in values if charts._plottable(v, log=False)]
+            for name, values in (("A", a), ("B", b))}
     everything = [v for values in rows.values() for v in values]
     if not everything:
         return Markup("")

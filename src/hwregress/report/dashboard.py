@@ -4,8 +4,8 @@ and a few lines of JavaScript, no network) over every hardware key of a history 
 Per test the y values are each session's median over the baseline median that session was judged against (a
 session without a baseline: over the median of the first :data:`hwregress.judge.trends.REFERENCE_SESSIONS` sessions), so
 machines of different speed share one axis and 1.0 is "as the baseline". Tests whose history moved
-(:func:`hwregress.judge.trends.has_changed`: a regression, drift, improvement, accepted level or a significant change point)
-are expanded: a trend chart with one series per hardware key, change points marked, and the change table of the
+(:func:`hwregress.judge.trends.has_changed`: a regression, drift, improvement, accepted level or a significant change
+point) are expanded: a trend chart with one series per hardware key, change points marked, and the change table of the
 report's History section (first bad session and what changed). The others are one row each with a sparkline.
 
 Filters by hardware key, device, model, family and status run in the browser; without JavaScript the filter form
@@ -93,12 +93,14 @@ def build_dashboard(trends: Sequence[Trend]) -> Dashboard:
     moved_ids = {t.test_id for t in trends if has_changed(t)}
     moved = [(view, _merged_facets(view.trends)) for view in trend_views([t for t in trends if t.test_id in moved_ids],
                                                                         chart=ratio_chart)]
-    steady = [_steady_row(t) for t in sorted(trends, key=lambda t: (t.test_id, t.hardware_key)) if t.test_id not in moved_ids]
+    steady = [_steady_row(t) for t in sorted(trends, key=lambda t: (t.test_id, t.hardware_key))
+              if t.test_id not in moved_ids]
     options: dict[str, set[str]] = {name: set() for name, _ in FACETS}
     for facets in [f for _, f in moved] + [row.facets for row in steady]:
         for name, values in facets.items():
             options[name].update(values)
-    ordered = {name: sorted(values, key=lambda v: (STATUSES.index(v), v) if name == "status" and v in STATUSES else (99, v))
+    ordered = {name: sorted(values,
+                            key=lambda v: (STATUSES.index(v), v) if name == "status" and v in STATUSES else (99, v))
                for name, values in options.items()}
     return Dashboard(_key_summaries(trends), moved, steady, ordered)
 
@@ -140,10 +142,11 @@ def _ratio_series(trend: Trend) -> trend_chart.TrendSeries:
     references = _references(trend)[skipped:]
     points = [trend_chart.TrendPoint(index, row["median"] / reference, _scaled(row.get("q1"), reference),
                                 _scaled(row.get("q3"), reference),
-                                f"{row['time']}, {row.get('verdict', '?')}, median {charts.format_value(row['median'])} "
-                                f"{trend.unit}")
+                                f"{row['time']}, {row.get('verdict', '?')}, median "
+                                f"{charts.format_value(row['median'])} {trend.unit}")
               for index, (row, reference) in enumerate(zip(trend.rows[skipped:], references, strict=True))]
-    marks = [trend_chart.TrendMark(item.change.index - skipped, f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
+    marks = [trend_chart.TrendMark(item.change.index - skipped,
+                                   f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
              for item in trend.changes if item.change.index > skipped and item.change.significant]
     return trend_chart.TrendSeries(trend.hardware_key, points, 1.0, marks)
 

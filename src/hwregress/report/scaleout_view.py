@@ -5,8 +5,8 @@ Records read (``hwregress.store.results.TestRecord``):
 
 - ``family="scaling"``: ``throughput`` is the global median (all ranks) in ``unit`` (samples/s or tokens/s),
   ``efficiency`` = T(W) / (W x T(1)) with T(1) the same session's world-size-1 throughput, and
-  ``scaling`` (:class:`hwregress.store.figures.ScalingFigures`) the world size, nodes, backend, per-device throughput, reference T(1), communication
-  share, buckets, bytes all-reduced per step and the per-rank figures.
+  ``scaling`` (:class:`hwregress.store.figures.ScalingFigures`) the world size, nodes, backend, per-device throughput,
+  reference T(1), communication share, buckets, bytes all-reduced per step and the per-rank figures.
 - ``family="ceiling", model="allreduce"``: ``allreduce.curve``, one point per message size
   (bytes) with its time (us), algorithm bandwidth and bus bandwidth (GB/s = 1e9 bytes/s). Bus bandwidth =
   algbw x 2(W-1)/W, nccl-tests' definition (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md).
@@ -152,10 +152,12 @@ def scaling_charts(records: Sequence[TestRecord]) -> list[Markup]:
         name = f"{model} {dtype} bs{batch}/rank"
         if any(row.throughput is not None for row in rows):
             out.append(charts.line_chart(_throughput_series(rows), f"{name} — throughput vs world size — {where}",
-                                         "world size (ranks)", f"global throughput ({unit})", log_x=True, ticks_at_data_x=True))
+                                         "world size (ranks)", f"global throughput ({unit})", log_x=True,
+                                         ticks_at_data_x=True))
         if any(row.efficiency is not None for row in rows):
             out.append(charts.line_chart(_efficiency_series(rows), f"{name} — scaling efficiency — {where}",
-                                         "world size (ranks)", "efficiency T(W) / (W x T(1))", log_x=True, ticks_at_data_x=True))
+                                         "world size (ranks)", "efficiency T(W) / (W x T(1))", log_x=True,
+                                         ticks_at_data_x=True))
     return [chart for chart in out if chart]
 
 
@@ -243,7 +245,8 @@ def colocation_rows(record: TestRecord) -> list[ColocationRow]:
               "mps_detail": text(colocated.mps_detail)}
     members = colocated.members
     if not members:
-        return [ColocationRow(index=None, model=None, solo_throughput=None, colocated_throughput=None, interference=None,
+        return [ColocationRow(index=None, model=None, solo_throughput=None, colocated_throughput=None,
+                              interference=None,
                               peak_memory_bytes=None, solo_peak_memory_bytes=None, **shared)]
     return [ColocationRow(index=number(m.index), model=text(m.model), solo_throughput=number(m.solo_throughput),
                           colocated_throughput=number(m.colocated_throughput), interference=number(m.interference),

@@ -142,7 +142,8 @@ def device_label(record: TestRecord) -> str:
 
 
 def _engine(spark: SparkFigures) -> SparkEngineFacts:
-    return SparkEngineFacts(master=text(spark.master), spark_version=text(spark.spark_version), layout=text(spark.layout))
+    return SparkEngineFacts(master=text(spark.master), spark_version=text(spark.spark_version),
+                            layout=text(spark.layout))
 
 
 # --- batch inference -----------------------------------------------------------------------------------------
@@ -218,7 +219,8 @@ def stream_row(record: TestRecord) -> SparkStreamRow:
 def latency_cdf(quantiles: Any) -> list[tuple[float, float]]:
     """The empirical CDF of a stream's latency from its recorded quantiles (ms, taken at evenly spaced levels
     0..1): (latency ms, fraction of images at or below it). Values that are not finite numbers are left out."""
-    values = sorted(float(v) for v in (quantiles if isinstance(quantiles, (list, tuple)) else ()) if number(v) is not None)
+    values = sorted(float(v) for v in (quantiles if isinstance(quantiles, (list, tuple)) else ())
+                    if number(v) is not None)
     if len(values) == 1:
         return [(values[0], 1.0)]
     return [(value, index / (len(values) - 1)) for index, value in enumerate(values)]
@@ -228,7 +230,8 @@ def latency_chart(row: SparkStreamRow) -> Markup:
     """The latency distribution of one stream: its CDF (x: latency ms, y: fraction of images) with p50, p90, p99
     and the baseline p50 marked at their levels. Empty Markup without a drawable latency."""
     r = row.record
-    series: dict[str, list[tuple[Any, Any]]] = {CDF_SERIES: latency_cdf(r.spark.latency_quantiles_ms if r.spark else None)}
+    series: dict[str, list[tuple[Any, Any]]] = {
+        CDF_SERIES: latency_cdf(r.spark.latency_quantiles_ms if r.spark else None)}
     marks = [(p, row.latency_ms[p], int(p[1:]) / 100) for p in PERCENTILES]
     if row.baseline_p50_ms is not None:
         marks.append(("baseline p50", row.baseline_p50_ms, 0.5))

@@ -116,7 +116,8 @@ def _median_line(plot: _Plot, label: str, points: Sequence[TrendPoint], style: S
 
 def _trend_points(series: TrendSeries) -> list[TrendPoint]:
     """The drawable points of ``series`` in x order, with quartiles that cannot be drawn set to None."""
-    points = [p._replace(q1=p.q1 if _plottable(p.q1, log=False) else None, q3=p.q3 if _plottable(p.q3, log=False) else None)
+    points = [p._replace(q1=p.q1 if _plottable(p.q1, log=False) else None,
+                         q3=p.q3 if _plottable(p.q3, log=False) else None)
               for p in series.points if _plottable(p.x, log=False) and _plottable(p.median, log=False)]
     return sorted(points, key=lambda p: p.x)
 
@@ -174,7 +175,8 @@ def _baseline_line(plot: _Plot, series: TrendSeries, color: str) -> str:
 def _plot_area_placer() -> _LabelPlacer:
     """A label placer that keeps labels inside the plot: the margins left and right count as taken."""
     placer = _LabelPlacer()
-    placer.boxes += [(-math.inf, -math.inf, MARGIN["left"], math.inf), (MARGIN["left"] + PLOT_W, -math.inf, math.inf, math.inf)]
+    placer.boxes += [(-math.inf, -math.inf, MARGIN["left"], math.inf),
+                     (MARGIN["left"] + PLOT_W, -math.inf, math.inf, math.inf)]
     return placer
 
 
@@ -200,5 +202,6 @@ def _dashed_legend(index: int, series_label: str, color: str) -> str:
     name = f"{series_label} baseline".strip()
     room = int((WIDTH - x - 16) // LEGEND_CHAR_PX)
     shown = name if len(name) <= room else f"{series_label[:room - len('… baseline')]}… baseline"
-    return (f'<line x1="{x}" y1="{y - 4}" x2="{x + 12}" y2="{y - 4}" stroke="{color}" stroke-width="2" stroke-dasharray="3 2"/>'
+    return (f'<line x1="{x}" y1="{y - 4}" x2="{x + 12}" y2="{y - 4}" stroke="{color}" stroke-width="2" '
+            'stroke-dasharray="3 2"/>'
             f'<text x="{x + 16}" y="{y}" class="legend"><title>{escape(name)}</title>{escape(shown)}</text>')

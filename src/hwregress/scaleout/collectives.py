@@ -63,8 +63,8 @@ def _all_reduce_times(buffer: torch.Tensor, iterations: int) -> None:
 
 
 class JobRoundTimer:
-    """A round timer for collectives (:class:`hwregress.measure.timing.RoundTimer`): every rank starts the round together
-    (a barrier), and the round's time is the slowest rank's, so all ranks report the same seconds."""
+    """A round timer for collectives (:class:`hwregress.measure.timing.RoundTimer`): every rank starts the round
+    together (a barrier), and the round's time is the slowest rank's, so all ranks report the same seconds."""
 
     def __init__(self, device: str, clock: Callable[[], float] = time.perf_counter) -> None:
         self.device = device
@@ -125,7 +125,8 @@ def judged_window(buffer: torch.Tensor, spec: JobSpec, device: str) -> dict[str,
     Returns:
         ``seconds`` (per-op seconds of each round), ``busbw_samples`` (each round's bus bandwidth, GB/s),
         ``steps_per_round`` (all-reduces per round), ``stable``, ``extended_rounds``, ``verdict_rounds``, and the
-        window's ``telemetry``, ``telemetry_series`` and ``health`` (:func:`hwregress.scaleout.rank_timing.window_report`).
+        window's ``telemetry``, ``telemetry_series`` and ``health``
+        (:func:`hwregress.scaleout.rank_timing.window_report`).
     """
     world = dist.get_world_size()
     bus_gb_per_op = buffer.numel() * 4 * 2 * (world - 1) / world / 1e9  # busbw = this / seconds per op

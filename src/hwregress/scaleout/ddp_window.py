@@ -79,4 +79,5 @@ def ddp_buckets(ddp: torch.nn.parallel.DistributedDataParallel) -> dict[str, Any
     sizes = [int(s) for s in str(sizes_text).replace(",", " ").split() if s.strip().isdigit()]
     if not sizes:
         return {"buckets": None, "allreduce_bytes_per_step": None}
-    return {"buckets": len(sizes), "allreduce_bytes_per_step": sum(sizes), "bucket_cap_bytes": data.get("bucket_cap_bytes")}
+    return {"buckets": len(sizes), "allreduce_bytes_per_step": sum(sizes),
+            "bucket_cap_bytes": data.get("bucket_cap_bytes")}

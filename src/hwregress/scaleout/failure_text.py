@@ -28,8 +28,8 @@ def describe_failures(spec: JobSpec, failures: list[dict[str, Any]], statuses: d
         status = statuses.get(rank, {})
         how = f"exit code {failure['exitcode']}" + (f" ({failure['signal']})" if failure.get("signal") else "")
         where = status.get("phase", "before its first report")
-        text = (f"rank {rank} (node {status.get('node_rank', '?')}, local rank {failure.get('local_rank')}) exited with "
-                f"{how} during '{where}'")
+        text = (f"rank {rank} (node {status.get('node_rank', '?')}, local rank {failure.get('local_rank')}) exited "
+                f"with {how} during '{where}'")
         if status.get("error"):
             text += f": {status['error']}"
         paragraphs.append(text + "\n" + _rank_tail(spec, failure.get("local_rank", rank)))
@@ -85,7 +85,8 @@ def _log_text(spec: JobSpec, local_rank: int, name: str) -> str:
 
 def driver_tail(spec: JobSpec) -> str:
     lines = _tail(Path(spec.out_dir) / "driver.log")
-    return "launcher output:\n" + "\n".join(f"  {line}" for line in lines) if lines else "(the launcher printed nothing)"
+    return ("launcher output:\n" + "\n".join(f"  {line}" for line in lines) if lines
+            else "(the launcher printed nothing)")
 
 
 def _tail(path: Path, count: int = TAIL_LINES) -> list[str]:

@@ -24,7 +24,8 @@ def global_throughput_samples(ranks: Sequence[dict[str, Any]]) -> list[float]:
     rounds = {len(r["round_seconds"]) for r in ranks}
     steps = {r["steps_per_round"] for r in ranks}
     if len(rounds) != 1 or len(steps) != 1:
-        raise ValueError(f"the ranks timed different windows (rounds {sorted(rounds)}, steps per round {sorted(steps)})")
+        raise ValueError(f"the ranks timed different windows (rounds {sorted(rounds)}, steps per "
+                         f"round {sorted(steps)})")
     work = sum(r["work_per_step"] for r in ranks) * ranks[0]["steps_per_round"]
     return [work / max(r["round_seconds"][i] for r in ranks) for i in range(rounds.pop())]
 

@@ -77,7 +77,8 @@ class JobSpec:
         if self.kind not in KINDS:
             raise ValueError(f"unknown job kind {self.kind!r}; one of {', '.join(KINDS)}")
         if self.world_size != self.nnodes * self.ranks_per_node:
-            raise ValueError(f"world size {self.world_size} != {self.nnodes} nodes x {self.ranks_per_node} ranks per node")
+            raise ValueError(f"world size {self.world_size} != {self.nnodes} nodes x "
+                             f"{self.ranks_per_node} ranks per node")
         if self.device_kind == "cuda" and self.kind != "colocated" and len(self.devices) < self.ranks_per_node:
             raise ValueError(f"{self.ranks_per_node} ranks on this node need as many GPUs, got {self.devices}")
 

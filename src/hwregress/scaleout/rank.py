@@ -50,7 +50,8 @@ class RankContext:
         if os.environ.get(OOM_RANK_VARIABLE) == str(self.rank):
             import torch
 
-            raise getattr(torch, "OutOfMemoryError", MemoryError)(f"self-test: out of memory injected on rank {self.rank}")
+            raise getattr(torch, "OutOfMemoryError", MemoryError)(
+                f"self-test: out of memory injected on rank {self.rank}")
 
 
 def _inject_fault(rank: int) -> None:

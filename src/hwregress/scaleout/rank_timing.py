@@ -50,8 +50,8 @@ def job_health_probe() -> CpuHealthProbe:
     launched the job (:func:`hwregress.scaleout.launch.job_owner`) and every process under it (the driver and its
     elastic agent, every local rank, their workers), so neither the other ranks nor the test watching them count
     as contention, while anything else on the machine (another pytest-xdist worker included) does
-    (:class:`hwregress.hardware.health.CpuHealthProbe`). Where the owner is unknown: the rank's parent, the agent, and the
-    ranks under it."""
+    (:class:`hwregress.hardware.health.CpuHealthProbe`). Where the owner is unknown: the rank's parent, the agent, and
+    the ranks under it."""
     return CpuHealthProbe(process=job_owner() or psutil.Process(os.getppid()))
 
 

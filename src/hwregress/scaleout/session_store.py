@@ -53,7 +53,8 @@ class SessionStore:
                 "port and the next one must be free on node 0 and reachable from every node (firewall, the address "
                 "of node 0's interface that the others route to)") from None
 
-    def begin_job(self, test_id: str, agreement: dict[str, Any], watch: Callable[[int, int], None] | None = None) -> str:
+    def begin_job(self, test_id: str, agreement: dict[str, Any],
+                  watch: Callable[[int, int], None] | None = None) -> str:
         """Check in for the session's next job (``test_id`` running the job ``agreement`` describes) and wait for
         every node; returns the job's run id. ``watch``, if given, is called with (nodes arrived, nodes) at each poll.
 
@@ -78,7 +79,8 @@ class SessionStore:
             if isinstance(error, (NodeMismatch, SessionStoreError)):
                 raise
             raise SessionStoreError(f"job {index + 1} of the session at --rdzv-endpoint={self.topology.rdzv_endpoint}: "
-                                    f"{error} (did node 0 stop, or is it still busy beyond {self.timeout_s:g} s?)") from None
+                                    f"{error} (did node 0 stop, or is it still busy beyond "
+                                    f"{self.timeout_s:g} s?)") from None
         return run_id
 
     def report_outcome(self, outcome: dict[str, Any]) -> None:
@@ -108,7 +110,8 @@ class SessionStore:
 
     def _check_same_job(self, prefix: str, index: int, test_id: str, agreement: dict[str, Any]) -> None:
         expected = json.loads(self.store.get(f"{prefix}/job").decode())
-        differences = [f"test: node 0 runs {expected['test']}, this node {test_id}"] if expected["test"] != test_id else []
+        differences = ([f"test: node 0 runs {expected['test']}, this node {test_id}"] if expected["test"] != test_id
+                       else [])
         differences += [f"{key}: node 0 {expected['agreement'].get(key)!r}, this node {value!r}"
                         for key, value in sorted(agreement.items()) if expected["agreement"].get(key) != value]
         if differences:
@@ -122,11 +125,13 @@ class SessionStore:
             if watch is not None:
                 watch(arrived, self.topology.nnodes)
             if self.store.check([f"{prefix}/mismatch"]):
-                raise NodeMismatch(f"another node runs a different job here ({self.store.get(f'{prefix}/mismatch').decode()}); "
-                                   "run the same pytest command on every node")
+                raise NodeMismatch("another node runs a different job here "
+                                   f"({self.store.get(f'{prefix}/mismatch').decode()}); run the same pytest "
+                                   "command on every node")
             if time.monotonic() > deadline:
                 raise SessionStoreError(
-                    f"waited {self.timeout_s:g} s for all {self.topology.nnodes} nodes at {self.topology.rdzv_endpoint}; "
-                    f"{self.store.add(f'{prefix}/arrived', 0)} arrived. Is every node running the same command with "
+                    f"waited {self.timeout_s:g} s for all {self.topology.nnodes} nodes at "
+                    f"{self.topology.rdzv_endpoint}; {self.store.add(f'{prefix}/arrived', 0)} arrived. Is every node "
+                    "running the same command with "
                     "its own --node-rank?")
             time.sleep(POLL_S)

@@ -26,10 +26,11 @@ class Topology:
         if self.nnodes < 1:
             raise ValueError(f"--nnodes must be >= 1, got {self.nnodes}")
         if not 0 <= self.node_rank < self.nnodes:
-            raise ValueError(f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes}, got {self.node_rank}")
+            raise ValueError(f"--node-rank must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes}, "
+                             f"got {self.node_rank}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
-            raise ValueError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address and a free port, "
-                             "the same on every node)")
+            raise ValueError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address and a free "
+                             "port, the same on every node)")
         if self.rdzv_endpoint:
             parse_endpoint(self.rdzv_endpoint, "--rdzv-endpoint")
 

@@ -137,8 +137,8 @@ def _by_id(collected: Any, rows: int) -> tuple[np.ndarray, np.ndarray]:
         classes[row["id"]], logits[row["id"]] = row["prediction"], row["logit"]
         seen[row["id"]] += 1
     if foreign or not (seen == 1).all():
-        raise RuntimeError(f"Spark returned {int((seen == 0).sum())} rows never, {int((seen > 1).sum())} rows more than "
-                           f"once and {len(foreign)} ids outside 0..{rows - 1} ({foreign[:5]}) of {rows}")
+        raise RuntimeError(f"Spark returned {int((seen == 0).sum())} rows never, {int((seen > 1).sum())} rows more "
+                           f"than once and {len(foreign)} ids outside 0..{rows - 1} ({foreign[:5]}) of {rows}")
     return classes, logits
 
 
@@ -152,5 +152,6 @@ def agreement(spark: tuple[np.ndarray, np.ndarray], reference: tuple[np.ndarray,
     return {"agreement": float(same.mean()), "max_logit_difference": float(gap.max()) if gap.size else float("nan"),
             "logit_scale": float(np.abs(reference[1]).max()) if reference[1].size else 0.0,
             "disagreements": [{"id": int(i), "spark": int(spark[0][i]), "torch": int(reference[0][i]),
-                               "spark_logit": float(spark[1][i]), "torch_logit": float(reference[1][i])} for i in differing],
+                               "spark_logit": float(spark[1][i]), "torch_logit": float(reference[1][i])}
+                              for i in differing],
             "distinct_classes": len(np.unique(reference[0]))}

@@ -203,7 +203,8 @@ def _executors(session: Any, expected: int | None) -> list[dict[str, Any]]:
 def _executor(item: dict[str, Any]) -> dict[str, Any]:
     return {"id": item.get("id"), "host": item.get("hostPort"), "cores": item.get("totalCores"),
             "memory_bytes": item.get("maxMemory"),
-            "resources": {name: list(info.get("addresses", [])) for name, info in (item.get("resources") or {}).items()}}
+            "resources": {name: list(info.get("addresses", []))
+                          for name, info in (item.get("resources") or {}).items()}}
 
 
 def _rest(context: Any, what: str) -> list[dict[str, Any]]:

@@ -104,7 +104,8 @@ class Predictor:
         """Top-1 class (int32) and its logit (float32), each ``[N]``, for ``pixels`` ``[N, 64]``."""
         channels, height, width = self.input_shape
         with torch.inference_mode(), precision(self.device, self.spec.dtype):
-            images = torch.as_tensor(np.asarray(pixels, dtype=np.float32)).to(self.device).view(-1, 1, DIGIT_SIDE, DIGIT_SIDE)
+            images = (torch.as_tensor(np.asarray(pixels, dtype=np.float32)).to(self.device)
+                      .view(-1, 1, DIGIT_SIDE, DIGIT_SIDE))
             images = torch.nn.functional.interpolate(images, size=(height, width), mode="bilinear", align_corners=False)
             images = (images.repeat(1, channels, 1, 1) - self.spec.mean) / self.spec.std
             top = self.model(images).float().max(dim=1)

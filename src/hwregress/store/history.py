@@ -17,12 +17,12 @@ Discipline, as for baselines (:mod:`hwregress.store.baselines`):
 Row fields (``HISTORY_ROW_VERSION`` 1): ``v``, ``session`` (id of the pytest session), ``time`` (UTC, ISO 8601),
 ``test_id``, ``hardware_key``, ``device``, ``device_name``, ``family``, ``model``, ``mode``, ``batch_size``,
 ``dtype`` (the test's identity, for the dashboard's filters; older rows lack them), ``identity`` (hardware identity,
-:mod:`hwregress.hardware.identity`), ``hwregress_version``, ``environment`` (:func:`hwregress.hardware.devices.environment_fingerprint`),
-``packages`` (hash), ``unit``, ``median``, ``q1``, ``q3``, ``iqr``, ``n`` (of the per-round samples),
-``verdict``, ``ratio``, ``threshold``, ``baseline_median``, ``baseline_recorded_at``, ``telemetry``
-(``power_w``, ``sm_clock_mhz``, ``temperature_c``, ``cpu_util_pct``: means over the window, where measured),
-``health`` (the CPU health probe's ``other_cpu_fraction``, ``steal_fraction``, ``cpu_freq_mhz``) and ``diagnosis``
-(the first two likely causes of a regression, :mod:`hwregress.judge.diagnosis`).
+:mod:`hwregress.hardware.identity`), ``hwregress_version``, ``environment``
+(:func:`hwregress.hardware.devices.environment_fingerprint`), ``packages`` (hash), ``unit``, ``median``, ``q1``, ``q3``,
+``iqr``, ``n`` (of the per-round samples), ``verdict``, ``ratio``, ``threshold``, ``baseline_median``,
+``baseline_recorded_at``, ``telemetry`` (``power_w``, ``sm_clock_mhz``, ``temperature_c``, ``cpu_util_pct``: means over
+the window, where measured), ``health`` (the CPU health probe's ``other_cpu_fraction``, ``steal_fraction``,
+``cpu_freq_mhz``) and ``diagnosis`` (the first two likely causes of a regression, :mod:`hwregress.judge.diagnosis`).
 """
 
 from __future__ import annotations
@@ -101,9 +101,11 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str) 
         "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,
         "verdict": str(record.verdict),
         "ratio": _finite_or_none(record.ratio), "threshold": _finite_or_none(record.threshold),
-        "baseline_median": _finite_or_none(record.baseline_throughput), "baseline_recorded_at": record.baseline_recorded_at,
+        "baseline_median": _finite_or_none(record.baseline_throughput),
+        "baseline_recorded_at": record.baseline_recorded_at,
         "telemetry": _telemetry_means(record.telemetry or {}),
-        "health": {key: value for key in HEALTH_FIELDS if (value := _finite_or_none((record.health or {}).get(key))) is not None},
+        "health": {key: value for key in HEALTH_FIELDS
+                   if (value := _finite_or_none((record.health or {}).get(key))) is not None},
         "diagnosis": list(record.diagnosis[:2]),
     }
 
@@ -131,14 +133,16 @@ class HistoryStore:
             ValueError: the key would name a file outside the folder (a path separator, or empty).
         """
         if not hardware_key or "/" in hardware_key or "\\" in hardware_key or hardware_key.startswith("."):
-            raise ValueError(f"hardware key {hardware_key!r} cannot name a history file; keys are like amd-epyc-f26m2-2t")
+            raise ValueError(f"hardware key {hardware_key!r} cannot name a history file; keys are "
+                             "like amd-epyc-f26m2-2t")
         return self.directory / f"{hardware_key}.jsonl"
 
     def hardware_keys(self) -> list[str]:
         """Keys of every history file present, sorted (hidden files, such as a ``.backup.jsonl``, are not keys)."""
         if not self.directory.is_dir():
             return []
-        return sorted(path.stem for path in self.directory.glob("*.jsonl") if path.is_file() and not path.name.startswith("."))
+        return sorted(path.stem for path in self.directory.glob("*.jsonl")
+                      if path.is_file() and not path.name.startswith("."))
 
     def append_session(self, records: Iterable[TestRecord], session: str, time: str) -> dict[str, int]:
         """Append one row per measured record to its hardware key's file; record the package list once.
@@ -176,7 +180,8 @@ class HistoryStore:
             lines = "".join(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n" for row in rows)
             payload = lines.encode("utf-8")
         except (ValueError, TypeError) as error:  # UnicodeEncodeError (a lone surrogate) is a ValueError
-            raise ValueError(f"{path}: a history row cannot be written as JSON ({error}); nothing was appended") from None
+            raise ValueError(f"{path}: a history row cannot be written as JSON ({error}); "
+                             "nothing was appended") from None
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
             _append_lines(path, payload)

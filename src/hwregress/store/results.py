@@ -282,7 +282,8 @@ def load(path: str | Path) -> SessionResults:
     records = data.get("records")
     if not isinstance(records, list) or not isinstance(data.get("meta", {}), dict):
         raise ValueError(f"{source}: 'records' must be a list and 'meta' an object")
-    return SessionResults(data.get("meta", {}), [_record(item, source, index, version) for index, item in enumerate(records)])
+    return SessionResults(data.get("meta", {}),
+                          [_record(item, source, index, version) for index, item in enumerate(records)])
 
 
 def _record(item: Any, source: Path, index: int, version: int) -> TestRecord:

@@ -83,8 +83,8 @@ def _load_entry_point(entry_point: importlib.metadata.EntryPoint) -> None:
     except Exception as error:
         package = f"the package ({dist_name})" if dist_name else "the package that declares it"
         raise WorkloadPluginError(
-            f"workload plugin entry point {entry_point.name!r} (= {entry_point.value!r}) of {dist_label} failed to load: "
-            f"{_first_line(error)}; fix or uninstall {package}") from error
+            f"workload plugin entry point {entry_point.name!r} (= {entry_point.value!r}) of {dist_label} failed to "
+            f"load: {_first_line(error)}; fix or uninstall {package}") from error
 
 
 def load_entry_points() -> list[str]:

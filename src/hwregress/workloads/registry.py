@@ -267,7 +267,8 @@ def step_use_cache(workload: Workload) -> bool | None:
     """``use_cache`` for a train or plain infer step of ``workload``: False for a causal LM, whose forward would
     otherwise build a KV cache no later step reads (transformers' default ``config.use_cache=True``: K and V of every
     layer kept, in memory and copies a training or scoring pass does not make); None (not passed) for other models,
-    whose forward may not take it. Prefill and decode build their cache on purpose (:mod:`hwregress.measure.llm.decode`)."""
+    whose forward may not take it. Prefill and decode build their cache on purpose
+    (:mod:`hwregress.measure.llm.decode`)."""
     return False if workload.task == "causal-lm" else None
 
 

@@ -2,21 +2,21 @@
 
 Every model is ``ModelClass(config)``: never ``from_pretrained``, never the Hub. Importing this module sets
 ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` (unless the user set either: :func:`enforce_offline`) so
-that an accidental download fails at once, and every build goes through :func:`offline_build`, which turns such a failure into a
-``RuntimeError`` naming the workload. Importing registers the workloads (:func:`register_all`); transformers
-itself is imported only when a model is built.
+that an accidental download fails at once, and every build goes through :func:`offline_build`, which turns such a
+failure into a ``RuntimeError`` naming the workload. Importing registers the workloads (:func:`register_all`);
+transformers itself is imported only when a model is built.
 
-===============  ===============================================  ====================  ==========  =============  =============
-name             source                                           input                 parameters  FLOPs/sample   FLOPs/sample
-                                                                                                    rule of thumb  measured
-===============  ===============================================  ====================  ==========  =============  =============
-bert_base        transformers BertConfig (bert-base-uncased)      128 tokens, V 30522   109.5 M     22.5 G         22.3 G
-roberta_base     transformers RobertaConfig (roberta-base)        128 tokens, V 50265   124.6 M     22.5 G         22.3 G
-deit_small       transformers DeiTConfig (deit-small-patch16-224) image 3x224x224       22.1 M      9.3 G          9.2 G
-gpt2             transformers GPT2Config (gpt2, 124M)             512 tokens, V 50257   124.4 M     136 G          136 G
-llama_1b         transformers LlamaConfig (Llama 3.2 1B shape)    512 tokens, V 128256  1.236 B     1.30 T         1.30 T
-llama_small      transformers LlamaConfig (scaled-down Llama)     256 tokens, V 32000   40.5 M      21.8 G         21.8 G
-===============  ===============================================  ====================  ==========  =============  =============
+============  ===================================  ====================  ==========  =============  ============
+name          source                               input                 parameters  FLOPs/sample   FLOPs/sample
+              transformers config                                                    rule of thumb  measured
+============  ===================================  ====================  ==========  =============  ============
+bert_base     BertConfig (bert-base-uncased)       128 tokens, V 30522   109.5 M     22.5 G         22.3 G
+roberta_base  RobertaConfig (roberta-base)         128 tokens, V 50265   124.6 M     22.5 G         22.3 G
+deit_small    DeiTConfig (deit-small-patch16-224)  image 3x224x224       22.1 M      9.3 G          9.2 G
+gpt2          GPT2Config (gpt2, 124M)              512 tokens, V 50257   124.4 M     136 G          136 G
+llama_1b      LlamaConfig (Llama 3.2 1B shape)     512 tokens, V 128256  1.236 B     1.30 T         1.30 T
+llama_small   LlamaConfig (scaled-down Llama)      256 tokens, V 32000   40.5 M      21.8 G         21.8 G
+============  ===================================  ====================  ==========  =============  ============
 
 Parameters are counted on the meta device (tied embeddings counted once). FLOPs are 2 x multiply-adds of one
 sample's forward pass. Rule of thumb (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", table 1):
@@ -169,7 +169,8 @@ def import_transformers() -> ModuleType:
     try:
         import transformers
     except ImportError as error:
-        raise ImportError("the transformers workloads need the transformers package: pip install 'hwregress[llm]'") from error
+        raise ImportError("the transformers workloads need the transformers package: pip "
+                          "install 'hwregress[llm]'") from error
     return transformers
 
 
@@ -224,7 +225,8 @@ def build_roberta_base() -> nn.Module:
     """RoBERTa-base (BERT-base layers, vocab 50265, 514 positions, one token type, pad id 1) with a 2-class
     head; ``input_ids [N, S] -> logits [N, 2]``, ``S <= 512``."""
     transformers = import_transformers()
-    config = transformers.RobertaConfig(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1, pad_token_id=1,
+    config = transformers.RobertaConfig(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
+                                        pad_token_id=1,
                                         num_labels=2, attn_implementation=ATTN_IMPLEMENTATION)
     return transformers.RobertaForSequenceClassification(config)
 
@@ -233,8 +235,10 @@ def build_deit_small() -> nn.Module:
     """DeiT-small/16 at 224 px (12 layers, hidden 384, 6 heads, MLP 1536) with a 1000-class head;
     ``pixel_values [N, 3, 224, 224] -> logits [N, 1000]``."""
     transformers = import_transformers()
-    config = transformers.DeiTConfig(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536,
-                                     image_size=224, patch_size=16, num_labels=1000, attn_implementation=ATTN_IMPLEMENTATION)
+    config = transformers.DeiTConfig(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                                     intermediate_size=1536,
+                                     image_size=224, patch_size=16, num_labels=1000,
+                                     attn_implementation=ATTN_IMPLEMENTATION)
     return transformers.DeiTForImageClassification(config)
 
 
@@ -264,8 +268,10 @@ def build_llama_small() -> nn.Module:
 
 
 def _encoder(name: str, make: Callable[[], nn.Module], vocab_size: int, source: str) -> Workload:
-    return Workload(name, offline_build(name, make), num_classes=2, input_kind="tokens", seq_len=128, vocab_size=vocab_size,
-                    source=source, default_batches=ENCODER_BATCHES, parity_tolerance=PARITY_TOLERANCE, requires=REQUIRES)
+    return Workload(name, offline_build(name, make), num_classes=2, input_kind="tokens", seq_len=128,
+                    vocab_size=vocab_size,
+                    source=source, default_batches=ENCODER_BATCHES, parity_tolerance=PARITY_TOLERANCE,
+                    requires=REQUIRES)
 
 
 def _causal_lm(name: str, make: Callable[[], nn.Module], seq_len: int, vocab_size: int, source: str,
@@ -282,7 +288,8 @@ _WORKLOADS: tuple[Workload, ...] = (
              source="transformers DeiTConfig (deit-small-patch16-224 shape)", default_batches=VISION_BATCHES,
              parity_tolerance=PARITY_TOLERANCE, requires=REQUIRES),
     _causal_lm("gpt2", build_gpt2, 512, 50257, "transformers GPT2Config (gpt2 124M shape)", GPT2_BATCHES),
-    _causal_lm("llama_1b", build_llama_1b, 512, 128256, "transformers LlamaConfig (Llama 3.2 1B shape)", LLAMA_1B_BATCHES),
+    _causal_lm("llama_1b", build_llama_1b, 512, 128256, "transformers LlamaConfig (Llama 3.2 1B shape)",
+               LLAMA_1B_BATCHES),
     _causal_lm("llama_small", build_llama_small, 256, 32000, "transformers LlamaConfig (scaled-down Llama, 40.5M)",
                LLAMA_SMALL_BATCHES),
 )
@@ -304,7 +311,8 @@ def register_all(replace: bool = False) -> list[str]:
                if workload.name not in workloads.names() or workloads.get(workload.name) is not workload]
     taken = [workload.name for workload in pending if workload.name in workloads.names()]
     if taken and not replace:  # checked before registering any, so a conflict leaves the registry unchanged
-        raise ValueError(f"workloads {', '.join(map(repr, taken))} are already registered; pass replace=True to override them")
+        raise ValueError(f"workloads {', '.join(map(repr, taken))} are already registered; pass "
+                         "replace=True to override them")
     for workload in pending:
         workloads.register(workload, replace=replace)
     return [workload.name for workload in pending]

@@ -86,7 +86,8 @@ class DecodeTiming:
             raise ValueError(f"{len(self.prefill_s)} prefill times but {len(self.step_s)} rounds of step times")
         for index, steps in enumerate(self.step_s):
             if len(steps) != self.new_tokens - 1:
-                raise ValueError(f"round {index} has {len(steps)} step times, expected new_tokens - 1 = {self.new_tokens - 1}")
+                raise ValueError(f"round {index} has {len(steps)} step times, expected new_tokens - 1 = "
+                                 f"{self.new_tokens - 1}")
 
     def output_tokens_per_s(self) -> list[float]:
         """End-to-end output throughput per round, tokens/s, TTFT included:
@@ -139,7 +140,8 @@ class DecodeTiming:
             ValueError: ``new_tokens == 1`` (no decode steps were run).
         """
         self._require_steps()
-        return [(e2e - ttft) / (self.new_tokens - 1) * 1000.0 for e2e, ttft in zip(self.e2e_s(), self.prefill_s, strict=True)]
+        return [(e2e - ttft) / (self.new_tokens - 1) * 1000.0
+                for e2e, ttft in zip(self.e2e_s(), self.prefill_s, strict=True)]
 
     def itl_percentiles_ms(self) -> dict[str, float]:
         """Inter-token latency over every step of every round, ms: ``{"p50": .., "p90": .., "p99": ..}``
@@ -155,7 +157,8 @@ class DecodeTiming:
 
     def _require_steps(self) -> None:
         if self.new_tokens < 2:
-            raise ValueError(f"no decode steps to report: new_tokens={self.new_tokens} (the first token comes from prefill)")
+            raise ValueError(f"no decode steps to report: new_tokens={self.new_tokens} (the first "
+                             "token comes from prefill)")
 
 
 def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -201,7 +204,8 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
         for _ in range(warmup):
             _generate(model, input_ids, attention_mask, new_tokens, device, clock=None)
         for _ in range(rounds):
-            generated, boundaries, cache_dtype = _generate(model, input_ids, attention_mask, new_tokens, device, clock=clock)
+            generated, boundaries, cache_dtype = _generate(model, input_ids, attention_mask, new_tokens, device,
+                                                           clock=clock)
             intervals = [end - start for start, end in itertools.pairwise(boundaries)]
             prefill_s.append(intervals[0])
             step_s.append(intervals[1:])
@@ -231,7 +235,8 @@ def prefill_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     seconds: list[float] = []
 
     def prompt_pass() -> None:
-        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **last_logits)
+        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+              **last_logits)
 
     with _inference(model):
         for _ in range(warmup):
@@ -320,14 +325,16 @@ def _positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 def _prepare_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                     device: str) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        described = f"{tuple(input_ids.shape)} {input_ids.dtype}" if isinstance(input_ids, torch.Tensor) else type(input_ids)
+        described = (f"{tuple(input_ids.shape)} {input_ids.dtype}" if isinstance(input_ids, torch.Tensor)
+                     else type(input_ids))
         raise ValueError(f"input_ids must be a 2-D torch.long tensor [batch, prompt tokens], got {described}")
     if input_ids.numel() == 0:
         raise ValueError(f"input_ids must hold at least one token per sequence, got shape {tuple(input_ids.shape)}")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     elif attention_mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} differs from input_ids {tuple(input_ids.shape)}")
+        raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} differs from input_ids "
+                         f"{tuple(input_ids.shape)}")
     return input_ids.to(device), attention_mask.to(device)
 
 

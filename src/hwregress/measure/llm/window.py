@@ -2,7 +2,8 @@
 
 ``prefill``: the prompt pass alone (``use_cache=True``, logits of the last position only, as a server runs it),
 timed per round; throughput in tokens/s of prompt (batch x context per round). ``decode``: greedy generation of
-``new_tokens`` per sequence with a KV cache (:func:`hwregress.measure.llm.decode.decode_rounds`), one round per generation.
+``new_tokens`` per sequence with a KV cache (:func:`hwregress.measure.llm.decode.decode_rounds`), one round per
+generation.
 
 What a decode record judges is the decode steps on their own: its throughput samples are the tokens/s of the
 ``new_tokens - 1`` cached steps of each round (``B * (new_tokens - 1) / sum(step seconds)``) and its latency is the
@@ -10,12 +11,13 @@ inter-token latency p50 (ITL, one step), judged against the baseline's (:func:`h
 The prompt pass is prefill's figure, not decode's. Reported beside them (``details.llm``): output tokens/s end to
 end (time to first token included: vLLM's ``output_throughput``, MLPerf Inference's LLM tokens/s), the time to
 first token (TTFT), TPOT per request ``(e2e - TTFT) / (new_tokens - 1)`` as vLLM and MLPerf define it, and the ITL
-percentiles p50/p90/p99 over every step (:class:`hwregress.measure.llm.decode.DecodeTiming`). Decode FLOPs per sample (hence
-achieved TFLOP/s and MFU) count the decode steps only, the prompt pass left out.
+percentiles p50/p90/p99 over every step (:class:`hwregress.measure.llm.decode.DecodeTiming`). Decode FLOPs per sample
+(hence achieved TFLOP/s and MFU) count the decode steps only, the prompt pass left out.
 
 Both windows run inside the telemetry sampler and the peak memory meter, like every other window, under the TF32
-flags of the dtype; bf16/fp16 run the model cast to the dtype (:func:`hwregress.measure.precision.numerics.model_for_mode`: weights
-and KV cache in bf16/fp16, no autocast). FLOPs per sample are counted on extra, untimed passes.
+flags of the dtype; bf16/fp16 run the model cast to the dtype
+(:func:`hwregress.measure.precision.numerics.model_for_mode`: weights and KV cache in bf16/fp16, no autocast). FLOPs per
+sample are counted on extra, untimed passes.
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: 
                          "the first comes from the prompt pass, so no decode step is timed; set it to 2 or more")
     prepare_process(device)
     return out_of_memory_released(
-        lambda: _measure(workload, device, mode, batch_size, dtype, context, plan, telemetry_interval_s, profile, clock),
+        lambda: _measure(workload, device, mode, batch_size, dtype, context, plan, telemetry_interval_s, profile,
+                         clock),
         device, batch_size)
 
 
@@ -127,7 +130,8 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
 
 
 def _decode_latency(timing: DecodeTiming) -> dict[str, Any]:
-    """The decode figures of ``details.llm`` (ms, tokens/s): medians over the rounds, ITL percentiles over every step."""
+    """The decode figures of ``details.llm`` (ms, tokens/s): medians over the rounds, ITL percentiles over every
+    step."""
     itl = timing.itl_percentiles_ms()
     return {"ttft_ms": timing.ttft_ms(), **{f"itl_{k}_ms": v for k, v in itl.items()},
             "tpot_ms": statistics.median(timing.tpot_ms()),

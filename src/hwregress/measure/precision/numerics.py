@@ -33,7 +33,8 @@ from torch import nn
 
 from hwregress.hardware.facts import device_kind
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8", "fp8")  # int8/fp8: quantized Linear layers (hwregress.measure.precision.quantization)
+# int8/fp8: quantized Linear layers (hwregress.measure.precision.quantization)
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "int8", "fp8")
 STEP_MODES = ("train", "infer")  # a timed step of any model
 LLM_MODES = ("prefill", "decode")  # causal language models only (hwregress.measure.llm.window)
 MODES = (*STEP_MODES, *LLM_MODES)
@@ -41,7 +42,8 @@ INFERENCE_MODES = ("infer", *LLM_MODES)
 MEMORY_FORMATS = ("contiguous", "channels_last")
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
 TENSOR_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                 "int8": torch.float32, "fp8": torch.float32}  # quantized models: hwregress.measure.precision.quantization.base_dtype
+                 # quantized models: hwregress.measure.precision.quantization.base_dtype
+                 "int8": torch.float32, "fp8": torch.float32}
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Lowest CUDA compute capability that runs each mode natively. TF32 and bf16 tensor cores arrived with

@@ -123,7 +123,8 @@ def _fp8_hardware_reason(spec: str) -> str | None:
     major, minor = torch.cuda.get_device_capability(index)
     if (major, minor) < FP8_MIN_CAPABILITY:
         needed = ".".join(map(str, FP8_MIN_CAPABILITY))
-        return f"fp8 needs CUDA compute capability {needed} or newer (fp8 tensor cores); {spec} ({name}) has {major}.{minor}"
+        return (f"fp8 needs CUDA compute capability {needed} or newer (fp8 tensor cores); {spec} "
+                f"({name}) has {major}.{minor}")
     return None
 
 
@@ -226,7 +227,8 @@ def cast_inputs(inputs: Any, dtype: str, device: str) -> Any:
     base = base_dtype(dtype, device)
 
     def cast(value: Any) -> Any:
-        return value.to(base) if base is not None and isinstance(value, torch.Tensor) and value.is_floating_point() else value
+        return (value.to(base) if base is not None and isinstance(value, torch.Tensor) and value.is_floating_point()
+                else value)
 
     return {key: cast(value) for key, value in inputs.items()} if isinstance(inputs, dict) else cast(inputs)
 
