@@ -118,8 +118,8 @@ def _watch(process: subprocess.Popen[bytes], spec: JobSpec,
             waiting = "the other nodes to join the rendezvous" if spec.nnodes > 1 else "the ranks to start"
             return (f"waited {elapsed:.0f} s for {waiting} ({len(statuses)} of {spec.ranks_per_node} local ranks "
                     f"reported); the job was ended. " + driver_tail(spec))
-        if (statuses and all(s.get("phase") == "done" for s in statuses.values())
-            and len(statuses) >= spec.ranks_per_node):
+        every_rank_done = statuses and all(s.get("phase") == "done" for s in statuses.values())
+        if every_rank_done and len(statuses) >= spec.ranks_per_node:
             all_done_at = all_done_at or time.monotonic()
             if time.monotonic() - all_done_at > spec.timeout_s:
                 return (f"every local rank finished but the launcher did not end within {spec.timeout_s:g} s; the job "
