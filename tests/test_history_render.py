@@ -26,6 +26,7 @@ from synthetic import (
 from hwregress.cli import main
 from hwregress.judge.trends import analyze, analyze_all, has_changed
 from hwregress.report import charts, trend_chart
+from hwregress.report import legend as legend_module
 from hwregress.report.dashboard import build_dashboard, facets_of, render_dashboard, session_ratios
 from hwregress.store.history import HISTORY_ROW_VERSION
 
@@ -199,15 +200,16 @@ def test_facets_of_rows_written_before_the_history_kept_the_test_identity():
             == {"key": "k", "device": "–", "model": "–", "family": "speedup", "status": "short"})
 
 
-def test_a_long_hardware_key_is_cut_to_fit_the_legend():
+def test_a_long_hardware_key_is_whole_in_the_legend_below_the_plot():
     long_key = MACHINES[2][0]
     chart = trend_chart.trend_chart([trend_chart.TrendSeries(long_key, [trend_chart.TrendPoint(0, 1.0),
                                                                         trend_chart.TrendPoint(1, 2.0)])],
-                               "t" * 200, "y")
+                                    "t" * 200, "y")
     legend = re.search(r'class="legend"><title>([^<]*)</title>([^<]*)</text>', str(chart))
-    shown = legend.group(2)
-    assert legend.group(1) == long_key and shown.endswith("…") and long_key.startswith(shown[:-1])
-    assert len(shown) * charts.LEGEND_CHAR_PX <= charts.WIDTH - charts.MARGIN["right"] - 10 - 16 + 0.01
+    assert legend.group(1) == legend.group(2) == long_key
+    x, y = (float(v) for v in re.search(r'<text x="([\d.]+)" y="([\d.]+)" class="legend">', str(chart)).groups())
+    assert y > charts.MARGIN["top"] + charts.PLOT_H  # below the plot, where the whole key fits
+    assert x + len(long_key) * legend_module.CHAR_PX <= charts.WIDTH
     hover, title = re.search(r'class="title"[^>]*><title>([^<]*)</title>([^<]*)</text>', str(chart)).groups()
     assert len(title) == int(480 // charts.TITLE_CHAR_PX) and title.endswith("…") and hover == "t" * 200
 

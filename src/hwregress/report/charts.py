@@ -65,19 +65,6 @@ def _grid(plot: _Plot) -> list[str]:
     return parts
 
 
-def _legend(index: int, label: str, color: str, shape: str) -> str:
-    """One legend entry: ``shape`` is ``line`` (a roof), ``marker`` (measured points) or ``box``."""
-    x, y = WIDTH - MARGIN["right"] + 10, MARGIN["top"] + 12 + index * 16
-    if shape == "line":
-        swatch = f'<line x1="{x}" y1="{y - 4}" x2="{x + 12}" y2="{y - 4}" stroke="{color}" stroke-width="2"/>'
-    elif shape == "marker":
-        swatch = f'<circle cx="{x + 6}" cy="{y - 4}" r="4" fill="{color}"/>'
-    else:
-        swatch = f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{color}"/>'
-    return (f'{swatch}<text x="{x + 16}" y="{y}" class="legend"><title>{escape(label)}</title>'
-            f'{escape(fit_text(label, WIDTH - x - 16, LEGEND_CHAR_PX))}</text>')
-
-
 def fit_text(text: str, width_px: float, char_px: float) -> str:
     """``text``, or its start and an ellipsis, in at most ``width_px`` pixels at ``char_px`` per character."""
     room = max(1, int(width_px // char_px))

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 
 from markupsafe import Markup, escape
 
+from hwregress.report import legend
+
 # the drawing primitives and axis helpers are package-internal: shared by the chart modules of report/, not API
 from hwregress.report.axes import (
     MAX_DATA_TICKS,
@@ -24,18 +26,15 @@ from hwregress.report.axes import (
     nice_axis,
 )
 from hwregress.report.charts import (
-    LEGEND_CHAR_PX,
     MARGIN,
     PLOT_H,
     PLOT_W,
-    WIDTH,
     _frame,
     _grid,
     _LabelPlacer,
-    _legend,
     _Plot,
     _polyline,
-    _wrap,
+    _wrap_with_legend,
 )
 from hwregress.report.palette import BASELINE_DASH, SeriesStyle, marker_svg, series_style
 
@@ -98,13 +97,14 @@ def trend_chart(series: Sequence[TrendSeries], title: str, y_label: str, x_label
     placer = _plot_area_placer()
     for style, s, _ in drawn:
         parts += _trend_guides(plot, s, style.color, placer)
-    legend = count()
+    entries = []
     for style, s, points in drawn:
         parts += _median_line(plot, s.label, points, style)
-        parts.append(_legend(next(legend), s.label, style.color, "line"))
-        if _plottable(s.baseline, log=False):
-            parts.append(_dashed_legend(next(legend), s.label if len(drawn) > 1 else "", style.color))
-    return _wrap(parts, "chart trend", title)
+        entries.append(legend.LegendEntry(s.label, legend.line_swatch(style.color, style.marker)))
+        if _plottable(s.baseline, log=False):  # one series: its baseline needs no name
+            name = f"{s.label} baseline" if len(drawn) > 1 else "baseline"
+            entries.append(legend.LegendEntry(name, legend.line_swatch(style.color, dashed=True)))
+    return _wrap_with_legend(parts, entries, "chart trend", title)
 
 
 def _median_line(plot: _Plot, label: str, points: Sequence[TrendPoint], style: SeriesStyle) -> list[str]:
@@ -192,16 +192,3 @@ def _change_point(plot: _Plot, series_label: str, mark: TrendMark, color: str, p
         return line
     rows = (placer.label(x, MARGIN["top"] + 7 + row * _LabelPlacer.HEIGHT, text) for row in range(CHANGE_LABEL_ROWS))
     return line + next((label for label in rows if label), "")
-
-
-def _dashed_legend(index: int, series_label: str, color: str) -> str:
-    """A legend entry (placed as :func:`_legend`) for a series' baseline: a dashed swatch and
-    "<label> baseline" (just "baseline" for an empty label), the label shortened so that "baseline" stays
-    visible within the legend's width."""
-    x, y = WIDTH - MARGIN["right"] + 10, MARGIN["top"] + 12 + index * 16
-    name = f"{series_label} baseline".strip()
-    room = int((WIDTH - x - 16) // LEGEND_CHAR_PX)
-    shown = name if len(name) <= room else f"{series_label[:room - len('… baseline')]}… baseline"
-    return (f'<line x1="{x}" y1="{y - 4}" x2="{x + 12}" y2="{y - 4}" stroke="{color}" stroke-width="2" '
-            'stroke-dasharray="3 2"/>'
-            f'<text x="{x + 16}" y="{y}" class="legend"><title>{escape(name)}</title>{escape(shown)}</text>')
