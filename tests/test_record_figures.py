@@ -106,6 +106,17 @@ def test_update_refuses_a_field_the_sub_record_lacks():
         figures.update(rowz=8)
 
 
+def test_a_writer_figure_the_sub_record_lacks_is_refused_not_dropped_nested_ones_too():
+    produced = {"world_size": 2, "backend": "gloo", "ranks": [{"rank": 0, "median_step_ms": 12.5}]}
+    assert ScalingFigures.of(produced).ranks[0].median_step_ms == 12.5
+    with pytest.raises(TypeError, match=r"ScalingFigures has no field.*step_p99_ms"):
+        ScalingFigures.of({**produced, "step_p99_ms": 14.0})
+    with pytest.raises(TypeError, match=r"RankFigures has no field.*gpu_util"):
+        ScalingFigures.of({**produced, "ranks": [{"rank": 0, "gpu_util": 0.9}]})
+    # a file written by a newer version still reads: its extra figures are ignored there
+    assert ScalingFigures.from_json({**produced, "step_p99_ms": 14.0}).world_size == 2
+
+
 V2_DETAILS = {
     "identity": {"uuid": "GPU-1"}, "stable": True,
     "scaling": {"world_size": 2, "nodes": 1, "backend": "gloo", "efficiency": 0.9, "comm_share": 0.2,

@@ -190,4 +190,4 @@ def apply_figures(record: TestRecord, figures: Figures) -> None:
     record.identity_changes = list(figures.identity_changes)
     if figures.compile_comparison is not None:
         record.compile = record.compile or CompileFigures()
-        record.compile.vs_baseline = CompileComparison.from_json(figures.compile_comparison)
+        record.compile.vs_baseline = CompileComparison.of(figures.compile_comparison)

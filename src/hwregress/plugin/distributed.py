@@ -56,7 +56,7 @@ class DistributedBench:
         per_node = self._ranks_per_node(world_size, device)
         spec = self._spec("scaling", device, world_size, per_node, [model], batch_size, dtype)
         spec, ranks = self._launch(record, spec, joint=True)
-        scaling = record.scaling = ScalingFigures.from_json(figures.scaling_details(ranks, spec.nnodes, spec.backend))
+        scaling = record.scaling = ScalingFigures.of(figures.scaling_details(ranks, spec.nnodes, spec.backend))
         self._participants_stop_here(record, spec)
         samples = figures.global_throughput_samples(ranks)
         _fill_samples(record, samples, ranks)
@@ -88,7 +88,7 @@ class DistributedBench:
         spec = dataclasses.replace(self._spec("allreduce", device, world_size, per_node, [], 1, "fp32"),
                                    message_sizes=sizes, verdict=self.bench.window_terms(record, key))
         spec, ranks = self._launch(record, spec, joint=True)
-        record.allreduce = AllreduceFigures.from_json({"world_size": world_size, "nodes": spec.nnodes,
+        record.allreduce = AllreduceFigures.of({"world_size": world_size, "nodes": spec.nnodes,
                                                        "backend": spec.backend, "curve": ranks[0]["curve"]})
         self._participants_stop_here(record, spec)
         _fill_samples(record, ranks[0]["busbw_samples"], ranks)
@@ -122,7 +122,7 @@ class DistributedBench:
         record.peak_memory_bytes = sum(peaks) if all(p is not None for p in peaks) else None
         record.efficiency = statistics.fmean(line["interference"] for line in lines)
         record.details["efficiency_reference_samples"] = figures.member_throughput_samples(solo[members[0]])
-        record.colocated = ColocatedFigures.from_json({"processes": len(members), "mps_active": active,
+        record.colocated = ColocatedFigures.of({"processes": len(members), "mps_active": active,
                                                        "mps_detail": detail, "threads_per_process": threads,
                                                        "members": lines})
 

@@ -109,7 +109,7 @@ class HwBench:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
         fill_measurement(record, result.measurement)
-        record.llm = LlmFigures.from_json(result.latency)
+        record.llm = LlmFigures.of(result.latency)
         if mode == "decode":
             record.latency_ms = result.latency["itl_p50_ms"]  # one decode step, judged (compare.judges_latency)
 

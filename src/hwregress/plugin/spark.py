@@ -70,7 +70,7 @@ class SparkBench:
         record.environment.update(engine.fingerprint(running.description))
         mean, std = pixel_statistics()
         spec = PredictSpec(model, device, dtype, tuple(self.bench.settings.workload_modules), mean, std)
-        facts = record.spark = SparkFigures.from_json({**running.description, "batch_size": batch_size})
+        facts = record.spark = SparkFigures.of({**running.description, "batch_size": batch_size})
         if pipeline == "batch":
             return self._batch(record, running, spec, batch_size, facts)
         return self._stream(record, running, spec, batch_size, facts)

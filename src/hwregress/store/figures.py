@@ -31,12 +31,29 @@ class Figures:
 
     @classmethod
     def from_json(cls: type[F], data: Mapping[str, Any]) -> F:
-        """A sub-record from its JSON object; keys this version does not know are ignored, nested sub-records
-        (and lists of them) are built too. Type checking is :func:`hwregress.store.results.record_problem`'s."""
+        """A sub-record from its JSON object, as a file is read: keys this version does not know are ignored (a
+        newer writer's), nested sub-records (and lists of them) are built too. Type checking is
+        :func:`hwregress.store.results.record_problem`'s."""
+        return cls._from_mapping(data, strict=False)
+
+    @classmethod
+    def of(cls: type[F], data: Mapping[str, Any]) -> F:
+        """A sub-record from the figures a measurement produced, nested ones included.
+
+        Raises:
+            TypeError: a key that is not a field of the sub-record (or of a nested one): a figure the writer
+                produces would otherwise be dropped without a word.
+        """
+        return cls._from_mapping(data, strict=True)
+
+    @classmethod
+    def _from_mapping(cls: type[F], data: Mapping[str, Any], strict: bool) -> F:
         hints = typing.get_type_hints(cls)
-        values = {f.name: _build(data[f.name], hints[f.name]) for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-                  if f.name in data}
-        return cls(**values)
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(names))
+        if strict and unknown:
+            raise TypeError(_unknown_fields(cls, unknown))
+        return cls(**{name: _build(data[name], hints[name], strict) for name in names if name in data})
 
     def update(self, **values: Any) -> None:
         """Set the named fields.
@@ -47,19 +64,23 @@ class Figures:
         known = {f.name for f in dataclasses.fields(self)}  # type: ignore[arg-type]
         unknown = sorted(set(values) - known)
         if unknown:
-            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(unknown)}; add them to "
-                            f"hwregress/store/figures.py (and regenerate the results schema)")
+            raise TypeError(_unknown_fields(type(self), unknown))
         for name, value in values.items():
             setattr(self, name, value)
 
 
-def _build(value: Any, hint: Any) -> Any:
+def _unknown_fields(cls: type, names: list[str]) -> str:
+    return (f"{cls.__name__} has no field(s) {', '.join(names)}; add them to hwregress/store/figures.py (and "
+            "regenerate the results schema: python -m hwregress.store.schemas.generate)")
+
+
+def _build(value: Any, hint: Any, strict: bool) -> Any:
     """``value`` with JSON objects turned into the sub-record ``hint`` names (also inside ``X | None`` and lists)."""
     for candidate in _options(hint):
         if isinstance(candidate, type) and issubclass(candidate, Figures) and isinstance(value, Mapping):
-            return candidate.from_json(value)
+            return candidate._from_mapping(value, strict)
         if typing.get_origin(candidate) is list and isinstance(value, list):
-            return [_build(item, typing.get_args(candidate)[0]) for item in value]
+            return [_build(item, typing.get_args(candidate)[0], strict) for item in value]
     return value
 
 
