@@ -301,6 +301,23 @@ def test_render_with_history_dir_adds_the_trend_section(tmp_path, capsys):
     assert 'id="history"' not in plain_text and 'class="chart trend"' not in plain_text
 
 
+def test_render_draws_a_chart_for_a_moved_test_and_folds_a_steady_one_into_a_sparkline_row(tmp_path, capsys):
+    steady_id = TEST_ID.replace("train", "infer")
+    directory = history_dir(tmp_path / "history", step_rows(), steady_rows(test_id=steady_id))
+    results = results_file(tmp_path / "reports" / "results.json", "cpu-a")
+    session = json.loads(results.read_text())
+    session["records"].append({**session["records"][0], "test_id": steady_id, "verdict": "pass", "ratio": 1.0})
+    results.write_text(json.dumps(session))
+    page = tmp_path / "out.html"
+    assert run(capsys, "report", "render", str(results), "-o", str(page), "--history-dir", str(directory))[0] == 0
+    text = page.read_text(encoding="utf-8")
+    history = text.split('id="history"', 1)[1]
+    assert history.count('class="chart trend"') == 1 and history.count('<section class="trend"') == 1
+    folded = history.split('<details class="steady-history">', 1)[1].split("</details>", 1)[0]
+    assert "1 test\nwhose history did not move" in folded and 'class="spark' in folded
+    assert steady_id.rsplit("::", 1)[-1] in folded and TEST_ID.rsplit("::", 1)[-1] not in folded
+
+
 def test_render_shows_skipped_history_lines(tmp_path, capsys):
     directory = history_dir(tmp_path / "history", step_rows())
     with (directory / "cpu-a.jsonl").open("a", encoding="utf-8") as stream:

@@ -1,5 +1,7 @@
-"""The report's history section: per test a trend chart (session medians with their IQR band, change points, the
-baseline level) and, for each change point, the first bad session with what changed since the session before it.
+"""The report's history section: per test whose history moved (:func:`hwregress.judge.trends.has_changed`) a trend
+chart (session medians with their IQR band, change points, the baseline level) and, for each change point, the first
+bad session with what changed since the session before it; the tests whose history did not move are one folded row
+each, with a sparkline of their session medians, so that a tier of a hundred tests does not bury the few that moved.
 Only significant change points (Welch p < 0.01) are drawn and listed: PELT also cuts a slow drift into steps whose
 levels do not differ significantly, and those would suggest steps that are not there.
 
@@ -14,7 +16,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from hwregress.judge.trends import DEFAULT_TOLERANCE, STATUSES, FirstBad, Trend
+from hwregress.judge.trends import DEFAULT_TOLERANCE, STATUSES, FirstBad, Trend, has_changed
+from hwregress.report.charts import sparkline
 from hwregress.report.trend_chart import TrendMark, TrendPoint, TrendSeries, trend_chart
 
 CHART_SESSIONS = 60  # the chart shows the latest sessions; the analysis uses every one
@@ -32,9 +35,28 @@ class HistorySection:
     tolerance: float = DEFAULT_TOLERANCE
 
     def context(self) -> dict[str, Any]:
-        """The template variables of ``_history.html.j2``."""
-        return {"history_views": trend_views(self.trends), "history_warnings": self.warnings[:20],
-                "history_dirs": self.dirs, "history_tolerance": self.tolerance, "status_badge": STATUS_BADGE}
+        """The template variables of ``_history.html.j2``: the moved test ids' views (every hardware key of a test id
+        that moved on any) and the steady trends' rows."""
+        moved_ids = {t.test_id for t in self.trends if has_changed(t)}
+        steady = sorted((t for t in self.trends if t.test_id not in moved_ids),
+                        key=lambda t: (t.test_id, t.hardware_key))
+        return {"history_views": trend_views([t for t in self.trends if t.test_id in moved_ids]),
+                "history_steady": [SteadyLine(t, _median_sparkline(t)) for t in steady],
+                "history_warnings": self.warnings[:20], "history_dirs": self.dirs,
+                "history_tolerance": self.tolerance, "status_badge": STATUS_BADGE}
+
+
+@dataclass
+class SteadyLine:
+    """One (hardware key, test) whose history did not move, and the sparkline of its latest session medians."""
+
+    trend: Trend
+    sparkline: Markup
+
+
+def _median_sparkline(trend: Trend) -> Markup:
+    medians = [row["median"] for row in trend.rows[-CHART_SESSIONS:]]
+    return sparkline(list(range(len(medians))), medians, "median", trend.unit or "")
 
 
 @dataclass
