@@ -28,9 +28,8 @@ PLOT_H = HEIGHT - MARGIN["top"] - MARGIN["bottom"]
 
 # conservative average glyph widths (px) of the chart fonts, to cut a text that would leave its SVG (DejaVu Sans,
 # Chromium's fallback sans-serif on Linux, averages ~6.1 px at the 10 px legend and ~7.0 px at the 12 px bold title)
-LEGEND_CHAR_PX = 6.2
 TITLE_CHAR_PX = 7.2
-BAR_LABEL_CHAR_PX = 6.2  # the 10 px tick font, as LEGEND_CHAR_PX
+BAR_LABEL_CHAR_PX = 6.2  # the 10 px tick font, as the legend's (hwregress.report.legend.CHAR_PX)
 BAR_VALUE_ROOM = 46  # px right of a bar for its value label: 6 characters of the 10 px tick font and a gap
 
 

@@ -24,10 +24,10 @@ from typing import Any
 from markupsafe import Markup
 
 from hwregress import __version__
-from hwregress.judge.trends import DEFAULT_TOLERANCE, REFERENCE_SESSIONS, STATUSES, Trend, has_changed
+from hwregress.judge.trends import DEFAULT_TOLERANCE, REFERENCE_SESSIONS, STATUSES, Trend
 from hwregress.report import _environment, charts, trend_chart
 from hwregress.report.history_table import status_counts
-from hwregress.report.history_view import CHART_SESSIONS, STATUS_BADGE, TrendView, trend_views
+from hwregress.report.history_view import CHART_SESSIONS, STATUS_BADGE, TrendView, split_by_movement, trend_views
 
 FACETS = (("key", "hardware key"), ("device", "device"), ("model", "model"), ("family", "family"), ("status", "status"))
 UNKNOWN = "–"
@@ -90,11 +90,9 @@ def render_dashboard(trends: Sequence[Trend], warnings: Sequence[str] = (), dirs
 def build_dashboard(trends: Sequence[Trend]) -> Dashboard:
     """The dashboard's content: per hardware key a summary, the moved test ids (worst first) with their ratio chart and
     change table, the steady (key, test) rows, and the values each filter offers."""
-    moved_ids = {t.test_id for t in trends if has_changed(t)}
-    moved = [(view, _merged_facets(view.trends)) for view in trend_views([t for t in trends if t.test_id in moved_ids],
-                                                                        chart=ratio_chart)]
-    steady = [_steady_row(t) for t in sorted(trends, key=lambda t: (t.test_id, t.hardware_key))
-              if t.test_id not in moved_ids]
+    moved_trends, steady_trends = split_by_movement(trends)
+    moved = [(view, _merged_facets(view.trends)) for view in trend_views(moved_trends, chart=ratio_chart)]
+    steady = [_steady_row(t) for t in steady_trends]
     options: dict[str, set[str]] = {name: set() for name, _ in FACETS}
     for facets in [f for _, f in moved] + [row.facets for row in steady]:
         for name, values in facets.items():

@@ -37,10 +37,8 @@ class HistorySection:
     def context(self) -> dict[str, Any]:
         """The template variables of ``_history.html.j2``: the moved test ids' views (every hardware key of a test id
         that moved on any) and the steady trends' rows."""
-        moved_ids = {t.test_id for t in self.trends if has_changed(t)}
-        steady = sorted((t for t in self.trends if t.test_id not in moved_ids),
-                        key=lambda t: (t.test_id, t.hardware_key))
-        return {"history_views": trend_views([t for t in self.trends if t.test_id in moved_ids]),
+        moved, steady = split_by_movement(self.trends)
+        return {"history_views": trend_views(moved),
                 "history_steady": [SteadyLine(t, _median_sparkline(t)) for t in steady],
                 "history_warnings": self.warnings[:20], "history_dirs": self.dirs,
                 "history_tolerance": self.tolerance, "status_badge": STATUS_BADGE}
@@ -71,6 +69,14 @@ class TrendView:
     @property
     def worst(self) -> str:
         return min((t.status for t in self.trends), key=STATUSES.index)
+
+
+def split_by_movement(trends: Sequence[Trend]) -> tuple[list[Trend], list[Trend]]:
+    """The trends of every test id whose history moved on any hardware key (:func:`has_changed`), and the others
+    sorted by test id and hardware key."""
+    moved_ids = {t.test_id for t in trends if has_changed(t)}
+    steady = sorted((t for t in trends if t.test_id not in moved_ids), key=lambda t: (t.test_id, t.hardware_key))
+    return [t for t in trends if t.test_id in moved_ids], steady
 
 
 def trend_views(trends: Sequence[Trend], chart: Callable[[str, list[Trend]], Markup] | None = None) -> list[TrendView]:

@@ -14,7 +14,7 @@ from hwregress.report.palette import BASELINE_DASH, marker_svg
 
 ROW_PX = 16
 # conservative average glyph width (px) of the 10 px legend font (DejaVu Sans, Chromium's fallback sans-serif on
-# Linux, averages ~6.1 px); the same figure as charts.LEGEND_CHAR_PX
+# Linux, averages ~6.1 px)
 CHAR_PX = 6.2
 SWATCH_PX = 16  # the swatch and the gap before its text
 COLUMN_GAP_PX = 14
