@@ -219,6 +219,7 @@ def run_ceiling(spec: CeilingSpec, device: str, dtype: str, timer: RoundTimer, p
     with PeakMemoryMeter(device) as memory, precision(device, dtype if spec.name == "gemm" else "fp32"):
         step, work = _build(spec, device, dtype, route)
         sampler = TelemetrySampler(device, telemetry_interval_s)
-        timing = measure(step, timer, plan, round_driver, window=sampler, settled=in_work_units(settled, work))
+        timing = measure(step, timer, plan, round_driver, window=memory.steady(sampler),
+                         settled=in_work_units(settled, work))
     return CeilingMeasurement(timing, work, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
                               health=sampler.health, facts=route.facts() if route is not None else {})

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from types import TracebackType
+from typing import Any
 
 import psutil
 import torch
@@ -24,6 +27,14 @@ class PeakMemoryMeter:
     beside a 4 ms step on 2 cores perturbs the very throughput being measured). Freed memory is handed back
     to the OS first (:func:`release_host_memory`) so an earlier test's cached pages do not hide this test's
     footprint; the figure is approximate (allocator granularity; the sampling interval off Linux).
+
+    The peak is the steady state's once :meth:`settle` is called after the warmup (as :meth:`steady` does when
+    the timed window opens): what is still held then (weights, inputs, optimizer state, kernel-library caches)
+    plus the highest transient of the steps after it. One-time transients of the first steps are left out:
+    cuDNN's algorithm search under ``cudnn.benchmark`` allocates its candidates' workspaces on the first call
+    per input shape, so a test that is the first of its process to see a shape would read gigabytes more than
+    the same test after another one (measured on an H100: resnet50 infer bs1 2.4 GiB first in its process,
+    training bs32 7.3 GiB first against 2.8 GiB after the speedup test had run the same shapes).
 
     Attribute ``peak_bytes`` holds the result after exit (None before).
     """
@@ -51,6 +62,26 @@ class PeakMemoryMeter:
             self._thread = threading.Thread(target=self._sample_rss, name="hwregress-rss", daemon=True)
             self._thread.start()
         return self
+
+    def settle(self) -> None:
+        """Forget the peaks of what ran so far, keeping what is still held: from here the peak is the memory in
+        use now plus the highest transient after. Call it after the warmup steps."""
+        if device_kind(self.device) == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        release_host_memory()
+        if self._thread is None and _reset_kernel_peak():
+            return
+        self._peak_rss = self._process.memory_info().rss
+
+    @contextlib.contextmanager
+    def steady(self, window: contextlib.AbstractContextManager[Any] | None = None) -> Iterator[None]:
+        """The timed window of :func:`hwregress.measure.timing.measure`: :meth:`settle` as it opens, then ``window``
+        (a telemetry sampler, say) around the timed rounds."""
+        self.settle()
+        with window if window is not None else contextlib.nullcontext():
+            yield
 
     def _sample_rss(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -243,7 +243,7 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
             compiled_timing.setup_s = setup_s
         sampler = TelemetrySampler(device, options.telemetry_interval_s)
         per_sample = workload.work_per_sample(context)
-        timing = measure(step, timer, options.plan, options.round_driver, window=sampler,
+        timing = measure(step, timer, options.plan, options.round_driver, window=memory.steady(sampler),
                          settled=in_work_units(options.settled, batch_size * per_sample))
     measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
                               sampler.compact_series(), health=sampler.health, work_per_sample=per_sample,

@@ -65,7 +65,8 @@ def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
         dist.barrier()  # every process has built its model and warmed up: the timed windows start together
         timer = HeartbeatTimer(default_timer(device), lambda index: context.on_round(index, spec.plan.get("rounds")))
         window = job_window(device, spec.telemetry_interval_s)
-        timing = measure(step, timer, TimingPlan(**{**spec.plan, "warmup_steps": 1}), window=window)  # warmed up
+        warmed_up = TimingPlan(**{**spec.plan, "warmup_steps": 1})
+        timing = measure(step, timer, warmed_up, window=memory.steady(window))
         _keep_training_until_all_finish(step, dist.get_world_size(), context, spec.timeout_s)
     return {"model": workload.name, "round_seconds": timing.round_seconds, "steps_per_round": timing.steps_per_round,
             "stable": timing.stable, "peak_memory_bytes": memory.peak_bytes, **window_report(window),

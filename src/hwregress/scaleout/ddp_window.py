@@ -40,7 +40,8 @@ def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
         context.on_warmup()
         timer = HeartbeatTimer(default_timer(device), lambda index: context.on_round(index, spec.plan.get("rounds")))
         window = job_window(device, spec.telemetry_interval_s)
-        timing = measure(step, timer, TimingPlan(**spec.plan), window=window, agree=agree_on_max(device))
+        timing = measure(step, timer, TimingPlan(**spec.plan), window=memory.steady(window),
+                         agree=agree_on_max(device))
     share = _profiled_share(step, device, spec.profile_steps, context) if spec.profile_steps else None
     buckets = ddp_buckets(ddp)
     return {"round_seconds": timing.round_seconds, "steps_per_round": timing.steps_per_round,
