@@ -113,3 +113,20 @@ def test_every_docs_page_starts_with_a_title_and_a_sentence(page):
     assert lines[0].startswith("# "), f"{name(page)}: the first line is not a '# Title'"
     assert len(lines) > 2 and not lines[1].strip() and lines[2].strip() and not lines[2].startswith("#"), \
         f"{name(page)}: the title is not followed by a sentence saying what the page covers"
+
+
+def quick_start_commands() -> list[str]:
+    """The lines of the fenced bash block under the README's "## Quick start" heading."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    start = lines.index("## Quick start")
+    opening = next(i for i in range(start, len(lines)) if lines[i].startswith("```bash"))
+    closing = next(i for i in range(opening + 1, len(lines)) if lines[i].startswith("```"))
+    return lines[opening + 1:closing]
+
+
+def test_the_quick_start_is_the_main_job_then_the_self_tests_and_ci_runs_it_from_the_readme():
+    install_and_run, self_tests = quick_start_commands()
+    assert '-e ".[test,llm]"' in install_and_run and install_and_run.endswith("python -m pytest -m cpu")
+    assert self_tests == "python -m pytest tests -n 2"
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "/^## Quick start/" in ci and "README.md" in ci, ".ci/run must take the quick start from README.md"

@@ -72,7 +72,7 @@ def test_java_home_that_points_nowhere_is_named_with_the_install_command(tmp_pat
     home = tmp_path / "no-jdk"
     monkeypatch.setenv("JAVA_HOME", str(home))
     assert engine.java_command() == (None, f"JAVA_HOME={home}")
-    reason = engine.unavailable_reason()
+    reason = engine.java_problem()
     assert f"JAVA_HOME={home} has no bin/java" in reason
     assert f"Java {engine.MIN_JAVA}+" in reason and engine.INSTALL_JAVA in reason
 
@@ -83,14 +83,14 @@ def test_java_home_wins_over_java_on_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(on_path.parent))
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "home-jdk"))
     assert engine.java_command() == (str(at_home), f"JAVA_HOME={tmp_path / 'home-jdk'}")
-    assert engine.unavailable_reason() is None
+    assert engine.java_problem() is None
 
 
 def test_no_java_on_path_and_no_java_home_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder
     assert engine.java_command() == (None, "java on PATH")
-    reason = engine.unavailable_reason()
+    reason = engine.java_problem()
     assert "no java on PATH" in reason and "JAVA_HOME unset" in reason and engine.INSTALL_JAVA in reason
 
 
@@ -99,20 +99,20 @@ def test_a_java_older_than_17_is_named_with_its_version(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(java.parent))
     assert engine.java_command() == (str(java), "java on PATH")
-    reason = engine.unavailable_reason()
+    reason = engine.java_problem()
     assert f"{java} (java on PATH) is version 11" in reason and engine.INSTALL_JAVA in reason
 
 
 def test_a_java_8_in_the_old_version_scheme_is_too_old(tmp_path, monkeypatch):
     _fake_java(tmp_path / "jdk8", 'java version "1.8.0_392"')
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk8"))
-    assert "is version 8;" in engine.unavailable_reason()
+    assert "is version 8;" in engine.java_problem()
 
 
 def test_a_java_without_a_readable_version_is_unknown(tmp_path, monkeypatch):
     _fake_java(tmp_path / "odd", "Error occurred during initialization of VM")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "odd"))
-    assert "is version unknown" in engine.unavailable_reason()
+    assert "is version unknown" in engine.java_problem()
 
 
 def test_a_java_that_cannot_start_is_named(tmp_path, monkeypatch):
@@ -121,7 +121,7 @@ def test_a_java_that_cannot_start_is_named(tmp_path, monkeypatch):
     java.write_text("#!/no/such/interpreter\n")
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "broken"))
-    reason = engine.unavailable_reason()
+    reason = engine.java_problem()
     assert f"{java} (JAVA_HOME={tmp_path / 'broken'}) did not run" in reason and engine.INSTALL_JAVA in reason
 
 
@@ -131,7 +131,7 @@ def test_a_java_17_or_newer_on_path_can_run_spark(tmp_path, monkeypatch, version
     java = _fake_java(tmp_path / "jdk", version)
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(java.parent))
-    assert engine.unavailable_reason() is None
+    assert engine.java_problem() is None
 
 
 @pytest.mark.parametrize("missing", ["pyspark", "pyarrow", "pandas"])
@@ -149,6 +149,7 @@ def test_pyspark_is_checked_before_java(tmp_path, monkeypatch):
 
 
 def test_start_session_raises_the_reason_without_starting_anything(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine, "pyspark_problem", lambda: None)  # as where the spark extra is installed
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
     with pytest.raises(engine.SparkUnavailable, match="has no bin/java"):
         engine.start_session(engine.EngineConfig("local[1]"))

@@ -9,6 +9,7 @@ runtime PySpark starts is ``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set, els
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -94,13 +95,25 @@ def java_major(version_text: str) -> int | None:
 
 def unavailable_reason() -> str | None:
     """Why Spark cannot run here (PySpark or pandas/pyarrow missing, no Java, Java too old), with the install
-    command; None when it can."""
-    try:
-        import pandas  # noqa: F401  (predict_batch_udf is a pandas UDF over Arrow)
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as error:
-        return f"PySpark is not installed ({error}); {INSTALL_PYSPARK}"
+    command; None when it can. The Python packages are checked first."""
+    return pyspark_problem() or java_problem()
+
+
+def pyspark_problem() -> str | None:
+    """Which of the Python packages the family needs (pandas and pyarrow for ``predict_batch_udf``'s Arrow batches,
+    pyspark) cannot be imported, with the pip command; None when all can."""
+    missing = []
+    for module in ("pandas", "pyarrow", "pyspark"):
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            missing.append(f"{module}: {error}")
+    return f"PySpark is not installed ({'; '.join(missing)}); {INSTALL_PYSPARK}" if missing else None
+
+
+def java_problem() -> str | None:
+    """Why the Java runtime Spark needs cannot run here (none found, it does not start, older than
+    :data:`MIN_JAVA`), with the install command; None when it can."""
     java, source = java_command()
     if java is None:
         where = f"{source} has no bin/java" if source.startswith("JAVA_HOME") else "no java on PATH and JAVA_HOME unset"

@@ -170,27 +170,9 @@ def resume_point(folder: Path) -> int:
 
 
 class _Progress:
-    """Collects every micro-batch's progress through a StreamingQueryListener (not limited to the last 100)."""
+    """Collects every micro-batch's progress (not limited to the last 100 Spark keeps): :func:`_listener` feeds it."""
 
     def __init__(self) -> None:
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        progress = self
-
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                progress.add(event.progress)
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                pass
-
-        self.listener = Listener()
         self.batches: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
@@ -222,6 +204,26 @@ def _ended_at(timestamp: str, durations: dict[str, int]) -> float:
     return started.timestamp() + durations.get("triggerExecution", 0) / 1000.0
 
 
+def _listener(progress: _Progress) -> Any:
+    """A ``StreamingQueryListener`` that adds each micro-batch's progress event to ``progress``."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            progress.add(event.progress)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return Listener()
+
+
 def run_stream(session: Any, spec: StreamSpec) -> StreamResult:
     """Run ``spec``'s stream on ``session`` and count it at both ends; ``spec.watch``, if set, is called at each poll
     of the wait.
@@ -238,7 +240,8 @@ def run_stream(session: Any, spec: StreamSpec) -> StreamResult:
     total = spec.warmup_images + spec.images
     watch = spec.watch
     tick = (lambda: watch(len(written), progress.rows(), total)) if watch is not None else None
-    session.streams.addListener(progress.listener)
+    listener = _listener(progress)
+    session.streams.addListener(listener)
     try:
         query = _start_query(session, spec, folders)
         started = time.perf_counter()
@@ -258,7 +261,7 @@ def run_stream(session: Any, spec: StreamSpec) -> StreamResult:
         _drain(query, progress, total, spec.timeout_s, lambda: _sink_ids(session, folders["out"]), tick=tick)
         query.stop()
     finally:
-        session.streams.removeListener(progress.listener)
+        session.streams.removeListener(listener)
         for active in session.streams.active:  # a failed run leaves no query behind
             if active.name == _query_name(spec):
                 active.stop()
