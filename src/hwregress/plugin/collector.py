@@ -23,6 +23,7 @@ from hwregress.hardware.devices import describe, environment_fingerprint, unavai
 from hwregress.plugin import ci
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
+from hwregress.store.atomic import atomic_write_text
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import DeadSession, Journal, archive_dead_journals
 from hwregress.store.results import SessionResults, TestRecord
@@ -225,8 +226,17 @@ def _dead_session_line(dead: DeadSession) -> str:
 
 
 def _write_summary(path: Path, text: str, append: bool) -> None:
+    """Append to the CI runner's summary file; replace ``--summary-md`` atomically, so a FIFO or a device there
+    is refused (:func:`hwregress.store.atomic.atomic_write_text`) instead of blocking or being replaced.
+
+    Raises:
+        OSError: the file cannot be written, or is not a regular file (``NotARegularFileError``).
+    """
+    if not append:
+        atomic_write_text(path, text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a" if append else "w", encoding="utf-8") as stream:
+    with path.open("a", encoding="utf-8") as stream:
         stream.write(text)
 
 
