@@ -185,6 +185,23 @@ def _history_and_results(tmp_path):
     return store, results
 
 
+def test_output_never_overwrites_a_file_of_the_history_it_reads(tmp_path, capsys):
+    store, results = _history_and_results(tmp_path)
+    history = str(store.directory)
+    (packages,) = (store.directory / "packages").iterdir()
+    files = [store.path_for("cpu-a"), packages]
+    before = [path.read_bytes() for path in files]
+    link = tmp_path / "page.html"
+    link.symlink_to(files[0])
+    commands = (["history", "render", "--dir", history], ["report", "render", str(results), "--history-dir", history],
+                ["report", "merge", str(results), "--history-dir", history])
+    for output in (*files, link):
+        for command in commands:
+            assert main([*command, "-o", str(output)]) == 2, command
+            assert "never overwrites an input" in _one_error(capsys, output)
+    assert [path.read_bytes() for path in files] == before and link.is_symlink()
+
+
 @pytest.mark.timeout(60)
 def test_output_onto_a_fifo_or_a_device_is_refused_and_left_as_it_is(tmp_path, capsys, character_device):
     store, results = _history_and_results(tmp_path)

@@ -1,6 +1,7 @@
 """What every subcommand of ``python -m hwregress`` shares: the one-line user error (:class:`CliError`), reading
 inputs (a results file checked record by record, a regular file refused otherwise), writing outputs atomically, only
-to a regular file or a new path and never over an input, and the argument types."""
+to a regular file or a new path and never over a file the command reads (:func:`command_inputs`), and the argument
+types."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,17 @@ def is_results_file(path: Path) -> bool:
     return isinstance(data, dict) and "records" in data and "entries" not in data
 
 
+def command_inputs(files: Iterable[str | os.PathLike[str]] = (),
+                   history_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """Every file a command reads, none of which its output may be: the files named on its command line (results,
+    journals) and every file of each history folder it reads (:meth:`HistoryStore.files`: the history files and the
+    package lists; a store's own files, such as a database, belong in that method)."""
+    return [Path(path) for path in files] + [path for folder in history_dirs for path in HistoryStore(folder).files()]
+
+
 def output_path(output: str, inputs: Sequence[str | os.PathLike[str]]) -> Path:
-    """Where to write: a regular file or a new path that is none of ``inputs``, through any link or relative
-    spelling. Checked before anything is read or rendered.
+    """Where to write: a regular file or a new path that is none of ``inputs`` (:func:`command_inputs`), through any
+    link or relative spelling. Checked before anything is read or rendered.
 
     Raises:
         CliError: an empty path, a folder, a FIFO, a device or a socket (or a link to one), or one of the inputs.

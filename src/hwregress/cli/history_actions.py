@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hwregress.cli.common import CliError, output_path, write_output
+from hwregress.cli.common import CliError, command_inputs, output_path, write_output
 from hwregress.judge.trends import STATUSES, Trend, has_changed
 from hwregress.store.results import _finite  # NaN and infinity as null, as results.json writes them
 
@@ -46,7 +46,7 @@ def check_actions(args: argparse.Namespace) -> Path | None:
 
     Raises:
         hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, ``render --format
-            json``, or an ``-o`` that is a folder, a FIFO or a device
+            json``, or an ``-o`` that is a file of the history folder, a folder, a FIFO or a device
             (:func:`hwregress.cli.common.output_path`).
     """
 
@@ -58,7 +58,7 @@ def check_actions(args: argparse.Namespace) -> Path | None:
     if args.action == "render" and args.format != "text":
         raise CliError("--format", f"{args.format} is for the table, not the dashboard",
                        "leave --format out with render")
-    return output_path(args.output, []) if args.action == "render" else None
+    return output_path(args.output, command_inputs(history_dirs=[args.dir])) if args.action == "render" else None
 
 
 def with_status(trends: Sequence[Trend], statuses: Sequence[str] | None) -> list[Trend]:
