@@ -126,7 +126,7 @@ def test_process_killed_mid_session_keeps_finished_results_and_names_the_test_it
     assert "interrupted" in (hw_project.path / "recovered.html").read_text()
 
 
-def test_two_sessions_sharing_a_report_folder_keep_each_others_journal(hw_project):
+def test_two_sessions_sharing_a_report_folder_keep_each_others_journal_and_archive(hw_project):
     first = hw_project.pytester.popen([sys.executable, "-m", "pytest", *FAST_ARGS, "--batch-sizes", "1,2,3,4,5,6",
                                        "--min-round-time", "0.3"], stdin=subprocess.DEVNULL)
     reports = hw_project.path / "reports"
@@ -137,6 +137,8 @@ def test_two_sessions_sharing_a_report_folder_keep_each_others_journal(hw_projec
     assert not (reports / "archive").exists() or not list((reports / "archive").glob("*-unfinished.jsonl"))
     assert first.wait(timeout=600) == 0
     assert not list(reports.glob(".results.*.partial.jsonl"))  # each removed its own journal only
+    archived = [json.loads(path.read_text())["meta"] for path in (reports / "archive").glob("results-*.json")]
+    assert len({meta["session"] for meta in archived}) == len(archived) == 2  # each session's archive copy kept
 
 
 def _wait_for(condition, process, timeout_s: float = 120.0) -> None:

@@ -104,9 +104,8 @@ class Collector:
         from hwregress.report.history_view import HistorySection
 
         store = HistoryStore(directory)
-        session_id = self.journal.session if self.journal is not None else f"{socket.gethostname()}-{os.getpid()}"
         try:
-            appended = store.append_session(self.records.values(), session_id, _iso(self.started))
+            appended = store.append_session(self.records.values(), self._session_id(), _iso(self.started))
         except (OSError, ValueError, Timeout) as error:
             self._fail(session, f"history not appended to {directory}: {error}; this session is missing from it "
                                 "(fix the folder, or turn the history off with --no-history)")
@@ -174,6 +173,11 @@ class Collector:
                  for trend in self.history.trends if trend.status in ci.MOVED]
         return lines + [f"hwregress: warning: {warning}" for warning in self.history.warnings[:20]]
 
+    def _session_id(self) -> str:
+        """This session's id: its journal's (``host-pid-start``, unique in its report folder), ``host-pid`` without a
+        journal."""
+        return self.journal.session if self.journal is not None else f"{socket.gethostname()}-{os.getpid()}"
+
     def _meta(self, exitstatus: int) -> dict[str, Any]:
         meta = self._own_meta(exitstatus)
         self.config.hook.pytest_hwregress_session_meta(config=self.config, meta=meta)
@@ -182,6 +186,7 @@ class Collector:
     def _own_meta(self, exitstatus: int) -> dict[str, Any]:
         return {
             "hostname": socket.gethostname(),
+            "session": self._session_id(),
             "started_at": _iso(self.started),
             "finished_at": _iso(time.time()),
             "duration_s": time.time() - self.started,
