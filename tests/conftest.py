@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -90,6 +92,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def hw_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> HwProject:
     return HwProject(pytester, monkeypatch)
+
+
+@pytest.fixture
+def character_device(tmp_path: Path) -> Path:
+    """A character device for a test to point links at and check it is still one afterwards; never written to.
+
+    Where this process may make device nodes (root), a null device of its own under ``tmp_path``, so that a write
+    that wrongly replaced it would replace that node, never the system's ``/dev/null``; elsewhere ``/dev/null``, which
+    such a process cannot replace."""
+    own = tmp_path / "null-device"
+    try:
+        os.mknod(own, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:
+        return Path("/dev/null")
+    return own
 
 
 @pytest.fixture(params=["serial", "xdist-2"], ids=["no-xdist", "n2"])

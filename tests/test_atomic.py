@@ -1,14 +1,22 @@
-"""Atomic writes keep the replaced file's mode and links, refuse NaN, and leave nothing half-written."""
+"""Atomic writes keep the replaced file's mode and links, refuse NaN, write only to a regular file or a new path, and
+leave nothing half-written."""
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import pytest
 
 from hwregress.store import baselines
-from hwregress.store.atomic import NotARegularFileError, atomic_write_json, atomic_write_text, read_regular_file
+from hwregress.store.atomic import (
+    NotARegularFileError,
+    atomic_write_json,
+    atomic_write_text,
+    read_regular_file,
+    replaceable_target,
+)
 
 
 def _mode(path) -> int:
@@ -82,3 +90,40 @@ def test_reads_refuse_folders_devices_and_fifos_without_hanging(tmp_path):
             read_regular_file(tmp_path / name)
     (tmp_path / "ok.json").write_bytes(b"\x00\xff")
     assert read_regular_file(tmp_path / "ok.json") == b"\x00\xff"
+
+
+# -- writes go to a regular file or a new path only --------------------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_write_refuses_a_fifo_and_a_link_to_it_and_leaves_both(tmp_path):
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.json"
+    link.symlink_to(fifo)
+    for path in (fifo, link):
+        with pytest.raises(NotARegularFileError, match=re.escape(f"{path}: is a FIFO")):
+            atomic_write_json(path, {"a": 1})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.readlink(link) == str(fifo)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "results.json"]  # no temporary left
+
+
+def test_write_through_a_link_to_a_character_device_leaves_the_device(tmp_path, character_device):
+    link = tmp_path / "report.html"
+    link.symlink_to(character_device)
+    with pytest.raises(NotARegularFileError) as error:
+        atomic_write_text(link, "<p>")
+    assert "is a character device" in str(error.value) and "nothing was written" in str(error.value)
+    assert link.is_symlink() and stat.S_ISCHR(os.stat(character_device).st_mode)
+
+
+def test_replaceable_target_is_a_regular_file_or_a_new_path(tmp_path, character_device):
+    with pytest.raises(NotARegularFileError, match="is a character device, not a regular file"):
+        replaceable_target(character_device)
+    with pytest.raises(NotARegularFileError, match="is a folder"):
+        replaceable_target(tmp_path)
+    regular = tmp_path / "old.json"
+    regular.write_text("{}")
+    assert replaceable_target(regular) == regular
+    assert replaceable_target(tmp_path / "new" / "file.json") == tmp_path / "new" / "file.json"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "target.json")
+    assert replaceable_target(dangling) == tmp_path / "target.json"  # a new file at the link's target

@@ -1,14 +1,20 @@
-"""``python -m hwregress``: baselines list/show/diff and report merge."""
+"""``python -m hwregress``: baselines list/show/diff and report merge; outputs never over an input, and only to a
+regular file or a new path."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
+
+import pytest
 
 from hwregress.cli import main
 from hwregress.report import write_outputs
 from hwregress.store.baselines import BaselineStore
+from hwregress.store.history import HistoryStore
 from hwregress.store.results import SessionResults, TestRecord
 
 
@@ -167,6 +173,51 @@ def test_output_never_overwrites_an_input(tmp_path, capsys, monkeypatch):
     assert main(["report", "merge", str(results), str(journal), "-o", str(results)]) == 2
     _one_error(capsys, results)
     assert journal.read_bytes() == before and link.is_symlink()
+
+
+def _history_and_results(tmp_path):
+    """A history folder as a session leaves it (its history file and its package list) and that session's results."""
+    record = TestRecord("t", family="throughput", hardware_key="cpu-a", model="resnet18", mode="train", batch_size=8,
+                        dtype="fp32", throughput=5.0, samples=[5.0, 5.1, 4.9], unit="samples/s")
+    store = HistoryStore(tmp_path / "history")
+    store.append_session([record], "session-1", "2026-11-22T10:00:00+00:00")
+    results = write_outputs(SessionResults({}, [record]), tmp_path / "reports")["results"]
+    return store, results
+
+
+def test_output_never_overwrites_a_file_of_the_history_it_reads(tmp_path, capsys):
+    store, results = _history_and_results(tmp_path)
+    history = str(store.directory)
+    (packages,) = (store.directory / "packages").iterdir()
+    files = [store.path_for("cpu-a"), packages]
+    before = [path.read_bytes() for path in files]
+    link = tmp_path / "page.html"
+    link.symlink_to(files[0])
+    commands = (["history", "render", "--dir", history], ["report", "render", str(results), "--history-dir", history],
+                ["report", "merge", str(results), "--history-dir", history])
+    for output in (*files, link):
+        for command in commands:
+            assert main([*command, "-o", str(output)]) == 2, command
+            assert "never overwrites an input" in _one_error(capsys, output)
+    assert [path.read_bytes() for path in files] == before and link.is_symlink()
+
+
+@pytest.mark.timeout(60)
+def test_output_onto_a_fifo_or_a_device_is_refused_and_left_as_it_is(tmp_path, capsys, character_device):
+    store, results = _history_and_results(tmp_path)
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    to_fifo, to_device = tmp_path / "to-fifo.html", tmp_path / "to-device.html"
+    to_fifo.symlink_to(fifo)
+    to_device.symlink_to(character_device)
+    commands = (["report", "render", str(results)], ["report", "merge", str(results)],
+                ["report", "compare", str(results), str(results)], ["history", "render", "--dir", str(store.directory)])
+    for output, kind in ((fifo, "a FIFO"), (to_fifo, "a FIFO"), (to_device, "a character device")):
+        for command in commands:
+            assert main([*command, "-o", str(output)]) == 2, command
+            assert f"is {kind}" in _one_error(capsys, output)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and to_fifo.is_symlink() and to_device.is_symlink()
+    assert stat.S_ISCHR(os.stat(character_device).st_mode)
 
 
 def test_merge_with_malformed_records_is_one_line(tmp_path, capsys):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -124,7 +126,7 @@ def test_process_killed_mid_session_keeps_finished_results_and_names_the_test_it
     assert "interrupted" in (hw_project.path / "recovered.html").read_text()
 
 
-def test_two_sessions_sharing_a_report_folder_keep_each_others_journal(hw_project):
+def test_two_sessions_sharing_a_report_folder_keep_each_others_journal_and_archive(hw_project):
     first = hw_project.pytester.popen([sys.executable, "-m", "pytest", *FAST_ARGS, "--batch-sizes", "1,2,3,4,5,6",
                                        "--min-round-time", "0.3"], stdin=subprocess.DEVNULL)
     reports = hw_project.path / "reports"
@@ -135,6 +137,8 @@ def test_two_sessions_sharing_a_report_folder_keep_each_others_journal(hw_projec
     assert not (reports / "archive").exists() or not list((reports / "archive").glob("*-unfinished.jsonl"))
     assert first.wait(timeout=600) == 0
     assert not list(reports.glob(".results.*.partial.jsonl"))  # each removed its own journal only
+    archived = [json.loads(path.read_text())["meta"] for path in (reports / "archive").glob("results-*.json")]
+    assert len({meta["session"] for meta in archived}) == len(archived) == 2  # each session's archive copy kept
 
 
 def _wait_for(condition, process, timeout_s: float = 120.0) -> None:
@@ -303,6 +307,24 @@ def test_full_disk_runs_every_test_says_what_was_lost_and_fails_the_session(hw_p
     assert "No space left on device" in output and "results not written to" in output
     assert "later records are kept in memory only" in output
     assert output.count("later records are kept in memory only") == 1  # said once, not per test
+
+
+def test_outputs_onto_a_fifo_or_a_device_are_refused_and_the_session_fails_keeping_its_journal(
+        hw_project, character_device):
+    reports = hw_project.path / "reports"
+    reports.mkdir()
+    os.mkfifo(reports / "results.json")
+    summary = hw_project.path / "summary.md"
+    summary.symlink_to(character_device)
+    result = hw_project.run("--summary-md", str(summary))
+    result.assert_outcomes(passed=2)  # every test ran and measured
+    assert result.ret != pytest.ExitCode.OK
+    output = result.stdout.str()
+    assert f"results not written to {reports}: {reports / 'results.json'}: is a FIFO" in output
+    assert f"Markdown summary not written to {summary}: {summary}: is a character device" in output
+    assert stat.S_ISFIFO(os.lstat(reports / "results.json").st_mode) and summary.is_symlink()
+    assert stat.S_ISCHR(os.stat(character_device).st_mode)
+    assert list(reports.glob(".results.*.partial.jsonl"))  # the records stay in the journal
 
 
 def test_regression_under_contention_names_it_in_terminal_results_and_summary(hw_project):

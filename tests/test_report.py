@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from html.parser import HTMLParser
@@ -115,6 +116,28 @@ def test_write_outputs_and_merge(tmp_path):
     assert paths["report"].read_text().startswith("<!DOCTYPE html>")
     html = render_merge([first, second])
     assert "amd-epyc-2t" in html and "nvidia-h100-80gb-hbm3" in html
+
+
+def test_two_sessions_writing_in_the_same_second_keep_both_archives(tmp_path):
+    started = "2026-11-22T10:15:00+00:00"  # both sessions' clock: one second, one report folder
+    for session, throughput in (("vm-1-20261122T101500Z", 40.0), ("vm-2-20261122T101500Z", 50.0)):
+        meta = dict(META, session=session, started_at=started)
+        write_outputs(SessionResults(meta, [throughput_record("resnet18", 8, throughput)]), tmp_path)
+    archives = sorted((tmp_path / "archive").glob("results-*.json"))
+    assert [path.name for path in archives] == ["results-20261122-101500-vm-1-20261122T101500Z.json",
+                                                "results-20261122-101500-vm-2-20261122T101500Z.json"]
+    assert [json.loads(path.read_text())["records"][0]["throughput"] for path in archives] == [40.0, 50.0]
+    assert len(list((tmp_path / "archive").glob("report-20261122-101500-vm-*.html"))) == 2
+
+
+def test_a_session_written_twice_in_one_second_keeps_both_archives(tmp_path):
+    meta = dict(META, session="vm-1-20261122T101500Z", started_at="2026-11-22T10:15:00+00:00")
+    first = write_outputs(SessionResults(meta, [throughput_record("resnet18", 8, 40.0)]), tmp_path)
+    second = write_outputs(SessionResults(meta, [throughput_record("resnet18", 8, 50.0)]), tmp_path)
+    assert first["results archive"] != second["results archive"]
+    assert load(first["results archive"]).records[0].throughput == 40.0
+    assert load(second["results archive"]).records[0].throughput == 50.0
+    assert second["report archive"].exists() and first["report archive"].exists()
 
 
 def test_merge_shows_ceiling_sizes_not_batches():

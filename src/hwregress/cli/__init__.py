@@ -17,7 +17,8 @@ Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit
 exits 1 when a test's direction matches ``--fail-on``;
 ``report compare`` exits 1 when B's verdict against A matches ``--fail-on``;
 ``history`` exits 1 when a test's latest segment matches ``--fail-on`` (``regression``: a regression or a drift).
-Outputs are written atomically and never over an input.
+Outputs are written atomically, only to a regular file or a new path (never a FIFO or a device), and never over a
+file the command reads (its results files and every file of a history folder it reads).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What every subcommand of ``python -m hwregress`` shares: the one-line user error (:class:`CliError`), reading
-inputs (a results file checked record by record, a regular file refused otherwise), writing outputs atomically and
-never over an input, and the argument types."""
+inputs (a results file checked record by record, a regular file refused otherwise), writing outputs atomically, only
+to a regular file or a new path and never over a file the command reads (:func:`command_inputs`), and the argument
+types."""
 
 from __future__ import annotations
 
@@ -9,16 +10,23 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from hwregress.store import results as results_module
-from hwregress.store.atomic import atomic_write_text, describe_kind, read_regular_file
+from hwregress.store.atomic import (
+    NotARegularFileError,
+    atomic_write_text,
+    describe_kind,
+    read_regular_file,
+    replaceable_target,
+)
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import dataclass_values, record_problem
 
 RESULTS_FIX = "give a results.json written by hwregress, or re-run the session that wrote it"
+OUTPUT_KIND_FIX = "give a new file or a regular file to replace, e.g. -o report.html"
 
 
 class CliError(Exception):
@@ -64,8 +72,21 @@ def is_results_file(path: Path) -> bool:
     return isinstance(data, dict) and "records" in data and "entries" not in data
 
 
-def output_path(output: str, inputs: Sequence[str]) -> Path:
-    """Where to write: a file path that is none of the inputs, through any link or relative spelling."""
+def command_inputs(files: Iterable[str | os.PathLike[str]] = (),
+                   history_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """Every file a command reads, none of which its output may be: the files named on its command line (results,
+    journals) and every file of each history folder it reads (:meth:`HistoryStore.files`: the history files and the
+    package lists; a store's own files, such as a database, belong in that method)."""
+    return [Path(path) for path in files] + [path for folder in history_dirs for path in HistoryStore(folder).files()]
+
+
+def output_path(output: str, inputs: Sequence[str | os.PathLike[str]]) -> Path:
+    """Where to write: a regular file or a new path that is none of ``inputs`` (:func:`command_inputs`), through any
+    link or relative spelling. Checked before anything is read or rendered.
+
+    Raises:
+        CliError: an empty path, a folder, a FIFO, a device or a socket (or a link to one), or one of the inputs.
+    """
     if not output.strip():
         raise CliError("-o", "the output path is empty", "give the HTML file to write, e.g. -o report.html")
     path = Path(output)
@@ -74,6 +95,10 @@ def output_path(output: str, inputs: Sequence[str]) -> Path:
     for source in inputs:
         if _same_file(path, Path(source)):
             raise CliError(output, f"is the input {source}", "choose another -o: an output never overwrites an input")
+    try:
+        replaceable_target(path)
+    except NotARegularFileError as error:
+        raise CliError(path, str(error), OUTPUT_KIND_FIX) from None
     return path
 
 
@@ -87,8 +112,15 @@ def _same_file(first: Path, second: Path) -> bool:
 
 
 def write_output(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`hwregress.store.atomic.atomic_write_text`).
+
+    Raises:
+        CliError: a FIFO, device, socket or folder is there by now, or the file cannot be written.
+    """
     try:
         atomic_write_text(path, text)
+    except NotARegularFileError as error:
+        raise CliError(path, str(error), OUTPUT_KIND_FIX) from None
     except OSError as error:
         raise CliError(path, f"cannot be written: {error.strerror or error}",
                        "check the folder exists, is writable and has free space") from None

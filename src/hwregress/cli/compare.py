@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hwregress.cli.baselines import FAIL_ON
-from hwregress.cli.common import CliError, fraction, load_results, output_path, write_output
+from hwregress.cli.common import CliError, command_inputs, fraction, load_results, output_path, write_output
 
 
 def add_compare_parser(report: Any) -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from hwregress.report.compare_view import render_compare
     from hwregress.store.results import machine_label
 
-    output = output_path(args.output, [args.a, args.b])
+    output = output_path(args.output, command_inputs([args.a, args.b]))
     sessions = [load_results(Path(args.a)), load_results(Path(args.b))]
     try:
         tolerances = tolerances_for(args.tolerance, args.max_threshold)

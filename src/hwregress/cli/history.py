@@ -22,7 +22,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from hwregress.judge.trends import load_trends
     from hwregress.report.history_table import recorded_since, status_counts, trend_table
 
-    check_actions(args)
+    output = check_actions(args)
     store = history_store(args.dir)
     known = store.hardware_keys()
     unknown = [key for key in args.key or () if key not in known]
@@ -40,8 +40,8 @@ def cmd_history(args: argparse.Namespace) -> int:
                        + (f" since {args.since.isoformat()}" if args.since else ""),
                        "check the filters, or run a session first")
     trends = with_status(trends, args.status)
-    if args.action == "render":
-        return render_dashboard_file(args, trends, warnings)
+    if output is not None:
+        return render_dashboard_file(output, args, trends, warnings)
     if args.format == "json":
         print(history_json(trends, warnings, str(args.dir), args.tolerance))
     else:

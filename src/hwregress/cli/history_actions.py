@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from hwregress.cli.common import CliError, output_path, write_output
+from hwregress.cli.common import CliError, command_inputs, output_path, write_output
 from hwregress.judge.trends import STATUSES, Trend, has_changed
 from hwregress.store.results import _finite  # NaN and infinity as null, as results.json writes them
 
@@ -39,12 +40,14 @@ def add_history_actions(history: argparse.ArgumentParser) -> None:
                          help="text: the table (default); json: the analysis as one JSON document on stdout")
 
 
-def check_actions(args: argparse.Namespace) -> None:
-    """Refuse options that do not go together, before anything is read.
+def check_actions(args: argparse.Namespace) -> Path | None:
+    """Refuse options that do not go together, and an output ``render`` may not write, before anything is read.
+    Returns the file ``render`` writes (None without the action).
 
     Raises:
-        hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, or ``render --format
-            json``.
+        hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, ``render --format
+            json``, or an ``-o`` that is a file of the history folder, a folder, a FIFO or a device
+            (:func:`hwregress.cli.common.output_path`).
     """
 
     if args.action == "render" and not args.output:
@@ -55,6 +58,7 @@ def check_actions(args: argparse.Namespace) -> None:
     if args.action == "render" and args.format != "text":
         raise CliError("--format", f"{args.format} is for the table, not the dashboard",
                        "leave --format out with render")
+    return output_path(args.output, command_inputs(history_dirs=[args.dir])) if args.action == "render" else None
 
 
 def with_status(trends: Sequence[Trend], statuses: Sequence[str] | None) -> list[Trend]:
@@ -99,11 +103,12 @@ def trend_json(trend: Trend) -> dict[str, Any]:
     }
 
 
-def render_dashboard_file(args: argparse.Namespace, trends: Sequence[Trend], warnings: Sequence[str]) -> int:
-    """``history render``: write the dashboard of ``trends`` to ``args.output`` and say so; exit status 0."""
+def render_dashboard_file(output: Path, args: argparse.Namespace, trends: Sequence[Trend],
+                          warnings: Sequence[str]) -> int:
+    """``history render``: write the dashboard of ``trends`` to ``output`` (:func:`check_actions`) and say so; exit
+    status 0."""
     from hwregress.report.dashboard import render_dashboard
 
-    output = output_path(args.output, [])
     write_output(output, render_dashboard(trends, warnings, [str(args.dir)], args.tolerance))
     keys = len({t.hardware_key for t in trends})
     print(f"wrote {output} ({len(trends)} tests on {keys} hardware keys, {sum(has_changed(t) for t in trends)} moved)")

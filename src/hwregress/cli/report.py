@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hwregress.cli.common import CliError, history_store, load_results, output_path, require_regular, write_output
+from hwregress.cli.common import (
+    CliError,
+    command_inputs,
+    history_store,
+    load_results,
+    output_path,
+    require_regular,
+    write_output,
+)
 from hwregress.cli.compare import add_compare_parser
 from hwregress.store import results as results_module
 from hwregress.store.journal import JournalError, load_journal
@@ -20,7 +28,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     """``report merge``: several results files side by side in one HTML page."""
     from hwregress.report import render_merge
 
-    output = output_path(args.output, args.results)
+    output = output_path(args.output, command_inputs(args.results, args.history_dir))
     sessions = [load_results(Path(path)) for path in args.results]
     history = _history_section(args.history_dir, sessions)
     write_output(output, render_merge(results_module.merge_sessions(sessions), history))
@@ -33,7 +41,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from hwregress.report import render
 
     source = Path(args.source)
-    output = output_path(args.output, [args.source])
+    output = output_path(args.output, command_inputs([args.source], args.history_dir))
     if source.suffix == ".jsonl":
         require_regular(source, "a journal (.jsonl)")
         try:

@@ -23,6 +23,7 @@ from hwregress.hardware.devices import describe, environment_fingerprint, unavai
 from hwregress.plugin import ci
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
+from hwregress.store.atomic import atomic_write_text
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import DeadSession, Journal, archive_dead_journals
 from hwregress.store.results import SessionResults, TestRecord
@@ -103,9 +104,8 @@ class Collector:
         from hwregress.report.history_view import HistorySection
 
         store = HistoryStore(directory)
-        session_id = self.journal.session if self.journal is not None else f"{socket.gethostname()}-{os.getpid()}"
         try:
-            appended = store.append_session(self.records.values(), session_id, _iso(self.started))
+            appended = store.append_session(self.records.values(), self._session_id(), _iso(self.started))
         except (OSError, ValueError, Timeout) as error:
             self._fail(session, f"history not appended to {directory}: {error}; this session is missing from it "
                                 "(fix the folder, or turn the history off with --no-history)")
@@ -173,6 +173,11 @@ class Collector:
                  for trend in self.history.trends if trend.status in ci.MOVED]
         return lines + [f"hwregress: warning: {warning}" for warning in self.history.warnings[:20]]
 
+    def _session_id(self) -> str:
+        """This session's id: its journal's (``host-pid-start``, unique in its report folder), ``host-pid`` without a
+        journal."""
+        return self.journal.session if self.journal is not None else f"{socket.gethostname()}-{os.getpid()}"
+
     def _meta(self, exitstatus: int) -> dict[str, Any]:
         meta = self._own_meta(exitstatus)
         self.config.hook.pytest_hwregress_session_meta(config=self.config, meta=meta)
@@ -181,6 +186,7 @@ class Collector:
     def _own_meta(self, exitstatus: int) -> dict[str, Any]:
         return {
             "hostname": socket.gethostname(),
+            "session": self._session_id(),
             "started_at": _iso(self.started),
             "finished_at": _iso(time.time()),
             "duration_s": time.time() - self.started,
@@ -225,8 +231,17 @@ def _dead_session_line(dead: DeadSession) -> str:
 
 
 def _write_summary(path: Path, text: str, append: bool) -> None:
+    """Append to the CI runner's summary file; replace ``--summary-md`` atomically, so a FIFO or a device there
+    is refused (:func:`hwregress.store.atomic.atomic_write_text`) instead of blocking or being replaced.
+
+    Raises:
+        OSError: the file cannot be written, or is not a regular file (``NotARegularFileError``).
+    """
+    if not append:
+        atomic_write_text(path, text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a" if append else "w", encoding="utf-8") as stream:
+    with path.open("a", encoding="utf-8") as stream:
         stream.write(text)
 
 

@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page (inline CSS and SVG) rendered with Jinja2.
 
-``write_outputs`` writes ``results.json`` and ``report.html`` plus timestamped copies under
-``archive/``; ``render_merge`` puts several machines' results side by side.
+``write_outputs`` writes ``results.json`` and ``report.html`` plus copies under ``archive/`` named by the session's
+start and id; ``render_merge`` puts several machines' results side by side.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import math
+import os
+import socket
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,7 +25,8 @@ from hwregress.report.history_view import HistorySection
 from hwregress.report.regressed_chart import top_context
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY, scaleout_context
 from hwregress.report.spark_view import spark_context
-from hwregress.store.atomic import atomic_write_json, atomic_write_text
+from hwregress.store.atomic import atomic_write_json, atomic_write_text, safe_file_name
+from hwregress.store.history import parse_time
 from hwregress.store.results import SessionResults, TestRecord, machine_label
 from hwregress.store.verdicts import Verdict, verdict_rank
 
@@ -164,18 +167,43 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
 
 def write_outputs(results: SessionResults, report_dir: Path, history: HistorySection | None = None) -> dict[str, Path]:
     """Write ``results.json`` and ``report.html`` (with ``history``'s trend section) under ``report_dir``
-    (atomically) and timestamped copies under ``report_dir/archive/``. Returns the paths written by name."""
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    archive = report_dir / "archive"
+    (atomically) and their copies under ``report_dir/archive/`` (:func:`archive_name`). Returns the paths written by
+    name.
+
+    Raises:
+        OSError: a file cannot be written, or is not a regular file (``NotARegularFileError``).
+        ValueError: a value JSON cannot hold (see :func:`hwregress.store.atomic.atomic_write_json`).
+    """
     data = results.to_json()
     html = render(results, history)
     paths = {"results": report_dir / "results.json", "report": report_dir / "report.html",
-             "results archive": archive / f"results-{stamp}.json", "report archive": archive / f"report-{stamp}.html"}
-    for name in ("results", "results archive"):
-        atomic_write_json(paths[name], data)
-    for name in ("report", "report archive"):
-        atomic_write_text(paths[name], html)
+             **_archive_paths(report_dir / "archive", archive_name(results.meta, report_dir / "archive"))}
+    for key in ("results", "results archive"):
+        atomic_write_json(paths[key], data)
+    for key in ("report", "report archive"):
+        atomic_write_text(paths[key], html)
     return paths
+
+
+def archive_name(meta: dict[str, Any], archive: Path) -> str:
+    """``<start>-<session>`` of a session's archive copies (``results-<name>.json``, ``report-<name>.html``): its start
+    (``meta["started_at"]``, UTC ``YYYYmmdd-HHMMSS``; now when absent or unreadable) and its id (``meta["session"]``,
+    ``host-pid-start``; ``host-pid`` when absent), as a dead session's journal is archived. The id keeps apart
+    sessions that write into one report folder in the same second; a name already in ``archive`` (one session written
+    twice) gets ``-1``, ``-2``, ..."""
+    started = parse_time(meta["started_at"]) if isinstance(meta.get("started_at"), str) else None
+    moment = started or _dt.datetime.now(_dt.timezone.utc)
+    session = str(meta.get("session") or f"{socket.gethostname()}-{os.getpid()}")
+    base = f"{moment:%Y%m%d-%H%M%S}-{safe_file_name(session, keep_last=100)}"
+    name, index = base, 0
+    while any(os.path.lexists(path) for path in _archive_paths(archive, name).values()):
+        index += 1
+        name = f"{base}-{index}"
+    return name
+
+
+def _archive_paths(archive: Path, name: str) -> dict[str, Path]:
+    return {"results archive": archive / f"results-{name}.json", "report archive": archive / f"report-{name}.html"}
 
 
 def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0,

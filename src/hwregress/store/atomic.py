@@ -5,6 +5,10 @@ destination (POSIX ``rename(2)`` is atomic within one file system), and the fold
 sees the old file or the new one, never half of one, and a crash leaves no torn file. The new file keeps the
 permission bits of the file it replaces (a new file gets ``0o666 & ~umask``, as ``open()`` would give it,
 not ``mkstemp``'s ``0o600``), and a symbolic link is written through to its target: the link stays a link.
+
+A write goes only to a regular file or a new path: a FIFO, a device node, a socket or a folder there (or at the end
+of a link) is refused, since the rename would put a regular file in its place (as root, ``-o /dev/null`` would
+replace the system's ``/dev/null``).
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "
     Returns the path actually written (the symlink's target when ``path`` is a link).
 
     Raises:
+        NotARegularFileError: something other than a regular file is at ``path`` or its link's target (a FIFO, a
+            device node, a socket, a folder); the message names it. Nothing is written.
         ValueError: ``text`` cannot be encoded in ``encoding``; the message names the file. Nothing is written.
         OSError: the folder cannot be created or written (permissions, full disk); no temporary file is left.
     """
-    target = Path(os.path.realpath(path))
+    target = replaceable_target(path)
     try:
         payload = text.encode(encoding)
     except UnicodeEncodeError as error:
@@ -58,6 +64,30 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "
         Path(temporary).unlink(missing_ok=True)
         raise
     _fsync_folder(target.parent)
+    return target
+
+
+def replaceable_target(path: str | os.PathLike[str]) -> Path:
+    """The file a write to ``path`` replaces: ``path`` with every link resolved, which must be a regular file or
+    nothing yet (a new file; a link to a missing file makes its target).
+
+    What is at the target is checked, not opened, so a FIFO cannot block and a device is not touched. A kind that
+    changes between this check and the rename is not caught: the check guards against a wrong path, not a race.
+
+    Raises:
+        NotARegularFileError: a folder, device node, FIFO or socket is there; the message names ``path``, its kind
+            and, for a link, the target.
+        OSError: the target cannot be examined (a folder on the way cannot be searched).
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        return target
+    if not stat.S_ISREG(mode):
+        through = f" (the link's target {target})" if os.path.islink(path) else ""
+        raise NotARegularFileError(f"{path}: is {describe_kind(mode)}{through}, not a regular file or a new path; "
+                                   "nothing was written")
     return target
 
 

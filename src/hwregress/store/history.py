@@ -144,6 +144,12 @@ class HistoryStore:
         return sorted(path.stem for path in self.directory.glob("*.jsonl")
                       if path.is_file() and not path.name.startswith("."))
 
+    def files(self) -> list[Path]:
+        """Every file this store reads: the history file of each hardware key and each recorded package list (the
+        files a command that reads this folder must never write over). Empty when the folder does not exist."""
+        package_lists = sorted(path for path in self._packages_folder().glob("*.json") if path.is_file())
+        return [self.path_for(key) for key in self.hardware_keys()] + package_lists
+
     def append_session(self, records: Iterable[TestRecord], session: str, time: str) -> dict[str, int]:
         """Append one row per measured record to its hardware key's file; record the package list once.
 
@@ -203,8 +209,11 @@ class HistoryStore:
             return None
         return [str(item) for item in data] if isinstance(data, list) else None
 
+    def _packages_folder(self) -> Path:
+        return self.directory / "packages"
+
     def _package_path(self, digest: str) -> Path:
-        return self.directory / "packages" / f"{digest}.json"
+        return self._packages_folder() / f"{digest}.json"
 
     def _remember_packages(self, digest: str, packages: Sequence[str]) -> None:
         path = self._package_path(digest)

@@ -33,7 +33,10 @@ _TRENDS = {"type": "object", "required": ["test_id", "hardware_key", "status", "
 META_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "hostname": {"type": "string"}, "started_at": {"type": "string"}, "finished_at": {"type": "string"},
+        "hostname": {"type": "string"},
+        "session": {"description": "the session's id (host-pid-start), as in its history rows and archive names",
+                    "type": "string"},
+        "started_at": {"type": "string"}, "finished_at": {"type": "string"},
         "duration_s": {"type": "number", "minimum": 0}, "exitstatus": {"type": "integer"},
         "interrupted": {"type": "boolean"}, "args": {"type": "array", "items": {"type": "string"}},
         "workers": {"type": "integer", "minimum": 0}, "python": {"type": "string"}, "platform": {"type": "string"},
