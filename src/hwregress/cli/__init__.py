@@ -15,7 +15,8 @@
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
-``report compare`` exits 1 when B's verdict against A matches ``--fail-on``;
+``report compare`` exits 1 when B's verdict against A matches ``--fail-on`` (an invalid test matches each) and 2 when
+nothing was compared;
 ``history`` exits 1 when a test's latest segment matches ``--fail-on`` (``regression``: a regression or a drift).
 Outputs are written atomically and never over an input.
 """
