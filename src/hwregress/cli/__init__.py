@@ -12,6 +12,8 @@
                                 [--since DATE] [--last N] [--tolerance 0.05] [--fail-on regression|drift|any]
                                 [--status regression|drift|improvement|accepted|steady|short|changed]...
                                 [--format text|json]
+    python -m hwregress history append ARCHIVED.jsonl... [--dir reports/history]
+                                (the finished records of dead sessions' journals, marked interrupted, once)
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
