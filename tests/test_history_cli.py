@@ -422,6 +422,9 @@ def test_history_append_brings_an_archived_journal_in_once_marked_interrupted(tm
     assert run(capsys, "history", "render", "--dir", str(directory), "-o", str(page))[0] == 0
     text = html.unescape(page.read_text(encoding="utf-8"))
     assert f"{DEAD_START}, pass, interrupted session, median 100" in text and text.count("interrupted session)") == 1
+    results = results_file(tmp_path / "reports" / "results.json", "cpu-a")  # the report's History section too
+    assert run(capsys, "report", "render", str(results), "-o", str(page), "--history-dir", str(directory))[0] == 0
+    assert f"{DEAD_START}, pass, hwregress 0.1.0, interrupted session" in html.unescape(page.read_text("utf-8"))
 
 
 def test_history_append_of_a_journal_without_header_is_named_by_its_content(tmp_path, capsys):
