@@ -43,7 +43,8 @@ class HwProject:
     def run(self, *args: str, env: dict[str, str] | None = None, fast: bool = True,
             inprocess: bool = False) -> pytest.RunResult:
         for key in ("HWREGRESS_SELFTEST_SLOWDOWN", "HWREGRESS_SELFTEST_INTERRUPT", "HWREGRESS_SELFTEST_OOM_AT",
-                    "HWREGRESS_SELFTEST_CRASH_AT", "HWREGRESS_SELFTEST_HARD_EXIT", "HWREGRESS_SELFTEST_ENOSPC",
+                    "HWREGRESS_SELFTEST_CRASH_AT", "HWREGRESS_SELFTEST_HARD_EXIT", "HWREGRESS_SELFTEST_SIGKILL",
+                    "HWREGRESS_SELFTEST_ENOSPC",
                     "HWREGRESS_SELFTEST_BUSY", "HWREGRESS_SELFTEST_HOST_BYTES", "HWREGRESS_SELFTEST_TORCH",
                     "HWREGRESS_SELFTEST_COMPILE_FAIL", "HWREGRESS_SELFTEST_SLEEP_S",
                     # an outer -n run's worker variables would make the inner session think it is a worker

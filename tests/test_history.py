@@ -143,6 +143,25 @@ def test_append_session_round_trips_and_splits_by_hardware_key(tmp_path, monkeyp
     assert store.packages("0" * 16) is None
 
 
+def test_row_from_record_marks_an_interrupted_session_and_only_that():
+    assert row_from_record(measured_record(), "s", TIME, "abcd", interrupted=True)["interrupted"] is True
+    assert "interrupted" not in row_from_record(measured_record(), "s", TIME, "abcd")
+
+
+def test_a_recovered_session_is_appended_once_with_its_package_list_unknown(tmp_path):
+    store = HistoryStore(tmp_path / "history")
+    records = [measured_record(test_id="a1"), measured_record(test_id="a2"), measured_record(test_id="b1",
+                                                                                            hardware_key="gpu-b")]
+    assert store.append_session(records[:1], "dead", TIME, interrupted=True, recovered=True) == {"cpu-a": 1}
+    assert store.append_session(records, "dead", TIME, interrupted=True, recovered=True) == {"cpu-a": 1, "gpu-b": 1}
+    assert store.append_session(records, "dead", TIME, interrupted=True, recovered=True) == {"cpu-a": 0, "gpu-b": 0}
+    rows = store.read("cpu-a").rows
+    assert [(r["session"], r["test_id"], r["interrupted"], r["packages"]) for r in rows] == [
+        ("dead", "a1", True, ""), ("dead", "a2", True, "")]
+    assert not (tmp_path / "history" / "packages").exists()  # this process's list is not the dead session's
+    assert store.append_session(records[:1], "other", TIME) == {"cpu-a": 1}  # another session's row is its own
+
+
 def test_append_session_without_measured_records_writes_nothing(tmp_path):
     store = HistoryStore(tmp_path / "history")
     assert store.append_session([measured_record(samples=[])], session="s", time=TIME) == {}

@@ -372,3 +372,85 @@ def test_merge_draws_a_key_held_by_two_history_dirs_once(tmp_path, capsys, secon
     assert status == 0, err
     (chart,) = re.findall(r'<svg class="chart trend".*?</svg>', page.read_text(encoding="utf-8"), flags=re.S)
     assert chart.count("<polyline") == 1
+
+
+# -- history append: an archived journal into the history -------------------------------------------------------------
+DEAD_SESSION, DEAD_START = "host-4242-20260316T020000Z", "2026-03-16T02:00:00+00:00"  # after steady_rows
+
+
+def archived_journal(path: Path, *test_ids: str, header: bool = True, died_in: str | None = "t-last") -> Path:
+    """A journal as a killed session leaves it and the next session archives it: header, then per test its running
+    line and its record (samples in samples/s on hardware key cpu-a), then the test it died in."""
+    lines = [{"journal": 1, "session": DEAD_SESSION, "pid": 4242, "host": "host", "started_at": DEAD_START}][:header]
+    for index, test_id in enumerate(test_ids):
+        record = TestRecord(test_id, hardware_key="cpu-a", device="cpu", unit="samples/s", verdict=Verdict.PASS,
+                            samples=[100.0 + index, 101.0 + index, 99.0 + index])
+        lines += [{"running": test_id}, record.to_json()]
+    lines += [{"running": died_in}] if died_in else []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_history_append_brings_an_archived_journal_in_once_marked_interrupted(tmp_path, capsys):
+    directory = history_dir(tmp_path / "history", steady_rows())
+    journal = archived_journal(tmp_path / "archive" / "results-20260301-020000-x-unfinished.jsonl", TEST_ID,
+                               OTHER_TEST_ID)
+    status, out, err = run(capsys, "history", "append", str(journal), "--dir", str(directory))
+    assert (status, err) == (0, "")
+    assert out == (f"{journal}: session {DEAD_SESSION} (started {DEAD_START}, interrupted): 2 rows appended to "
+                   f"{directory}\n")
+    recovered = [row for row in HistoryStore(directory).read("cpu-a").rows if row["session"] == DEAD_SESSION]
+    assert [(r["test_id"], r["time"], r["interrupted"], r["median"]) for r in recovered] == [
+        (TEST_ID, DEAD_START, True, 100.0), (OTHER_TEST_ID, DEAD_START, True, 101.0)]
+
+    before = (directory / "cpu-a.jsonl").read_bytes()
+    status, out, _ = run(capsys, "history", "append", str(journal), "--dir", str(directory))
+    assert status == 0 and out.endswith(f"0 rows appended to {directory}, 2 already there\n")
+    assert (directory / "cpu-a.jsonl").read_bytes() == before
+
+    status, out, _ = run(capsys, "history", "--dir", str(directory), "--test", "test_train")
+    (line,) = [line for line in session_lines(out) if DEAD_START[:19] in line]
+    assert status == 0 and line.endswith("interrupted session")
+    page = tmp_path / "dashboard.html"
+    assert run(capsys, "history", "render", "--dir", str(directory), "-o", str(page))[0] == 0
+    text = html.unescape(page.read_text(encoding="utf-8"))
+    assert text.count("(1 interrupted session)") == 2  # both tests are steady: their rows count it
+
+    slow = [history_row(i, 80.0) for i in range(16, 21)]  # a step after it: the test's chart marks the session
+    HistoryStore(directory).append("cpu-a", slow)
+    assert run(capsys, "history", "render", "--dir", str(directory), "-o", str(page))[0] == 0
+    text = html.unescape(page.read_text(encoding="utf-8"))
+    assert f"{DEAD_START}, pass, interrupted session, median 100" in text and text.count("interrupted session)") == 1
+    results = results_file(tmp_path / "reports" / "results.json", "cpu-a")  # the report's History section too
+    assert run(capsys, "report", "render", str(results), "-o", str(page), "--history-dir", str(directory))[0] == 0
+    assert f"{DEAD_START}, pass, hwregress 0.1.0, interrupted session" in html.unescape(page.read_text("utf-8"))
+
+
+def test_history_append_of_a_journal_without_header_is_named_by_its_content(tmp_path, capsys):
+    directory = history_dir(tmp_path / "history", steady_rows())
+    journal = archived_journal(tmp_path / "old.jsonl", TEST_ID, header=False, died_in=None)
+    status, out, _ = run(capsys, "history", "append", str(journal), "--dir", str(directory))
+    assert status == 0 and "1 rows appended" in out
+    (row,) = [row for row in HistoryStore(directory).read("cpu-a").rows if row.get("interrupted")]
+    assert re.fullmatch(r"journal-[0-9a-f]{16}", row["session"])
+    assert row["time"] == _dt.datetime.fromtimestamp(journal.stat().st_mtime, _dt.timezone.utc).isoformat(
+        timespec="seconds")
+    assert run(capsys, "history", "append", str(journal), "--dir", str(directory))[1].endswith("1 already there\n")
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["history", "append"], "needs the archived journal"),
+    (["history", "render", "x.jsonl", "-o", "d.html"], "only `history append` takes journals"),
+    (["history", "append", "{missing}"], "cannot open: No such file"),
+    (["history", "append", "{results}"], "is not a hwregress journal"),
+])
+def test_history_append_errors_are_one_line(tmp_path, capsys, argv, expected):
+    directory = history_dir(tmp_path / "history", steady_rows())
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(SessionResults({}, [TestRecord("t")]).to_json(), indent=1), encoding="utf-8")
+    argv = [a.format(missing=tmp_path / "none.jsonl", results=results) for a in argv]
+    before = (directory / "cpu-a.jsonl").read_bytes()
+    status, out, err = run(capsys, *argv, "--dir", str(directory))
+    assert status == 2 and out == "" and expected in one_error(err)
+    assert (directory / "cpu-a.jsonl").read_bytes() == before

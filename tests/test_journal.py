@@ -15,6 +15,7 @@ from filelock import FileLock, Timeout
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from hwregress.store.history import HistoryStore, read_history
 from hwregress.store.journal import (
     LEGACY_NAME,
     Journal,
@@ -30,21 +31,23 @@ from hwregress.store.results import SessionResults, TestRecord
 CHILD = textwrap.dedent("""
     import json, sys
     from pathlib import Path
+    from hwregress.store.history import HistoryStore
     from hwregress.store.journal import Journal, archive_dead_journals
     from hwregress.store.results import TestRecord
     report = Path(sys.argv[1])
     journal = None
     for line in sys.stdin:
         command, _, argument = line.strip().partition(" ")
-        if command == "start":
-            dead = archive_dead_journals(report, report / "archive")
+        if command == "start":  # start [HISTORY_DIR]: a dead session's records go to that history
+            history = [HistoryStore(argument)] if argument else []
+            dead = archive_dead_journals(report, report / "archive", *history)
             journal = Journal.start(report)
             reply = {"journal": str(journal.path), "archived": [d.session for d in dead]}
         elif command == "run":
             journal.mark_running(argument)
             reply = {}
         elif command == "record":
-            journal.append(TestRecord(argument, throughput=1.0))
+            journal.append(TestRecord(argument, throughput=1.0, samples=[1.0, 1.1, 0.9], hardware_key="cpu-k"))
             reply = {}
         elif command == "close":
             journal.close(remove=True)
@@ -59,9 +62,16 @@ class Child:
                                         stdout=subprocess.PIPE, text=True)
 
     def ask(self, command: str) -> dict:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        self.send(command)
+        return self.reply()
+
+    def send(self, command: str) -> None:
+        assert self.process.stdin is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
+
+    def reply(self) -> dict:
+        assert self.process.stdout is not None
         return json.loads(self.process.stdout.readline())
 
     def finish(self) -> None:
@@ -126,6 +136,97 @@ def test_a_killed_session_is_archived_with_the_test_it_died_in(tmp_path):
     recovered = load_journal(dead.archived)
     assert [r.test_id for r in recovered.records] == ["t1"] and recovered.meta["died_in"] == "t2"
     assert [p.name for p in tmp_path.iterdir()] == ["archive"]  # the lock file went with it
+
+
+def _killed_after_two_records(report: Path) -> dict:
+    """A child session that finished t1 and t2, then was killed with SIGKILL while running t3; its journal's header."""
+    child = Child(report)
+    journal = Path(child.ask("start")["journal"])
+    for test_id in ("t1", "t2"):
+        child.ask(f"run {test_id}")
+        child.ask(f"record {test_id}")
+    child.ask("run t3")
+    child.process.send_signal(signal.SIGKILL)
+    child.process.wait(60)
+    return json.loads(journal.read_text().splitlines()[0])
+
+
+def test_two_sessions_starting_at_once_bring_a_killed_sessions_records_into_the_history_once(tmp_path):
+    header = _killed_after_two_records(tmp_path)
+    history = tmp_path / "history"
+    racers = [Child(tmp_path), Child(tmp_path)]
+    try:
+        for racer in racers:  # both recover before either answers: whichever order the kernel gives them
+            racer.send(f"start {history}")
+        archived = [racer.reply()["archived"] for racer in racers]
+        for racer in racers:
+            racer.ask("close")
+            racer.finish()
+    finally:
+        for racer in racers:
+            if racer.process.poll() is None:
+                racer.process.kill()
+    assert sorted(archived) == [[], [header["session"]]]  # one of them archived it, the other found it gone
+    rows = read_history(history / "cpu-k.jsonl").rows
+    assert [(r["session"], r["time"], r["test_id"], r["interrupted"]) for r in rows] == [
+        (header["session"], header["started_at"], "t1", True), (header["session"], header["started_at"], "t2", True)]
+    assert rows[0]["packages"] == ""  # the dead session's package list was never recorded: unknown, not this one's
+
+
+def test_a_journal_recovered_again_after_a_crash_mid_recovery_appends_nothing_twice(tmp_path):
+    header = _killed_after_two_records(tmp_path)
+    (journal,) = journal_paths(tmp_path)
+    kept = journal.read_bytes()
+    store = HistoryStore(tmp_path / "history")
+    (first,) = archive_dead_journals(tmp_path, tmp_path / "archive", store)
+    assert (first.recovered.rows, first.recovered.appended, first.recovered.interrupted) == (2, 2, True)
+    assert (first.recovered.session, first.recovered.started_at) == (header["session"], header["started_at"])
+    journal.write_bytes(kept)  # as if the recovering session died after appending, before moving the journal
+    (second,) = archive_dead_journals(tmp_path, tmp_path / "archive", store)
+    assert (second.recovered.rows, second.recovered.appended) == (2, 0) and second.history_error is None
+    assert [r["test_id"] for r in store.read("cpu-k").rows] == ["t1", "t2"]
+
+
+def test_a_closed_journal_that_was_kept_reaches_the_history_unmarked(tmp_path):
+    journal = Journal.start(tmp_path)  # a session that ended but could not write its results: it kept its journal
+    journal.append(TestRecord("t1", throughput=1.0, samples=[1.0, 1.1], hardware_key="cpu-k"))
+    journal.close(remove=False)
+    (dead,) = archive_dead_journals(tmp_path, tmp_path / "archive", HistoryStore(tmp_path / "history"))
+    assert dead.closed_at and not dead.recovered.interrupted and dead.recovered.appended == 1
+    (row,) = HistoryStore(tmp_path / "history").read("cpu-k").rows
+    assert "interrupted" not in row and row["session"] == journal.session
+
+
+def test_a_history_that_cannot_be_written_leaves_the_journal_archived_with_the_reason(tmp_path):
+    _killed_after_two_records(tmp_path)
+    blocked = tmp_path / "history"
+    blocked.write_text("a file where the history folder should be")
+    (dead,) = archive_dead_journals(tmp_path, tmp_path / "archive", HistoryStore(blocked))
+    assert dead.recovered is None and str(blocked) in dead.history_error
+    assert dead.archived.exists() and [r.test_id for r in load_journal(dead.archived).records] == ["t1", "t2"]
+
+
+def test_the_dead_session_line_says_what_reached_the_history_and_how_to_append_it_later(tmp_path):
+    from hwregress.plugin.collector import _dead_session_line
+
+    _killed_after_two_records(tmp_path)
+    (journal,) = journal_paths(tmp_path)
+    kept = journal.read_bytes()
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the history folder should be")
+    (failed,) = archive_dead_journals(tmp_path, tmp_path / "archive", HistoryStore(blocked))
+    assert _dead_session_line(failed).endswith(
+        f"; not appended to the history {blocked}: {failed.history_error} (append them later: python -m hwregress "
+        f"history append {failed.archived} --dir {blocked})")
+    history = tmp_path / "history"
+    for expected in ("; 2 rows appended to the history {}, marked interrupted",
+                     "; its 2 rows were in the history {} already"):
+        journal.write_bytes(kept)
+        (dead,) = archive_dead_journals(tmp_path, tmp_path / "archive", HistoryStore(history))
+        assert _dead_session_line(dead).endswith(expected.format(history))
+    journal.write_bytes(kept)
+    (unrecorded,) = archive_dead_journals(tmp_path, tmp_path / "archive")  # --no-history: nothing said about it
+    assert _dead_session_line(unrecorded).endswith("-o FILE.html)")
 
 
 def test_a_legacy_shared_journal_is_archived(tmp_path):

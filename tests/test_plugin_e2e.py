@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -106,6 +107,9 @@ def test_interrupted_session_keeps_results_of_finished_tests(hw_project):
     assert len(results["records"]) == 2
     assert {r["verdict"] for r in results["records"]} == {"new"}
     assert "interrupted" in (hw_project.path / "reports" / "report.html").read_text()
+    (history,) = (hw_project.path / "reports" / "history").glob("*.jsonl")
+    rows = [json.loads(line) for line in history.read_text().splitlines()]
+    assert len(rows) == 2 and all(row["interrupted"] is True for row in rows)  # Ctrl-C: the session did not end
 
 
 def test_process_killed_mid_session_keeps_finished_results_and_names_the_test_it_died_in(hw_project):
@@ -124,6 +128,44 @@ def test_process_killed_mid_session_keeps_finished_results_and_names_the_test_it
                                        "-o", "recovered.html")
     assert rendered.ret == 0 and "2 tests" in rendered.stdout.str()
     assert "interrupted" in (hw_project.path / "recovered.html").read_text()
+
+
+def test_a_session_killed_by_sigkill_has_its_finished_records_in_the_history_marked_interrupted(hw_project):
+    dead = hw_project.run("--batch-sizes", "1,2,3", env={"HWREGRESS_SELFTEST_SIGKILL": "3"})
+    assert dead.ret == -signal.SIGKILL  # a real SIGKILL: no hook, no finally, no atexit ran
+    reports = hw_project.path / "reports"
+    (journal,) = reports.glob(".results.*.partial.jsonl")
+    header = json.loads(journal.read_text().splitlines()[0])
+    history = reports / "history"
+    assert not list(history.glob("*.jsonl"))  # the killed session never reached its end, where it appends
+
+    again = hw_project.run("--modes", "infer")
+    again.assert_outcomes(passed=1)
+    (archived,) = (reports / "archive").glob("results-*-unfinished.jsonl")
+    assert (f"its 2 finished records are in {archived} (render them: python -m hwregress report render {archived} -o "
+            f"FILE.html); 2 rows appended to the history {history}, marked interrupted") in again.stdout.str()
+    (history_file,) = history.glob("*.jsonl")
+    rows = [json.loads(line) for line in history_file.read_text().splitlines()]
+    finished = [f"bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs{b}-fp32]" for b in (1, 2)]
+    recovered = [row for row in rows if row["session"] == header["session"]]
+    assert sorted(row["test_id"] for row in recovered) == finished
+    assert all(row["interrupted"] is True and row["time"] == header["started_at"] and row["n"] >= 6
+               for row in recovered)
+    (own,) = [row for row in rows if row["session"] != header["session"]]
+    assert "interrupted" not in own and own["test_id"].endswith("[cpu-tiny-infer-bs4-fp32]")
+
+    table = subprocess.run([sys.executable, "-m", "hwregress", "history", "--dir", str(history), "--test", "bs1"],
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    (line,) = [line for line in table.stdout.splitlines() if header["started_at"] in line]
+    assert line.rstrip().endswith("interrupted session")
+
+    again_appended = subprocess.run([sys.executable, "-m", "hwregress", "history", "append", str(archived), "--dir",
+                                     str(history)], capture_output=True, text=True, timeout=120)
+    assert again_appended.returncode == 0, again_appended.stderr
+    assert again_appended.stdout == (f"{archived}: session {header['session']} (started {header['started_at']}, "
+                                     f"interrupted): 0 rows appended to {history}, 2 already there\n")
+    assert [json.loads(line) for line in history_file.read_text().splitlines()] == rows  # nothing twice
 
 
 def test_two_sessions_sharing_a_report_folder_keep_each_others_journal_and_archive(hw_project):
@@ -307,6 +349,11 @@ def test_full_disk_runs_every_test_says_what_was_lost_and_fails_the_session(hw_p
     assert "No space left on device" in output and "results not written to" in output
     assert "later records are kept in memory only" in output
     assert output.count("later records are kept in memory only") == 1  # said once, not per test
+    # the kept journal and the history name the session alike, so recovering the journal later appends no row twice
+    (journal,) = (hw_project.path / "reports").glob(".results.*.partial.jsonl")
+    (history,) = (hw_project.path / "reports" / "history").glob("*.jsonl")
+    sessions = {json.loads(line)["session"] for line in history.read_text().splitlines()}
+    assert sessions == {json.loads(journal.read_text().splitlines()[0])["session"]}
 
 
 def test_outputs_onto_a_fifo_or_a_device_are_refused_and_the_session_fails_keeping_its_journal(

@@ -204,6 +204,99 @@ def test_compare_refuses_to_overwrite_an_input_or_read_a_missing_file(two_sessio
     assert status == 2 and "none.json" in err and "cannot open" in err
 
 
+# -- gates that must not pass on nothing --------------------------------------------------------------------------
+def _without_tests(session: SessionResults) -> SessionResults:
+    return dataclasses.replace(session, records=[])
+
+
+def _renamed(session: SessionResults) -> SessionResults:
+    return dataclasses.replace(session, records=[dataclasses.replace(r, test_id=r.test_id + "-other")
+                                                 for r in session.records])
+
+
+def _all_failed(session: SessionResults) -> SessionResults:
+    return dataclasses.replace(session, records=[dataclasses.replace(r, verdict=Verdict.FAILED, samples=[],
+                                                                     throughput=None) for r in session.records])
+
+
+@pytest.mark.parametrize(("make_a", "make_b", "what"), [
+    (lambda s: s, _without_tests, "no test in common (A: 4 tests, B: 0)"),
+    (_without_tests, _without_tests, "no test in common (A: 0 tests, B: 0)"),
+    (lambda s: s, _renamed, "no test in common (A: 4 tests, B: 4)"),
+    (lambda s: s, _all_failed, "no test measured in both (4 tests in both, not measured: B failed in 4)"),
+], ids=["b-empty", "both-empty", "nothing-in-common", "nothing-measured-in-both"])
+@pytest.mark.parametrize("gate", [[], ["--fail-on", "any"], ["--fail-on", "regression"]])
+def test_comparing_nothing_is_an_error_naming_both_files(tmp_path, capsys, make_a, make_b, what, gate):
+    session = synthetic_session(seed=1, tests=4)
+    a = write_session(tmp_path / "a.json", make_a(session))
+    b = write_session(tmp_path / "b.json", make_b(synthetic_session(seed=2, tests=4)))
+    page = tmp_path / "diff.html"
+    status, out, err = run(capsys, "report", "compare", str(a), str(b), "-o", str(page), *gate)
+    assert status == 2 and out == "" and not page.exists()
+    (line,) = err.splitlines()
+    assert line.startswith(f"hwregress: {a} and {b}: {what}; nothing was compared (")
+    assert "give two results.json of sessions that ran the same tests" in line
+
+
+@pytest.mark.parametrize("side", ["A", "B"])
+def test_a_test_without_samples_is_invalid_never_a_pass(side):
+    a, b = synthetic_session(seed=1, tests=2), synthetic_session(seed=2, tests=2)
+    empty = a if side == "A" else b
+    empty.records[0] = dataclasses.replace(empty.records[0], samples=[])
+    row = by_id(compare_sessions(a, b))[synthetic_test_id(0)]
+    assert row.verdict == "invalid" and row.judgement is None
+    assert row.why_not == f"no samples in {side}: no per-round throughput to compare (re-run the test in {side})"
+    assert compare_sessions(a, b).counts() == {"invalid": 1, "pass": 1}
+
+
+def test_a_parity_test_without_samples_is_still_compared_on_its_accuracy():
+    def parity(accuracy: float) -> SessionResults:
+        return SessionResults({}, [TestRecord("p", family="parity", unit="accuracy", accuracy=accuracy,
+                                              verdict=Verdict.PASS)])
+
+    assert compare_sessions(parity(0.97), parity(0.97)).counts() == {"pass": 1}
+    assert compare_sessions(parity(0.97), parity(0.50)).counts() == {"regression": 1}
+
+
+@pytest.mark.parametrize(("value", "spelled"), [(-5.0, "-5.0"), (0.0, "0.0"), (float("nan"), "nan"),
+                                                (float("inf"), "inf")])
+def test_a_sample_that_is_not_a_finite_positive_throughput_is_invalid_naming_it(value, spelled):
+    a, b = synthetic_session(seed=1, tests=2), synthetic_session(seed=2, tests=2)
+    b.records[1].samples[3] = value
+    row = by_id(compare_sessions(a, b))[synthetic_test_id(1)]
+    assert row.verdict == "invalid" and row.judgement is None
+    assert row.why_not == (f"B sample 4 of 10 is {spelled}: a throughput must be a finite number > 0 "
+                           "(a measurement defect; re-run the test in B)")
+
+
+def _nan_token_file(path, session: SessionResults, test_id: str) -> str:
+    """A results file whose record of ``test_id`` holds a bare JSON NaN token in its samples, as Python's json
+    writes."""
+    data = session.to_json()
+    next(r for r in data["records"] if r["test_id"] == test_id)["samples"][0] = float("nan")
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("gate", ["any", "regression", "improvement"])
+def test_invalid_tests_fail_every_gate_and_each_is_named_with_its_reason(tmp_path, capsys, gate):
+    a = write_session(tmp_path / "a.json", synthetic_session(seed=1, tests=3))
+    session = synthetic_session(seed=2, tests=3)
+    session.records[0].samples = []
+    b = _nan_token_file(tmp_path / "b.json", session, synthetic_test_id(1))
+    page = tmp_path / "diff.html"
+    status, out, err = run(capsys, "report", "compare", str(a), b, "-o", str(page), "--fail-on", gate)
+    assert status == 1
+    assert out.strip() == f"wrote {page} (3 tests in both sessions: 2 invalid, 1 pass)"
+    assert sorted(err.splitlines()) == sorted([
+        f"hwregress: invalid: {synthetic_test_id(0)}: no samples in B: no per-round throughput to compare "
+        "(re-run the test in B)",
+        f"hwregress: invalid: {synthetic_test_id(1)}: B sample 1 of 10 is nan: a throughput must be a finite "
+        "number > 0 (a measurement defect; re-run the test in B)"])
+    assert 'data-verdict="invalid"' in page.read_text(encoding="utf-8")
+    assert run(capsys, "report", "compare", str(a), b, "-o", str(page))[0] == 0  # no gate asked for
+
+
 # -- report merge -------------------------------------------------------------------------------------------------
 def test_merge_judges_each_machine_against_the_first_with_the_gates_statistics(tmp_path, capsys):
     a = write_session(tmp_path / "a.json", synthetic_session(seed=1, tests=3))

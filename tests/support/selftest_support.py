@@ -7,6 +7,7 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_OOM_AT     batch sizes >= this raise torch.OutOfMemoryError in the model
     HWREGRESS_SELFTEST_CRASH_AT   batch sizes == this raise a plain bug (ValueError) in the model
     HWREGRESS_SELFTEST_HARD_EXIT  the process dies (os._exit, as on a segfault) at the N-th test
+    HWREGRESS_SELFTEST_SIGKILL    the process sends itself SIGKILL (as the OOM killer does) at the N-th test
     HWREGRESS_SELFTEST_ENOSPC     "journal", "results" or both (comma list): those writes fail with ENOSPC,
                                   as on a full disk
     HWREGRESS_SELFTEST_BUSY       the health probe of every window reports this fraction of the cores' time
@@ -21,6 +22,7 @@ Environment knobs (read at each use, so one project serves every scenario):
 
 import errno
 import os
+import signal
 import time
 
 import pytest
@@ -82,6 +84,9 @@ def pytest_runtest_call(item):
     hard = os.environ.get("HWREGRESS_SELFTEST_HARD_EXIT")
     if hard and _started["count"] == int(hard):
         os._exit(3)
+    killed = os.environ.get("HWREGRESS_SELFTEST_SIGKILL")
+    if killed and _started["count"] == int(killed):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _disk_full(*args, **kwargs):

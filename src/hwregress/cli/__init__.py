@@ -12,10 +12,13 @@
                                 [--since DATE] [--last N] [--tolerance 0.05] [--fail-on regression|drift|any]
                                 [--status regression|drift|improvement|accepted|steady|short|changed]...
                                 [--format text|json]
+    python -m hwregress history append ARCHIVED.jsonl... [--dir reports/history]
+                                (the finished records of dead sessions' journals, marked interrupted, once)
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
-``report compare`` exits 1 when B's verdict against A matches ``--fail-on``;
+``report compare`` exits 1 when B's verdict against A matches ``--fail-on`` (an invalid test matches each) and 2 when
+nothing was compared;
 ``history`` exits 1 when a test's latest segment matches ``--fail-on`` (``regression``: a regression or a drift).
 Outputs are written atomically, only to a regular file or a new path (never a FIFO or a device), and never over a
 file the command reads (its results files and every file of a history folder it reads).

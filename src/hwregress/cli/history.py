@@ -23,6 +23,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     from hwregress.report.history_table import recorded_since, status_counts, trend_table
 
     output = check_actions(args)
+    if args.action == "append":
+        from hwregress.cli.history_append import append_journals
+
+        return append_journals(args)
     store = history_store(args.dir)
     known = store.hardware_keys()
     unknown = [key for key in args.key or () if key not in known]

@@ -1,9 +1,11 @@
 """What ``python -m hwregress history`` adds to its table: ``--status`` (keep the tests of some statuses),
-``--format json`` (the analysis as one JSON document on stdout) and the ``render`` action (the static dashboard,
-:mod:`hwregress.report.dashboard`)::
+``--format json`` (the analysis as one JSON document on stdout), the ``render`` action (the static dashboard,
+:mod:`hwregress.report.dashboard`) and the ``append`` action (journals of dead sessions into the history,
+:mod:`hwregress.cli.history_append`)::
 
     python -m hwregress history [--dir reports/history] [--status regression|drift|changed|...]... [--format text|json]
     python -m hwregress history render [--dir reports/history] -o dashboard.html [the same filters]
+    python -m hwregress history append ARCHIVED.jsonl... [--dir reports/history]
 
 ``history --dir X`` (no action) keeps printing the table. The filters (``--key``, ``--test``, ``--since``,
 ``--status``) select the same tests for the table, the JSON and the dashboard.
@@ -28,10 +30,14 @@ JSON_FORMAT_VERSION = 1
 
 
 def add_history_actions(history: argparse.ArgumentParser) -> None:
-    """Add the ``render`` action, ``-o``, ``--status`` and ``--format`` to the ``history`` parser. The action is an
-    optional positional, so ``history --dir X`` and ``history render --dir X -o F`` (or ``--dir X render``) parse."""
-    history.add_argument("action", nargs="?", choices=("render",), default=None,
-                         help="render: write the static HTML dashboard of the history to -o (default: print the table)")
+    """Add the ``render`` and ``append`` actions, ``-o``, ``--status`` and ``--format`` to the ``history`` parser. The
+    action is an optional positional, so ``history --dir X``, ``history render --dir X -o F`` (or ``--dir X render``)
+    and ``history append A.jsonl B.jsonl --dir X`` parse."""
+    history.add_argument("action", nargs="?", choices=("render", "append"), default=None,
+                         help="render: write the static HTML dashboard of the history to -o; append: add the finished "
+                              "records of journals of sessions that died (reports/archive/results-*-unfinished.jsonl) "
+                              "to the history, once (default: print the table)")
+    history.add_argument("journals", nargs="*", help="the journals `history append` adds")
     history.add_argument("-o", "--output", help="the HTML file `history render` writes")
     history.add_argument("--status", action="append", choices=STATUS_CHOICES,
                          help="only tests of this status (repeatable); 'changed': every test whose history moved "
@@ -46,9 +52,15 @@ def check_actions(args: argparse.Namespace) -> Path | None:
 
     Raises:
         hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, ``render --format
-            json``, or an ``-o`` that is a file of the history folder, a folder, a FIFO or a device
-            (:func:`hwregress.cli.common.output_path`).
+            json``, ``append`` without a journal, a journal without ``append``, or an ``-o`` that is a file of the
+            history folder, a folder, a FIFO or a device (:func:`hwregress.cli.common.output_path`).
     """
+    if args.action == "append" and not args.journals:
+        raise CliError("history append", "needs the archived journal(s) to append",
+                       "give reports/archive/results-*-unfinished.jsonl")
+    if args.action != "append" and args.journals:
+        raise CliError(args.journals[0], "only `history append` takes journals",
+                       "add the action: python -m hwregress history append FILE.jsonl ...")
 
     if args.action == "render" and not args.output:
         raise CliError("history render", "needs the HTML file to write", "give -o dashboard.html")

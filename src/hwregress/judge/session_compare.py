@@ -21,6 +21,7 @@ tolerance rule and :func:`hwregress.judge.stats.compare`.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,7 +158,8 @@ def compare_records(a: TestRecord, b: TestRecord, tolerances: Tolerances,
                     accept_identity: bool = False) -> TestComparison:
     """B judged against A by :func:`hwregress.judge.compare.judge` (see the module doc), with memory, energy and
     telemetry side by side. A test that either session did not measure (failed, skipped, out of memory, invalid) is not
-    compared; a hardware identity that differs gives ``other-hardware`` unless ``accept_identity``."""
+    compared; one whose samples cannot be compared (:func:`samples_defect`) is ``invalid``, never a pass; a hardware
+    identity that differs gives ``other-hardware`` unless ``accept_identity``."""
     row = TestComparison(b.test_id, a, b, NOT_COMPARED, memory=_delta("peak memory", "bytes", a.peak_memory_bytes,
                                                                       b.peak_memory_bytes),
                          energy=_delta("energy", "J/sample", a.energy_j_per_sample, b.energy_j_per_sample),
@@ -165,6 +167,10 @@ def compare_records(a: TestRecord, b: TestRecord, tolerances: Tolerances,
     unmeasured = [f"{side} {record.verdict}" for side, record in (("A", a), ("B", b)) if record.verdict in NOT_MEASURED]
     if unmeasured:
         row.why_not = f"not measured in both sessions ({', '.join(unmeasured)})"
+        return row
+    defect = samples_defect(a, "A") or samples_defect(b, "B")
+    if defect is not None:
+        row.verdict, row.why_not = str(Verdict.INVALID), defect
         return row
     try:
         row.judgement = judge(measured_from_record(b), reference_entry(a), tolerances, accept_identity=accept_identity)
@@ -175,6 +181,40 @@ def compare_records(a: TestRecord, b: TestRecord, tolerances: Tolerances,
     if row.judgement.verdict != Verdict.OTHER_HARDWARE:
         row.throughput = throughput_change(a, b, tolerances)
     return row
+
+
+def samples_defect(record: TestRecord, side: str) -> str | None:
+    """Why ``record``'s per-round throughput samples (samples/s) cannot be compared, naming ``side`` (``"A"`` or
+    ``"B"``) and the value; None when they can. No samples at all is a defect unless the test is judged on its
+    accuracy instead (the parity tests measure no throughput); a sample that is not a finite number > 0 is a
+    measurement defect (no hardware runs at zero, negative or infinite throughput)."""
+    if not record.samples:
+        if record.accuracy is not None:
+            return None
+        return f"no samples in {side}: no per-round throughput to compare (re-run the test in {side})"
+    for index, value in enumerate(record.samples, start=1):
+        if _number(value) is None or value <= 0:
+            return (f"{side} sample {index} of {len(record.samples)} is {value!r}: a throughput must be a finite "
+                    f"number > 0 (a measurement defect; re-run the test in {side})")
+    return None
+
+
+def nothing_compared(comparison: SessionComparison) -> str | None:
+    """Why ``comparison`` judged no test at all (no test id in both sessions, or none measured in both), as a phrase;
+    None when at least one test was judged (whatever its verdict). A gate must never pass on such a comparison."""
+    if not comparison.tests:
+        return (f"no test in common (A: {len(comparison.only_a)} tests, "
+                f"B: {len(comparison.only_b)})")
+    if any(test.verdict != NOT_COMPARED for test in comparison.tests):
+        return None
+    reasons = Counter(_unmeasured_sides(test) for test in comparison.tests)
+    listed = ", ".join(f"{why} in {count}" for why, count in sorted(reasons.items()))
+    return f"no test measured in both ({len(comparison.tests)} tests in both, not measured: {listed})"
+
+
+def _unmeasured_sides(test: TestComparison) -> str:
+    return ", ".join(f"{side} {record.verdict}" for side, record in (("A", test.a), ("B", test.b))
+                     if record.verdict in NOT_MEASURED) or test.why_not
 
 
 def compare_sessions(a: SessionResults, b: SessionResults, tolerances: Tolerances | None = None,

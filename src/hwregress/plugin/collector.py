@@ -4,7 +4,8 @@ session's outputs (``results.json``, the HTML report, the Markdown job summary) 
 Registered on the controller only, never on an xdist worker. It builds nothing: each record comes whole on
 its report (:mod:`hwregress.plugin.record`). Every record is appended to this session's own journal as it
 arrives, with the test that is running, so a session that dies before its end leaves what it finished and the
-test it died in on disk; a later session archives only journals whose owner is gone (:mod:`hwregress.store.journal`).
+test it died in on disk; a later session archives only journals whose owner is gone, after appending their finished
+records to the history marked interrupted (:mod:`hwregress.store.journal`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Collector:
         self.problems: list[str] = []
         self.started = time.time()
         self.journal: Journal | None = None
+        # the journal's session id once it starts: the history rows use it, also after a journal write failed, so a
+        # kept journal recovered later is recognised as this session's rows
+        self.session_id = f"{socket.gethostname()}-{os.getpid()}"
         self.dead: list[DeadSession] = []
         self.history: Any = None  # report.history_view.HistorySection once the session is in the history
 
@@ -49,9 +53,11 @@ class Collector:
         if not self.settings.write_report:
             return
         report_dir = self.settings.report_dir
+        history = HistoryStore(self.settings.history_dir) if self.settings.history_dir is not None else None
         try:
-            self.dead = archive_dead_journals(report_dir, report_dir / "archive")
+            self.dead = archive_dead_journals(report_dir, report_dir / "archive", history)
             self.journal = Journal.start(report_dir)
+            self.session_id = self.journal.session
         except OSError as error:
             self.problems.append(f"no journal of this session's records in {report_dir}: {error}")
 
@@ -89,15 +95,17 @@ class Collector:
     # -- at the end -------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.records and self.settings.history_dir is not None:
-            self._append_history(session, self.settings.history_dir)
+            self._append_history(session, self.settings.history_dir,
+                                 interrupted=int(exitstatus) == int(pytest.ExitCode.INTERRUPTED))
         if self.records and self.settings.write_report:
             results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
             self._write(results, session)
         if self.journal is not None:
             self.journal.close(remove=not self.problems)  # the results file now holds everything it held
 
-    def _append_history(self, session: pytest.Session, directory: Path) -> None:
-        """Append this session's measured tests to the history, then analyse their trends for the report."""
+    def _append_history(self, session: pytest.Session, directory: Path, interrupted: bool) -> None:
+        """Append this session's measured tests to the history (marked ``interrupted`` after a Ctrl-C), then analyse
+        their trends for the report."""
         from filelock import Timeout
 
         from hwregress.judge.trends import load_trends
@@ -105,7 +113,7 @@ class Collector:
 
         store = HistoryStore(directory)
         try:
-            appended = store.append_session(self.records.values(), self._session_id(), _iso(self.started))
+            appended = store.append_session(self.records.values(), self.session_id, _iso(self.started), interrupted)
         except (OSError, ValueError, Timeout) as error:
             self._fail(session, f"history not appended to {directory}: {error}; this session is missing from it "
                                 "(fix the folder, or turn the history off with --no-history)")
@@ -173,11 +181,6 @@ class Collector:
                  for trend in self.history.trends if trend.status in ci.MOVED]
         return lines + [f"hwregress: warning: {warning}" for warning in self.history.warnings[:20]]
 
-    def _session_id(self) -> str:
-        """This session's id: its journal's (``host-pid-start``, unique in its report folder), ``host-pid`` without a
-        journal."""
-        return self.journal.session if self.journal is not None else f"{socket.gethostname()}-{os.getpid()}"
-
     def _meta(self, exitstatus: int) -> dict[str, Any]:
         meta = self._own_meta(exitstatus)
         self.config.hook.pytest_hwregress_session_meta(config=self.config, meta=meta)
@@ -186,7 +189,7 @@ class Collector:
     def _own_meta(self, exitstatus: int) -> dict[str, Any]:
         return {
             "hostname": socket.gethostname(),
-            "session": self._session_id(),
+            "session": self.session_id,
             "started_at": _iso(self.started),
             "finished_at": _iso(time.time()),
             "duration_s": time.time() - self.started,
@@ -223,11 +226,25 @@ def _record_of(report: pytest.TestReport) -> TestRecord | None:
 
 
 def _dead_session_line(dead: DeadSession) -> str:
-    """One sentence about a session that ended without writing its results."""
+    """One sentence about a session that ended without writing its results, and whether its records reached the
+    history."""
     how = f"died while running {dead.died_in}" if dead.died_in else "ended without writing its results"
     return (f"an earlier session ({dead.session}, started {dead.started_at or 'at an unknown time'}) {how}; its "
             f"{dead.records} finished records are in {dead.archived} (render them: python -m hwregress report render "
-            f"{dead.archived} -o FILE.html)")
+            f"{dead.archived} -o FILE.html){_recovered_clause(dead)}")
+
+
+def _recovered_clause(dead: DeadSession) -> str:
+    if dead.history_error is not None:
+        return (f"; not appended to the history {dead.history}: {dead.history_error} (append them later: "
+                f"python -m hwregress history append {dead.archived} --dir {dead.history})")
+    recovered = dead.recovered
+    if recovered is None or recovered.rows == 0:
+        return ""
+    if recovered.appended == 0:
+        return f"; its {recovered.rows} rows were in the history {dead.history} already"
+    marked = ", marked interrupted" if recovered.interrupted else ""
+    return f"; {recovered.appended} rows appended to the history {dead.history}{marked}"
 
 
 def _write_summary(path: Path, text: str, append: bool) -> None:

@@ -26,7 +26,7 @@ from markupsafe import Markup
 from hwregress import __version__
 from hwregress.judge.trends import DEFAULT_TOLERANCE, REFERENCE_SESSIONS, STATUSES, Trend
 from hwregress.report import _environment, charts, trend_chart
-from hwregress.report.history_table import status_counts
+from hwregress.report.history_table import interrupted_note, status_counts
 from hwregress.report.history_view import CHART_SESSIONS, STATUS_BADGE, TrendView, split_by_movement, trend_views
 
 FACETS = (("key", "hardware key"), ("device", "device"), ("model", "model"), ("family", "family"), ("status", "status"))
@@ -45,6 +45,11 @@ class SteadyRow:
     @property
     def latest_ratio(self) -> float | None:
         return self.ratios[-1] if self.ratios else None
+
+    @property
+    def interrupted(self) -> int:
+        """How many of its sessions did not run to their end (rows marked ``interrupted``)."""
+        return sum(bool(interrupted_note(row)) for row in self.trend.rows)
 
 
 @dataclass
@@ -140,7 +145,7 @@ def _ratio_series(trend: Trend) -> trend_chart.TrendSeries:
     references = _references(trend)[skipped:]
     points = [trend_chart.TrendPoint(index, row["median"] / reference, _scaled(row.get("q1"), reference),
                                 _scaled(row.get("q3"), reference),
-                                f"{row['time']}, {row.get('verdict', '?')}, median "
+                                f"{row['time']}, {row.get('verdict', '?')}{interrupted_note(row)}, median "
                                 f"{charts.format_value(row['median'])} {trend.unit}")
               for index, (row, reference) in enumerate(zip(trend.rows[skipped:], references, strict=True))]
     marks = [trend_chart.TrendMark(item.change.index - skipped,

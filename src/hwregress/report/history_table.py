@@ -13,6 +13,7 @@ from hwregress.store.history import parse_time
 
 CHANGE_MARK = "◆"  # a significant change point (Welch p < 0.01)
 WEAK_MARK = "◇"  # a change point PELT placed whose levels do not differ significantly
+INTERRUPTED = "interrupted session"  # the note on a row of a session that did not run to its end
 
 
 def trend_table(trend: Trend, since: _dt.datetime | None = None, last: int | None = None) -> list[str]:
@@ -43,16 +44,23 @@ def recorded_since(row: dict[str, Any], since: _dt.datetime) -> bool:
     return moment is not None and moment >= since
 
 
+def interrupted_note(row: dict[str, Any]) -> str:
+    """``", interrupted session"`` for a history row of a session that did not run to its end (its ``interrupted``
+    field), else ``""``: the note the table, the dashboard and the report's trend charts add to a session."""
+    return f", {INTERRUPTED}" if row.get("interrupted") is True else ""
+
+
 def _session_line(row: dict[str, Any], change: FirstBad | None) -> str:
     mark = " " if change is None else CHANGE_MARK if change.change.significant else WEAK_MARK
     iqr = row.get("iqr")
     cells = (f"  {mark} {row['time']:<26} {row['median']:>10.4g} {'-' if iqr is None else f'{iqr:.3g}':>9} "
              f"{row.get('n', '-')!s:>4}  {row.get('verdict', '-')!s:<14} {row.get('hwregress_version', '-')!s:<10}")
+    note = f"  {INTERRUPTED}" if interrupted_note(row) else ""
     if change is None:
-        return cells.rstrip()
+        return cells.rstrip() + note
     weak = "" if change.change.significant else ", not significant"
     return (f"{cells} {change.change.change:+.1%} (p={change.change.p_value:.2g}{weak}, {change.change.before:.4g} -> "
-            f"{change.change.after:.4g}): {'; '.join(change.differences)}")
+            f"{change.change.after:.4g}): {'; '.join(change.differences)}{note}")
 
 
 def status_counts(trends: Sequence[Trend]) -> str:

@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from hwregress.judge.trends import DEFAULT_TOLERANCE, STATUSES, FirstBad, Trend, has_changed
 from hwregress.report.charts import sparkline
+from hwregress.report.history_table import interrupted_note
 from hwregress.report.trend_chart import TrendMark, TrendPoint, TrendSeries, trend_chart
 
 CHART_SESSIONS = 60  # the chart shows the latest sessions; the analysis uses every one
@@ -102,7 +103,8 @@ def _series(trend: Trend) -> TrendSeries:
     skipped = max(0, len(trend.rows) - CHART_SESSIONS)
     rows = trend.rows[skipped:]
     points = [TrendPoint(index, row["median"], row.get("q1"), row.get("q3"),
-                         f"{row['time']}, {row.get('verdict', '?')}, hwregress {row.get('hwregress_version', '?')}")
+                         f"{row['time']}, {row.get('verdict', '?')}, hwregress {row.get('hwregress_version', '?')}"
+                         f"{interrupted_note(row)}")
               for index, row in enumerate(rows)]
     marks = [TrendMark(item.change.index - skipped, f"{item.change.change:+.1%}, p={item.change.p_value:.2g}")
              for item in trend.changes if item.change.index > skipped and item.change.significant]

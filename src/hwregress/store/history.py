@@ -22,7 +22,9 @@ Row fields (``HISTORY_ROW_VERSION`` 1): ``v``, ``session`` (id of the pytest ses
 ``iqr``, ``n`` (of the per-round samples), ``verdict``, ``ratio``, ``threshold``, ``baseline_median``,
 ``baseline_recorded_at``, ``telemetry`` (``power_w``, ``sm_clock_mhz``, ``temperature_c``, ``cpu_util_pct``: means over
 the window, where measured), ``health`` (the CPU health probe's ``other_cpu_fraction``, ``steal_fraction``,
-``cpu_freq_mhz``) and ``diagnosis`` (the first two likely causes of a regression, :mod:`hwregress.judge.diagnosis`).
+``cpu_freq_mhz``), ``diagnosis`` (the first two likely causes of a regression, :mod:`hwregress.judge.diagnosis`) and
+``interrupted`` (``true`` on the rows of a session that did not run to its end: interrupted, or killed and its finished
+records recovered from its journal (:mod:`hwregress.store.journal`); absent otherwise).
 """
 
 from __future__ import annotations
@@ -77,14 +79,16 @@ def _this_process_packages() -> tuple[str, ...]:
     return tuple(installed_packages())
 
 
-def row_from_record(record: TestRecord, session: str, time: str, packages: str) -> dict[str, Any] | None:
+def row_from_record(record: TestRecord, session: str, time: str, packages: str,
+                    interrupted: bool = False) -> dict[str, Any] | None:
     """The history row of one finished test; None when it measured nothing (no samples, no hardware key).
 
     Args:
         record: the test's record (``samples`` in ``record.unit``, e.g. samples/s).
         session: the id of the pytest session (same for every row it writes).
         time: the session's start, UTC ISO 8601 (same for every row it writes: one session, one x position).
-        packages: :func:`package_hash` of the installed packages.
+        packages: :func:`package_hash` of the installed packages ("" when unknown).
+        interrupted: the session did not run to its end: the row gets ``"interrupted": true``.
     """
     values = [float(s) for s in record.samples
               if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0]
@@ -107,6 +111,7 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str) 
         "health": {key: value for key in HEALTH_FIELDS
                    if (value := _finite_or_none((record.health or {}).get(key))) is not None},
         "diagnosis": list(record.diagnosis[:2]),
+        **({"interrupted": True} if interrupted else {}),
     }
 
 
@@ -150,26 +155,36 @@ class HistoryStore:
         package_lists = sorted(path for path in self._packages_folder().glob("*.json") if path.is_file())
         return [self.path_for(key) for key in self.hardware_keys()] + package_lists
 
-    def append_session(self, records: Iterable[TestRecord], session: str, time: str) -> dict[str, int]:
+    def append_session(self, records: Iterable[TestRecord], session: str, time: str, interrupted: bool = False,
+                       recovered: bool = False) -> dict[str, int]:
         """Append one row per measured record to its hardware key's file; record the package list once.
 
+        Args:
+            interrupted: the session did not run to its end: its rows are marked (:func:`row_from_record`).
+            recovered: the records come from the journal of a session that is gone (:mod:`hwregress.store.journal`):
+                its package list is unknown (``packages`` is ""; this process's is not the one it ran with), and a
+                row whose session id and test id its file holds already is not appended again, so a journal
+                recovered twice is in the history once.
+
         Returns:
-            rows appended per hardware key.
+            rows appended per hardware key (0 for a key whose rows were all there already).
 
         Raises:
             OSError: the folder or a file cannot be written (nothing half-written stays unreadable: see the
                 module doc).
             filelock.Timeout: another writer held a file's lock for more than ``LOCK_TIMEOUT_S``.
         """
-        packages = _this_process_packages()
-        digest = package_hash(packages)
+        packages = () if recovered else _this_process_packages()
+        digest = package_hash(packages) if packages else ""
         by_key: dict[str, list[dict[str, Any]]] = {}
         for record in records:
-            row = row_from_record(record, session, time, digest)
+            row = row_from_record(record, session, time, digest, interrupted)
             if row is not None:
                 by_key.setdefault(row["hardware_key"], []).append(row)
-        if by_key:
+        if by_key and packages:
             self._remember_packages(digest, packages)
+        if recovered:
+            return {key: self._append_absent(key, rows) for key, rows in by_key.items()}
         for key, rows in by_key.items():
             self.append(key, rows)
         return {key: len(rows) for key, rows in by_key.items()}
@@ -182,16 +197,24 @@ class HistoryStore:
             OSError, filelock.Timeout: see :meth:`append_session`.
         """
         path = self.path_for(hardware_key)
-        try:
-            lines = "".join(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n" for row in rows)
-            payload = lines.encode("utf-8")
-        except (ValueError, TypeError) as error:  # UnicodeEncodeError (a lone surrogate) is a ValueError
-            raise ValueError(f"{path}: a history row cannot be written as JSON ({error}); "
-                             "nothing was appended") from None
+        payload = _payload(path, rows)
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
             _append_lines(path, payload)
         return path
+
+    def _append_absent(self, hardware_key: str, rows: Sequence[dict[str, Any]]) -> int:
+        """:meth:`append` of the ``rows`` whose (session, test id) the file does not hold yet, read under the same
+        lock as the write. Returns how many were appended."""
+        path = self.path_for(hardware_key)
+        _payload(path, rows)  # refuse a row JSON cannot hold before anything is read or written
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+            present = {(row["session"], row["test_id"]) for row in read_history(path).rows}
+            absent = [row for row in rows if (row["session"], row["test_id"]) not in present]
+            if absent:
+                _append_lines(path, _payload(path, absent))
+        return len(absent)
 
     def read(self, hardware_key: str) -> HistoryRead:
         """Every valid row of the key's file, in file order (an absent file reads as empty).
@@ -219,6 +242,14 @@ class HistoryStore:
         path = self._package_path(digest)
         if not path.exists():
             atomic_write_json(path, list(packages))
+
+
+def _payload(path: Path, rows: Sequence[dict[str, Any]]) -> bytes:
+    try:
+        lines = "".join(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n" for row in rows)
+        return lines.encode("utf-8")
+    except (ValueError, TypeError) as error:  # UnicodeEncodeError (a lone surrogate) is a ValueError
+        raise ValueError(f"{path}: a history row cannot be written as JSON ({error}); nothing was appended") from None
 
 
 def _append_lines(path: Path, payload: bytes) -> None:

@@ -5,8 +5,11 @@ results and the name of the test it died in.
 Each session writes its own ``.results.<session-id>.partial.jsonl`` in the report folder and holds an
 exclusive lock (``filelock``, ``flock(2)`` on POSIX) on ``.results.<session-id>.lock`` for its whole life.
 The kernel drops the lock when the process dies however it dies, so a journal whose lock can be taken
-belongs to a session that is gone: :func:`archive_dead_journals` moves only those to the archive. Sessions
-sharing a report folder therefore never touch each other's journals.
+belongs to a session that is gone: :func:`archive_dead_journals` moves only those to the archive, after appending
+their finished records to the session history (:func:`append_to_history`) while it holds their lock. Sessions
+sharing a report folder therefore never touch each other's journals, and of two sessions starting at once only one
+recovers a dead journal; a recovering session that dies between the append and the move leaves the journal to the
+next one, whose append finds the rows there already (a journal's rows reach the history once).
 
 Lines, in order::
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
 import json
 import os
 import socket
@@ -32,6 +36,7 @@ from filelock import FileLock, Timeout
 
 from hwregress.store.atomic import read_regular_file
 from hwregress.store.figures import migrate_legacy_details
+from hwregress.store.history import HistoryStore, parse_time, row_from_record
 from hwregress.store.results import SessionResults, TestRecord, record_problem
 
 JOURNAL_FORMAT = 1
@@ -41,6 +46,26 @@ _PREFIX, _SUFFIX, _LOCK_SUFFIX = ".results.", ".partial.jsonl", ".lock"
 
 class JournalError(ValueError):
     """A journal that cannot be read at all (missing, a folder, no permission); the message names it."""
+
+
+@dataclass
+class Recovered:
+    """A journal's finished records brought into the session history by :func:`append_to_history`.
+
+    Attributes:
+        session: the rows' session id: the journal's (``host-pid-start``), or ``journal-<hash>`` of a journal
+            without header (hwregress 0.1's), the first 16 hex digits of the SHA-256 of its bytes.
+        started_at: the rows' time: the session's start (UTC ISO 8601), or the file's modification time.
+        interrupted: the session died before its end (its journal was never closed): the rows are marked so.
+        rows: the journal's measured records, one history row each.
+        appended: rows appended now; the others were in the history already.
+    """
+
+    session: str
+    started_at: str
+    interrupted: bool
+    rows: int
+    appended: int
 
 
 @dataclass
@@ -54,6 +79,9 @@ class DeadSession:
         records: number of finished records the journal holds.
         archived: where the journal now lies.
         closed_at: set when the session closed normally but kept its journal (its results were not written).
+        history: the history folder its records were appended to (None when no history was given).
+        recovered: what reached that history (None when no history was given or the append failed).
+        history_error: why the append failed (the journal is archived all the same: ``history append`` it later).
     """
 
     session: str
@@ -62,6 +90,9 @@ class DeadSession:
     records: int
     archived: Path
     closed_at: str | None = None
+    history: Path | None = None
+    recovered: Recovered | None = None
+    history_error: str | None = None
 
 
 @dataclass
@@ -169,9 +200,12 @@ def _lock_path_of(journal: Path) -> Path:
     return journal.with_name(journal.name[: -len(_SUFFIX)] + _LOCK_SUFFIX)
 
 
-def archive_dead_journals(report_dir: Path, archive_dir: Path) -> list[DeadSession]:
+def archive_dead_journals(report_dir: Path, archive_dir: Path,
+                          history: HistoryStore | None = None) -> list[DeadSession]:
     """Move every journal of ``report_dir`` whose session is gone (its lock can be taken) into
-    ``archive_dir`` as ``results-<start>-<session>-unfinished.jsonl``; journals of live sessions are not
+    ``archive_dir`` as ``results-<start>-<session>-unfinished.jsonl``, first appending its finished records to
+    ``history`` (:func:`append_to_history`; a history that cannot be written is said in
+    :attr:`DeadSession.history_error` and the journal is archived all the same); journals of live sessions are not
     touched. Returns what was archived, oldest first.
 
     Raises:
@@ -187,18 +221,24 @@ def archive_dead_journals(report_dir: Path, archive_dir: Path) -> list[DeadSessi
             continue  # a live session's
         try:
             if journal.exists():
-                dead.append(_archive(journal, Path(archive_dir)))
+                dead.append(_archive(journal, Path(archive_dir), history))
             lock_path.unlink(missing_ok=True)
         finally:
             lock.release()
     return sorted(dead, key=lambda d: (d.started_at or "", d.session))
 
 
-def _archive(journal: Path, archive_dir: Path) -> DeadSession:
+def _archive(journal: Path, archive_dir: Path, history: HistoryStore | None) -> DeadSession:
     try:
         results = load_journal(journal)
     except JournalError:
         results = SessionResults({}, [])
+    recovered, history_error = None, None
+    if history is not None:
+        try:
+            recovered = append_to_history(journal, results, history)
+        except (OSError, ValueError, Timeout) as error:
+            history_error = str(error)
     meta = results.meta
     session = str(meta.get("session") or journal.name)
     started = meta.get("started_at") if isinstance(meta.get("started_at"), str) else None
@@ -209,7 +249,45 @@ def _archive(journal: Path, archive_dir: Path) -> DeadSession:
         index += 1
         target = archive_dir / f"results-{stamp}-{_safe(session)}-{index}-unfinished.jsonl"
     journal.replace(target)
-    return DeadSession(session, started, meta.get("died_in"), len(results.records), target, meta.get("closed_at"))
+    return DeadSession(session, started, meta.get("died_in"), len(results.records), target, meta.get("closed_at"),
+                       history.directory if history is not None else None, recovered, history_error)
+
+
+def append_to_history(path: Path, results: SessionResults, history: HistoryStore) -> Recovered:
+    """Append the finished records of the journal at ``path`` (as :func:`load_journal` read it into ``results``) to
+    ``history``, with the session id and start time of the session that wrote them (:func:`journal_identity`),
+    marked interrupted unless the session closed its journal; rows the history holds already (the same session id
+    and test id) are not appended again (:meth:`HistoryStore.append_session` with ``recovered``).
+
+    Raises:
+        OSError: the journal (to name one without header) or the history cannot be read or written.
+        ValueError: a row JSON cannot hold, or the history folder cannot hold its hardware key.
+        filelock.Timeout: another writer held a history file's lock too long.
+    """
+    session, started = journal_identity(path, results)
+    interrupted = results.meta.get("closed_at") is None
+    appended = history.append_session(results.records, session, started, interrupted=interrupted, recovered=True)
+    rows = sum(row_from_record(record, session, started, "") is not None for record in results.records)
+    return Recovered(session, started, interrupted, rows, sum(appended.values()))
+
+
+def journal_identity(path: Path, results: SessionResults) -> tuple[str, str]:
+    """The session id and start time (UTC ISO 8601) of the journal at ``path`` (read into ``results``): its header's;
+    for a journal without header (hwregress 0.1), ``journal-`` and the first 16 hex digits of the SHA-256 of its
+    bytes, and the file's modification time (both survive the move to the archive, so the same file always gets the
+    same identity).
+
+    Raises:
+        OSError: a journal without header cannot be read.
+    """
+    session, started = results.meta.get("session"), results.meta.get("started_at")
+    if not isinstance(session, str) or not session:
+        session = f"journal-{hashlib.sha256(read_regular_file(path)).hexdigest()[:16]}"
+    moment = parse_time(started) if isinstance(started, str) else None
+    if moment is None:
+        moment = _dt.datetime.fromtimestamp(Path(path).stat().st_mtime, _dt.timezone.utc)
+        return session, moment.isoformat(timespec="seconds")
+    return session, started
 
 
 def _stamp(started: str | None, journal: Path) -> str:
