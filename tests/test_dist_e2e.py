@@ -206,5 +206,58 @@ def test_on_the_cpu_scaling_and_colocation_run_when_asked_for(dist_project):
     assert "test_scaling" not in collected("-m", "cpu") and "test_colocated" not in collected("-m", "cpu")
     assert "test_ceiling[cpu-allreduce-fp32]" in collected("-m", "cpu")
     assert "test_scaling[cpu-mobilenet_v3_small-train-w1-bs8-fp32]" in collected("-m", "cpu and scaling")
-    assert "test_scaling[cpu-mobilenet_v3_small-train-w4-bs8-fp32]" in collected("-m", "cpu", "--world-sizes", "4")
+    assert "test_scaling[cpu-mobilenet_v3_small-train-w4-bs8-fp32]" in collected("-m", "cpu", "--world-sizes", "4",
+                                                                                 "--oversubscribe")
     assert "test_colocated[cpu-resnet18+alexnet-train-bs8-fp32]" in collected("--colocate", "resnet18+alexnet")
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def test_world_sizes_beyond_the_cores_are_a_usage_error_unless_oversubscribed(dist_project):
+    cores = _usable_cores()
+    too_many = cores + 1
+
+    pyproject = dist_project.path / "pyproject.toml"
+    original = pyproject.read_text()
+
+    def configure(*args: str, ini: str = "") -> pytest.RunResult:
+        pyproject.write_text(original.replace("[tool.pytest.ini_options]\n", f"[tool.pytest.ini_options]\n{ini}\n"))
+        return dist_project.run("--collect-only", "-q", "-m", "cpu", *args, fast=False, inprocess=True)
+
+    refused = configure("--world-sizes", f"1,{too_many}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert (f"--world-sizes=1,{too_many}: world size {too_many} needs {too_many} ranks on this node, beyond its "
+            f"{cores} usable CPU cores (gloo); use world sizes up to {cores}, or --oversubscribe (ini: "
+            "hwregress_oversubscribe = true) to run them anyway") in refused.stderr.str()
+    forced = configure("--world-sizes", f"1,{too_many}", "--oversubscribe")
+    assert forced.ret == pytest.ExitCode.OK
+    assert f"test_scaling[cpu-mobilenet_v3_small-train-w{too_many}-bs8-fp32]" in forced.stdout.str()
+    assert configure("--world-sizes", str(cores)).ret == pytest.ExitCode.OK  # every core a rank: no oversubscription
+
+    sizes_in_ini = f'hwregress_world_sizes = ["{too_many}"]'
+    from_ini = configure(ini=sizes_in_ini)
+    assert from_ini.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ini option hwregress_world_sizes={too_many}: world size {too_many} needs" in from_ini.stderr.str()
+    assert configure(ini=f'{sizes_in_ini}\nhwregress_oversubscribe = "true"').ret == pytest.ExitCode.OK
+    bad_switch = configure(ini=f'{sizes_in_ini}\nhwregress_oversubscribe = "maybe"')
+    assert bad_switch.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ini option hwregress_oversubscribe='maybe': use true or false" in bad_switch.stderr.str()
+
+
+def test_world_sizes_beyond_the_selected_gpus_are_a_usage_error_unless_oversubscribed(dist_project, monkeypatch):
+    from fakes import cuda as fake_cuda
+
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties(bus=0x18), 1: fake_cuda.fake_properties(bus=0x3B)})
+    args = ["--collect-only", "-q", "-m", "scaling", "--devices", "cuda:0,cuda:1", "--world-sizes", "2,4"]
+
+    refused = dist_project.run(*args, fast=False, inprocess=True)  # in this process: the fake GPUs are seen
+
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("--world-sizes=2,4: world size 4 needs 4 ranks on this node, beyond its 2 selected GPUs (NCCL: one rank "
+            "per GPU); use world sizes up to 2, select more GPUs with --devices, or --oversubscribe") in (
+        refused.stderr.str())
+    forced = dist_project.run(*args, "--oversubscribe", fast=False, inprocess=True)
+    assert forced.ret == pytest.ExitCode.OK
+    assert "test_scaling[cuda:0-resnet50-train-w4-" in forced.stdout.str()  # kept; skipped as unsupported when run

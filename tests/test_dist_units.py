@@ -17,11 +17,31 @@ from hwregress.scaleout.collectives import bus_bandwidth_gbps, message_sizes
 from hwregress.scaleout.comm_profile import communication_share, is_communication, union_us
 from hwregress.scaleout.job import JobSpec, read_statuses, write_status
 from hwregress.scaleout.launch import describe_failures, stalled_ranks
-from hwregress.scaleout.topology import Topology, default_world_sizes, parse_endpoint, ranks_per_node, threads_per_rank
+from hwregress.scaleout.topology import (
+    Topology,
+    default_world_sizes,
+    oversubscription,
+    parse_endpoint,
+    ranks_per_node,
+    threads_per_rank,
+)
 from hwregress.store.verdicts import Verdict
 
 
 # -- topology ----------------------------------------------------------------------------------------
+def test_oversubscription_names_the_first_world_size_beyond_the_node_and_its_limit():
+    assert oversubscription([1, 2], 1, "cuda", 2) is None
+    assert oversubscription([1, 2, 4, 8], 1, "cuda", 2) == (
+        "world size 4 needs 4 ranks on this node, beyond its 2 selected GPUs (NCCL: one rank per GPU); use world "
+        "sizes up to 2, select more GPUs with --devices, or --oversubscribe (ini: hwregress_oversubscribe = true) to "
+        "keep them (skipped as unsupported)")
+    assert oversubscription([2, 4], 2, "cpu", 2) is None  # two ranks on each of two nodes
+    assert oversubscription([2, 6], 2, "cpu", 2) == (
+        "world size 6 needs 3 ranks on each of 2 nodes, beyond this node's 2 usable CPU cores (gloo); use world "
+        "sizes up to 4, or --oversubscribe (ini: hwregress_oversubscribe = true) to run them anyway")
+    assert "beyond its 1 usable CPU core (gloo)" in oversubscription([2], 1, "cpu", 1)
+
+
 def test_default_world_sizes_are_powers_of_two_up_to_the_ranks_of_every_node():
     assert default_world_sizes("cuda", 8) == [1, 2, 4, 8]
     assert default_world_sizes("cuda", 6) == [1, 2, 4, 6]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hwregress import workloads
 from hwregress.measure import parity
@@ -36,3 +37,34 @@ def test_real_images_have_model_input_shape():
     images = parity.real_images(workloads.get("resnet18"), count=3)
     assert images.shape == (3, 3, 224, 224)
     assert float(images.mean()) == pytest.approx(0.0, abs=1e-5)
+
+
+def _fp16_overflow():
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
+    with torch.no_grad():
+        model[1].bias.fill_(70_000.0)  # finite in fp32, above fp16's largest finite value (65504)
+    return model
+
+
+def test_outputs_not_finite_on_the_device_fail_naming_the_side_and_the_count():
+    workload = workloads.Workload("fp16_overflow", build=_fp16_overflow, input_shape=(3, 8, 8), num_classes=10)
+    assert parity.output_parity(workload, "cpu", "fp32").ok
+
+    result = parity.output_parity(workload, "cpu", "fp16")  # autocast casts the bias to fp16: inf
+
+    assert not result.ok and (result.nonfinite, result.reference_nonfinite, result.logits) == (80, 0, 80)
+    assert result.top1_agreement == result.decisive_agreement == 0.0
+    assert result.failure("cpu", "fp16") == ("outputs are not finite: 80 of 80 logits are NaN or inf on the device "
+                                             "(cpu, fp16), 0 of 80 in the CPU fp32 reference")
+
+
+def test_a_non_finite_reference_row_agrees_with_nothing():
+    reference = torch.tensor([[1.0, 0.0], [float("nan"), 0.0], [0.0, 1.0]])
+    output = torch.tensor([[1.0, 0.0], [float("nan"), 0.0], [0.0, 1.0]])
+
+    result = parity.compare_logits(output, reference, tolerance=1e-3)
+
+    assert (result.nonfinite, result.reference_nonfinite) == (1, 1)
+    assert result.top1_agreement == pytest.approx(2 / 3) and result.decisive_agreement == pytest.approx(2 / 3)
+    assert "1 of 6 logits are NaN or inf on the device (cuda:0, bf16), 1 of 6 in the CPU fp32 reference" in (
+        result.failure("cuda:0", "bf16"))

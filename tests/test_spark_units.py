@@ -33,6 +33,7 @@ from hwregress.plugin import progress
 from hwregress.plugin.matrix import Selection, case_id, cases
 from hwregress.plugin.record import HwSkip
 from hwregress.spark import batch, engine, predictor, stream
+from hwregress.spark import master as spark_master
 from hwregress.spark.settings import DEFAULT_STREAM_SECONDS, SparkSettings
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
@@ -670,6 +671,40 @@ def test_bad_spark_options_are_usage_errors_naming_the_option(spark_project, arg
     result = spark_project.run(*args, inprocess=True)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert expected in result.stderr.str()
+
+
+@pytest.mark.parametrize("master", ["bogus://x", "local[0]", "local[two]", "LOCAL[2]", "local[2", "spark://head",
+                                    "spark://head:7077/path", "spark://,head:7077", "k8s://", "k8s://ftp://api:6443",
+                                    "yarn-client", "local-cluster[2,1]"])
+def test_a_master_url_spark_would_refuse_is_a_usage_error_at_configure(spark_project, master):
+    result = spark_project.run("--collect-only", "--spark-master", master, inprocess=True)  # no Spark starts
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    error = result.stderr.str()
+    assert f"--spark-master={master!r} is not a master URL Spark accepts" in error
+    assert ("use local, local[N], local[*], local[N,F], local-cluster[N,C,M], spark://HOST:PORT[,HOST:PORT...], yarn "
+            "or k8s://[https://]HOST[:PORT]") in error
+
+
+def test_an_ini_spark_master_spark_would_refuse_names_the_ini_key(spark_project):
+    pyproject = spark_project.path / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(
+        "[tool.pytest.ini_options]\n", '[tool.pytest.ini_options]\nhwregress_spark_master = "bogus://x"\n'))
+    result = spark_project.run("--collect-only", inprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ini option hwregress_spark_master='bogus://x' is not a master URL Spark accepts" in result.stderr.str()
+
+
+@pytest.mark.parametrize("master", ["local", "local[4]", "local[*]", "local[2,3]", "local[*, 4]",
+                                    "local-cluster[2, 1, 1024]", "spark://head:7077", "spark://a:7077,b:7078,",
+                                    "spark://[::1]:7077", "yarn", "k8s://https://api:6443", "k8s://api:6443",
+                                    "k8s://http://api"])
+def test_every_master_url_form_spark_accepts_passes(master):
+    assert spark_master.problem(master, spark_major=4) is None
+
+
+def test_mesos_masters_pass_for_spark_3_only():
+    assert spark_master.problem("mesos://zk:2181", spark_major=3) is None
+    assert "Spark 4 has no Mesos support" in spark_master.problem("mesos://zk:2181", spark_major=4)
 
 
 def test_a_bad_ini_spark_conf_names_the_ini_key(spark_project):

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from conftest import table_cells  # tests/conftest.py
 from hwregress.store import schemas
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_workload"
@@ -97,3 +98,94 @@ def test_batch_sizes_max_finds_the_largest_power_of_two_below_an_injected_out_of
     (baseline,) = hw_project.baseline_files()
     entry = json.loads(baseline.read_text())["entries"]["throughput/tiny/infer/bsmax/fp32"]
     assert entry["batch_size"] == 32
+
+
+# workloads of one's own that go wrong: a forward that raises, logits that are NaN, allocations that fail (as
+# torch.OutOfMemoryError, and as the plain RuntimeError an allocator or library raises)
+BAD_MODELS = '''
+import torch
+from torch import nn
+from hwregress.workloads import Workload, register
+
+
+class Exploding(nn.Linear):
+    def forward(self, x):
+        raise RuntimeError("probe: forward exploded")
+
+
+class NanLogits(nn.Linear):
+    def forward(self, x):
+        return super().forward(x.flatten(1)) * float("nan")
+
+
+class OutOfMemoryTyped(nn.Linear):
+    def forward(self, x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+
+class OutOfMemoryText(nn.Linear):
+    def forward(self, x):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (injected as a RuntimeError)")
+
+
+for name, module in (("exploding", Exploding), ("nan_logits", NanLogits), ("oom_typed", OutOfMemoryTyped),
+                     ("oom_text", OutOfMemoryText)):
+    register(Workload(name, build=lambda module=module: module(3 * 8 * 8, 10), input_shape=(3, 8, 8),
+                      num_classes=10))
+'''
+
+
+def _run_bad_models(hw_project, models: str):
+    """Throughput (infer) and output parity of ``models`` of :data:`BAD_MODELS`, registered by ``--workloads``."""
+    import shutil
+
+    from conftest import REPO  # tests/conftest.py
+
+    (hw_project.path / "probe_bad_models.py").write_text(BAD_MODELS)
+    shutil.copy(REPO / "bench_tests" / "test_parity.py", hw_project.path / "bench_tests")
+    hw_project.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hw_project.path),
+                                                                              os.environ.get("PYTHONPATH")])))
+    result = hw_project.run("bench_tests/test_throughput.py", "bench_tests/test_parity.py", "-k",
+                            "test_throughput or test_output_parity", "--workloads", "probe_bad_models", "--models",
+                            models, "--modes", "infer")
+    records = {(r["family"], r["model"]): r for r in hw_project.results["records"]}
+    return result, records, (hw_project.path / "reports" / "report.html").read_text()
+
+
+def test_an_exception_in_a_workload_keeps_its_type_text_and_place_in_record_terminal_and_report(hw_project):
+    result, records, html = _run_bad_models(hw_project, "exploding")
+    result.assert_outcomes(failed=2)
+    output = result.stdout.str()
+    for family in ("throughput", "output-parity"):
+        record = records[(family, "exploding")]
+        assert record["verdict"] == "failed"
+        assert "RuntimeError: probe: forward exploded" in record["message"]
+        assert "probe_bad_models.py:9: " in record["message"]  # where it was raised
+        assert f"{record['test_id']}: " in output.split("= hwregress =")[-1]
+    assert output.count("probe_bad_models.py:9: RuntimeError: probe: forward exploded") >= 2  # the hwregress lines
+    assert html.count("RuntimeError: probe: forward exploded") >= 2
+
+
+def test_non_finite_outputs_fail_output_parity_saying_so_with_the_count_of_each_side(hw_project):
+    result, records, html = _run_bad_models(hw_project, "nan_logits")
+    result.assert_outcomes(passed=1, failed=1)  # throughput measures a forward pass, whatever it computes
+    record = records[("output-parity", "nan_logits")]
+    assert record["verdict"] == "regression"
+    sentence = ("outputs are not finite: 80 of 80 logits are NaN or inf on the device (cpu, fp32), 80 of 80 in the "
+                "CPU fp32 reference")
+    assert sentence in record["message"]
+    assert "top-1 agreement" not in record["message"]
+    assert record["accuracy"] == 0.0  # a non-finite row agrees with nothing
+    assert sentence in result.stdout.str() and sentence in html
+
+
+def test_an_allocation_failure_in_output_parity_is_oom_as_in_throughput(hw_project):
+    result, records, html = _run_bad_models(hw_project, "oom_typed,oom_text")
+    result.assert_outcomes(skipped=4)
+    for model in ("oom_typed", "oom_text"):
+        assert records[("throughput", model)]["verdict"] == "oom"
+        parity_record = records[("output-parity", model)]
+        assert parity_record["verdict"] == "oom"
+        assert parity_record["message"] == "out of memory at batch 8 on cpu"
+    assert "4 oom" in result.stdout.str().split("= hwregress =")[-1].splitlines()  # the session's verdict counts
+    assert [row[0].strip() for row in table_cells(html, "id", "results")] == ["oom"] * 4  # the report's verdicts

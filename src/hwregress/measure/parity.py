@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from hwregress.hardware.facts import device_kind
+from hwregress.measure.out_of_memory import out_of_memory_released
 from hwregress.measure.precision import quantization
 from hwregress.measure.precision.numerics import autocast, grad_scaler, precision, tf32_flags
 from hwregress.workloads import Inputs, Workload, build_on, forward, make_batch
@@ -108,6 +109,12 @@ class OutputParity:
         top1_agreement: fraction of samples whose argmax agrees.
         decisive_agreement: the same, counting a disagreement only where the reference's top-1 margin
             exceeds twice that sample's max abs error (a flip inside the numeric error is no bug).
+        logits: values compared on each side (samples x classes, or x positions for a causal LM).
+        nonfinite: NaN or inf values among the device's logits.
+        reference_nonfinite: NaN or inf values among the CPU fp32 reference's logits.
+
+    A sample whose logits are not all finite on either side agrees with nothing: NaN logits give an argmax as any
+    others do, and two NaN rows would read as agreement.
     """
 
     relative_error: float
@@ -115,16 +122,36 @@ class OutputParity:
     tolerance: float
     top1_agreement: float
     decisive_agreement: float
+    logits: int = 0
+    nonfinite: int = 0
+    reference_nonfinite: int = 0
+
+    @property
+    def finite(self) -> bool:
+        return self.nonfinite == 0 and self.reference_nonfinite == 0
 
     @property
     def ok(self) -> bool:
-        return self.relative_error <= self.tolerance and self.decisive_agreement == 1.0
+        return self.finite and self.relative_error <= self.tolerance and self.decisive_agreement == 1.0
+
+    def failure(self, device: str, dtype: str) -> str | None:
+        """Why the outputs of ``device`` in ``dtype`` fail parity, one sentence; None when they pass. Outputs that are
+        not finite are said so, with the count on each side, and no agreement is quoted."""
+        if not self.finite:
+            return (f"outputs are not finite: {self.nonfinite} of {self.logits} logits are NaN or inf on the device "
+                    f"({device}, {dtype}), {self.reference_nonfinite} of {self.logits} in the CPU fp32 reference")
+        if self.ok:
+            return None
+        return (f"outputs differ from the CPU fp32 reference: relative error {self.relative_error:.3g} (tolerance "
+                f"{self.tolerance:.3g} for {dtype}), top-1 agreement {self.top1_agreement:.3f}, decisive agreement "
+                f"{self.decisive_agreement:.3f} (must be 1)")
 
 
 PARITY_TOKENS = 64  # tokens per sequence compared: every layer and position type is exercised, at CPU cost
+PARITY_SAMPLES = 8  # images or sequences compared: the batch of output parity's record
 
 
-def parity_inputs(workload: Workload, count: int = 8) -> Inputs:
+def parity_inputs(workload: Workload, count: int = PARITY_SAMPLES) -> Inputs:
     """The inputs output parity compares on: real images (:func:`real_images`) for image models; for text
     models ``count`` sequences of ``PARITY_TOKENS`` fixed-seed token ids (no text corpus ships offline; the
     comparison is of the same arithmetic on two devices, which random ids exercise as well as words)."""
@@ -228,25 +255,47 @@ def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0,
     """Run ``workload`` in eval mode on ``device`` in ``dtype`` and on the CPU in fp32 with the same weights
     (seeded init, drawn on ``device``: :meth:`CpuReferences.get`) and the same inputs (:func:`parity_inputs`);
     compare the logits (a causal LM's per-position logits count as one prediction each). ``references`` shares the
-    CPU side across the tests of a session (:class:`CpuReferences`); None computes it for this call alone."""
-    reference = (references or CpuReferences()).get(workload, seed, build_device=device)
+    CPU side across the tests of a session (:class:`CpuReferences`); None computes it for this call alone.
+
+    Raises:
+        OutOfMemory: an allocation failed on either side (:func:`hwregress.measure.out_of_memory.is_out_of_memory`,
+            as throughput classifies it: "out of memory at batch 8 on cuda:0"); the device's memory has been
+            released.
+    """
+    def compare() -> OutputParity:
+        reference = (references or CpuReferences()).get(workload, seed, build_device=device)
+        return compare_logits(_device_logits(reference, device, dtype), reference.logits,
+                              tolerance_for(workload, dtype))
+
+    return out_of_memory_released(compare, device, PARITY_SAMPLES)
+
+
+def _device_logits(reference: CpuReference, device: str, dtype: str) -> torch.Tensor:
+    """The logits of the reference's weights on ``device`` in ``dtype``, as fp32 on the CPU."""
     device_model, _ = quantization.prepare(device_copy(reference, device), dtype, device, "infer")
     with torch.no_grad(), precision(device, dtype):
-        output = forward(device_model,
-                         quantization.cast_inputs(_to(reference.inputs, device), dtype, device)).float().cpu()
-    del device_model
-    logits = reference.logits
-    reference_rows, output = logits.reshape(-1, logits.shape[-1]), output.reshape(-1, output.shape[-1])
+        return forward(device_model,
+                       quantization.cast_inputs(_to(reference.inputs, device), dtype, device)).float().cpu()
+
+
+def compare_logits(output: torch.Tensor, reference: torch.Tensor, tolerance: float) -> OutputParity:
+    """Compare ``output`` with ``reference`` (the same shape, ``[..., classes]``; each row over the last dimension
+    one prediction). See :class:`OutputParity` for the figures and for rows that are not finite."""
+    reference_rows, output = reference.reshape(-1, reference.shape[-1]), output.reshape(-1, output.shape[-1])
+    finite_rows = torch.isfinite(output).all(dim=1) & torch.isfinite(reference_rows).all(dim=1)
     difference = (output - reference_rows).abs()
     per_sample_error = difference.amax(dim=1)
     top2 = reference_rows.topk(2, dim=1).values
     margin = top2[:, 0] - top2[:, 1]
-    agree = output.argmax(dim=1) == reference_rows.argmax(dim=1)
-    decisive = agree | (margin <= 2 * per_sample_error)
+    agree = (output.argmax(dim=1) == reference_rows.argmax(dim=1)) & finite_rows
+    decisive = agree | ((margin <= 2 * per_sample_error) & finite_rows)
     return OutputParity(
         relative_error=float((output - reference_rows).norm() / reference_rows.norm().clamp_min(1e-30)),
         max_abs_error=float(difference.max()),
-        tolerance=tolerance_for(workload, dtype),
+        tolerance=tolerance,
         top1_agreement=float(agree.float().mean()),
         decisive_agreement=float(decisive.float().mean()),
+        logits=output.numel(),
+        nonfinite=int((~torch.isfinite(output)).sum()),
+        reference_nonfinite=int((~torch.isfinite(reference_rows)).sum()),
     )

@@ -107,6 +107,12 @@ def add_options(parser: pytest.Parser) -> None:
                     help="fail tests whose torch/CUDA/cuDNN/driver differ from the baseline's")
     group.addoption("--accept-identity", action="store_true", dest="hwregress_accept_identity",
                     help="judge against a baseline recorded on hardware of another identity (compare anyway)")
+    group.addoption("--oversubscribe", action="store_true", dest="hwregress_oversubscribe",
+                    help="keep --world-sizes beyond this node's devices: on the CPU more gloo ranks than usable cores "
+                         "(they share them); on GPUs more ranks than selected GPUs, skipped as unsupported "
+                         "[ini: hwregress_oversubscribe = true]")
+    parser.addini("hwregress_oversubscribe", "keep world sizes beyond this node's devices: true or false",
+                  default="false")
     group.addoption("--save-traces", action="store_true", dest="hwregress_trace",
                     help="save each test's Chrome trace under <report-dir>/traces/")
     group.addoption("--spark-conf", action="append", dest="hwregress_spark_conf", default=None, metavar="KEY=VALUE",
@@ -177,6 +183,24 @@ def switch_of(config: pytest.Config, ini: str) -> bool:
     if text not in ("on", "off"):
         raise pytest.UsageError(f"{source}={raw!r}: use on or off")
     return text == "on"
+
+
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
+
+
+def flag_of(config: pytest.Config, dest: str) -> bool:
+    """A bare flag (``store_true``, destination ``dest``) or its ini twin of the same name: true or false.
+
+    Raises:
+        pytest.UsageError: the ini value is neither; the message names the ini key and the value.
+    """
+    if config.getoption(dest):
+        return True
+    raw = config.getini(dest)
+    text = str(raw).strip().lower()
+    if text not in TRUE_WORDS + FALSE_WORDS:
+        raise pytest.UsageError(f"ini option {dest}={raw!r}: use true or false")
+    return text in TRUE_WORDS
 
 
 def path_of(config: pytest.Config, ini: str) -> Path:

@@ -11,6 +11,7 @@ only stores what it receives. JUnit XML gets a short set of properties, never th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -63,14 +64,14 @@ def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestRe
     record = item.stash.setdefault(RECORD_KEY, record_from_params(item))
     record.outcome = report.outcome
     if report.when == "teardown":
-        record.message = " | ".join(filter(None, [record.message, f"teardown failed: {_short_reason(report)}"]))
+        record.message = " | ".join(filter(None, [record.message, f"teardown failed: {failure_reason(item, report)}"]))
     elif report.skipped:
         exception = call.excinfo.value if call.excinfo is not None else None
         record.verdict = exception.verdict if isinstance(exception, HwSkip) else Verdict.SKIPPED
         record.message = record.message or _short_reason(report)
     elif report.failed and record.verdict not in _FAILING_VERDICTS:
         record.verdict = Verdict.FAILED
-        reason = _short_reason(report)
+        reason = failure_reason(item, report)
         record.message = " | ".join(filter(None, [reason if reason not in record.message else "", record.message]))
     elif report.passed and first:
         record.verdict = Verdict.PASS  # a hardware test that measured nothing of its own
@@ -99,6 +100,26 @@ def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
 
 def _junit_value(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def failure_reason(item: pytest.Item, report: pytest.TestReport) -> str:
+    """One line for a failed test's record: where the exception was raised, its type and the first line of its text,
+    e.g. ``"probe_bad_models.py:9: RuntimeError: probe: forward exploded"`` (the path relative to the rootdir where it
+    lies inside it). pytest's own last traceback line keeps only the type (``probe_bad_models.py:9: RuntimeError``).
+    A ``pytest.fail(..., pytrace=False)`` has no traceback worth a place: its last line, as before."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    traceback = getattr(report.longrepr, "reprtraceback", None)
+    if crash is None or getattr(traceback, "style", None) == "value":
+        return _short_reason(report)
+    exception = next((line.strip() for line in crash.message.splitlines() if line.strip()), "")
+    return f"{_relative_to_root(item, crash.path)}:{crash.lineno}: {exception}"[:500]
+
+
+def _relative_to_root(item: pytest.Item, path: str) -> str:
+    try:
+        return str(Path(path).relative_to(item.config.rootpath))
+    except ValueError:
+        return path
 
 
 def _short_reason(report: pytest.TestReport) -> str:

@@ -16,8 +16,9 @@ from hwregress.judge.compare import Tolerances
 from hwregress.judge.lifecycle import UPDATE_MODES
 from hwregress.judge.session import Policy
 from hwregress.measure.timing import TimingPlan
-from hwregress.plugin.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, validate
+from hwregress.plugin.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, node_gpus, validate
 from hwregress.plugin.options import (
+    flag_of,
     list_of,
     number_of,
     optional_number_of,
@@ -27,7 +28,8 @@ from hwregress.plugin.options import (
     value_of,
     was_given,
 )
-from hwregress.scaleout.topology import Topology
+from hwregress.scaleout.topology import Topology, oversubscription, usable_cores
+from hwregress.spark import master as spark_master
 from hwregress.spark.engine import parse_conf
 from hwregress.spark.settings import SparkSettings
 from hwregress.workloads import plugins as workload_plugins
@@ -99,15 +101,32 @@ def _spark(config: pytest.Config) -> SparkSettings:
         conf = parse_conf(cli if cli is not None else config.getini("hwregress_spark_conf"), source)
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
-    master = value_of(config, "hwregress_spark_master")[0]
-    if master is not None and not str(master).strip():
-        raise pytest.UsageError(f"{source_of(config, 'hwregress_spark_master')} is empty; give a master URL or "
-                                "leave it out for the default (local[cores]; a GPU test: local[1])")
     return SparkSettings(
-        master=str(master).strip() if master is not None else None, conf=conf,
+        master=_spark_master(config), conf=conf,
         rows=optional_number_of(config, "hwregress_spark_rows", int, 1, 10_000_000),
         stream_rate=optional_number_of(config, "hwregress_spark_stream_rate", float, 0.1, 1_000_000),
         stream_images=optional_number_of(config, "hwregress_spark_stream_images", int, 1, 10_000_000))
+
+
+def _spark_master(config: pytest.Config) -> str | None:
+    """``--spark-master``, in a form Spark accepts (:mod:`hwregress.spark.master`); None: the default.
+
+    Raises:
+        pytest.UsageError: an empty value, or a URL Spark would refuse only when the first spark test starts its JVM;
+            the message names the flag or ini key, the value and the accepted forms.
+    """
+    raw = value_of(config, "hwregress_spark_master")[0]
+    if raw is None:
+        return None
+    source, master = source_of(config, "hwregress_spark_master"), str(raw).strip()
+    if not master:
+        raise pytest.UsageError(f"{source} is empty; give a master URL or leave it out for the default (local[cores]; "
+                                "a GPU test: local[1])")
+    why = spark_master.problem(master, spark_master.installed_spark_major())
+    if why is not None:
+        raise pytest.UsageError(f"{source}={master!r} is not a master URL Spark accepts ({why}); use "
+                                f"{spark_master.ACCEPTED}")
+    return master
 
 
 def _load_workloads(config: pytest.Config) -> None:
@@ -136,7 +155,29 @@ def _selection(config: pytest.Config, nnodes: int) -> Selection:
         validate(selection)
     except (KeyError, ValueError) as error:
         raise pytest.UsageError(f"{_culprit(config, error.args[0])}: {error.args[0]}") from None
+    _check_world_sizes_fit(config, selection)
     return selection
+
+
+def _check_world_sizes_fit(config: pytest.Config, selection: Selection) -> None:
+    """Given world sizes fit this node: ranks per node up to the selected, visible GPUs (NCCL) and up to the usable
+    cores (gloo on the CPU), unless ``--oversubscribe``. The defaults fit by construction.
+
+    Raises:
+        pytest.UsageError: a size beyond them; the message names the flag or ini key, the size, the limit and the
+            force option (:func:`hwregress.scaleout.topology.oversubscription`).
+    """
+    if selection.world_sizes is None or flag_of(config, "hwregress_oversubscribe"):
+        return
+    gpus = node_gpus(selection)
+    slots = {"cuda": len(gpus)} if gpus else {}  # cuda:0 named where none is visible is skipped, never launched
+    if "cpu" in selection.devices:
+        slots["cpu"] = usable_cores()
+    for kind, count in slots.items():
+        why = oversubscription(selection.world_sizes, selection.nnodes, kind, count)
+        if why is not None:
+            sizes = ",".join(str(size) for size in selection.world_sizes)
+            raise pytest.UsageError(f"{source_of(config, 'hwregress_world_sizes')}={sizes}: {why}")
 
 
 def _world_sizes(config: pytest.Config) -> list[int] | None:

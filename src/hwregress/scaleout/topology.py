@@ -91,14 +91,39 @@ def ranks_per_node(world_size: int, nnodes: int) -> int:
     return world_size // nnodes
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (which a container or ``taskset`` narrows), else the
+    machine's count."""
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def threads_per_rank(ranks_on_node: int, cores: int | None = None) -> int:
     """CPU ranks share the node's cores: ``cores // ranks`` intra-op threads each (at least 1), so W ranks never
-    oversubscribe the machine and W=1 gets every core. ``cores`` defaults to the cores this process may run on
-    (its CPU affinity, which a container or ``taskset`` narrows), else the machine's count."""
-    cores = cores or _usable_cores()
+    oversubscribe the machine and W=1 gets every core. ``cores`` defaults to :func:`usable_cores`."""
+    cores = cores or usable_cores()
     return max(1, cores // max(1, ranks_on_node))
+
+
+FORCE = "--oversubscribe (ini: hwregress_oversubscribe = true)"
+
+
+def oversubscription(world_sizes: list[int], nnodes: int, device_kind: str, slots: int) -> str | None:
+    """Why the first of ``world_sizes`` puts more ranks on a node than it has ``slots`` for, None when every size
+    fits: on ``cuda`` a slot is a selected GPU (NCCL runs one rank per GPU: a larger size is skipped as unsupported),
+    on the CPU a usable core (gloo ranks beyond the cores share them, and every rank's window measures the contention).
+    The sentence names the size, the ranks per node, the limit and how to force it (:data:`FORCE`)."""
+    beyond = next((size for size in world_sizes if size // nnodes > slots), None)
+    if beyond is None:
+        return None
+    where = "on this node, beyond its" if nnodes == 1 else f"on each of {nnodes} nodes, beyond this node's"
+    needs = f"world size {beyond} needs {beyond // nnodes} ranks {where}"
+    if device_kind == "cuda":
+        return (f"{needs} {_count(slots, 'selected GPU')} (NCCL: one rank per GPU); use world sizes up to "
+                f"{slots * nnodes}, select more GPUs with --devices, or {FORCE} to keep them (skipped as unsupported)")
+    return (f"{needs} {_count(slots, 'usable CPU core')} (gloo); use world sizes up to {slots * nnodes}, or {FORCE} "
+            "to run them anyway")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
