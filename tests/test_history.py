@@ -202,6 +202,16 @@ def test_a_fifo_or_a_link_to_dev_zero_as_history_file_is_named_with_its_kind_wit
     assert seen["append"] == f"{path}: {words}"
 
 
+def test_a_link_to_nothing_as_history_file_is_named_with_its_target(tmp_path):
+    path = tmp_path / "cpu-key.jsonl"
+    path.symlink_to(tmp_path / "moved-away.jsonl")
+    store = HistoryStore(tmp_path)
+    assert store.hardware_keys() == ["cpu-key"]
+    target = tmp_path / "moved-away.jsonl"
+    assert load_trends(store)[1] == [f"{path}: history not read: is a symbolic link to {target}, which does not exist "
+                                     "(check the file and its permissions)"]
+
+
 def test_a_line_longer_than_the_limit_is_skipped_and_the_rest_read(tmp_path):
     limit = history_module.MAX_LINE_BYTES
     path = tmp_path / "cpu-key.jsonl"
