@@ -41,7 +41,7 @@ class HwProject:
         (self.path / "conftest.py").write_text(conftest + '\npytest_plugins.append("selftest_support")\n')
 
     def run(self, *args: str, env: dict[str, str] | None = None, fast: bool = True,
-            inprocess: bool = False) -> pytest.RunResult:
+            inprocess: bool = False, timeout: float = 600) -> pytest.RunResult:
         for key in ("HWREGRESS_SELFTEST_SLOWDOWN", "HWREGRESS_SELFTEST_INTERRUPT", "HWREGRESS_SELFTEST_OOM_AT",
                     "HWREGRESS_SELFTEST_CRASH_AT", "HWREGRESS_SELFTEST_HARD_EXIT", "HWREGRESS_SELFTEST_SIGKILL",
                     "HWREGRESS_SELFTEST_ENOSPC",
@@ -56,7 +56,7 @@ class HwProject:
         full = [*(FAST if fast else []), *args]
         if inprocess:  # cheap, for runs that stop before any test (usage errors)
             return self.pytester.runpytest_inprocess(*full)
-        return self.pytester.runpytest_subprocess(*full, timeout=600)
+        return self.pytester.runpytest_subprocess(*full, timeout=timeout)
 
     @property
     def results(self) -> dict:

@@ -3,18 +3,20 @@ regular file or a new path."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from hwregress.cli import main
 from hwregress.report import write_outputs
 from hwregress.store.baselines import BaselineStore
-from hwregress.store.history import HistoryStore
+from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
 from hwregress.store.results import SessionResults, TestRecord
 
 
@@ -298,3 +300,95 @@ def test_diff_judges_with_the_tests_rule_provisional_cap_and_cpu_tolerance():
     assert (diff_row("k", _entry(100.0, 3, cpu=True), _entry(90.0, 1, cpu=True), 0.05, tolerances).direction
             == "regression")
     assert diff_row("k", _entry(100.0, 2, cpu=True), _entry(90.0, 1, cpu=True), 0.05, tolerances).threshold == 0.25
+
+
+# -- the output: a reader that goes away, a disk that fills ---------------------------------------------------
+def _inputs(tmp_path) -> dict[str, str]:
+    """A baselines folder (cpu-a, cpu-b), a history, and two results files: every command's inputs."""
+    store = _store(tmp_path)
+    results = []
+    for name, throughput in (("a", 10.0), ("b", 9.0)):
+        record = TestRecord("t", family="throughput", hardware_key="cpu-a", model="resnet18", mode="train",
+                            batch_size=8, dtype="fp32", throughput=throughput, unit="samples/s", device="cpu",
+                            samples=[throughput * f for f in (0.99, 1.0, 1.01)])
+        results.append(str(write_outputs(SessionResults({"hostname": name}, [record]), tmp_path / name)["results"]))
+        HistoryStore(tmp_path / "history").append_session([record], f"s-{name}", f"2026-11-2{len(results)}T10:00:00")
+    return {"baselines": str(store.directory), "history": str(tmp_path / "history"), "a": results[0],
+            "b": results[1], "tmp": str(tmp_path)}
+
+
+EVERY_COMMAND = {
+    "baselines list": ["baselines", "list", "--dir", "{baselines}"],
+    "baselines show": ["baselines", "show", "cpu-b", "--dir", "{baselines}"],
+    "baselines diff": ["baselines", "diff", "{baselines}/cpu-a.json", "{baselines}/cpu-b.json"],
+    "report render": ["report", "render", "{a}", "-o", "{tmp}/render.html"],
+    "report merge": ["report", "merge", "{a}", "{b}", "-o", "{tmp}/merge.html"],
+    "report compare": ["report", "compare", "{a}", "{b}", "-o", "{tmp}/compare.html"],
+    "history": ["history", "--dir", "{history}"],
+    "history json": ["history", "--dir", "{history}", "--format", "json"],
+    "history render": ["history", "render", "--dir", "{history}", "-o", "{tmp}/dashboard.html"],
+}
+
+
+def _hwregress(*argv: str, **streams) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hwregress", *argv], stderr=subprocess.PIPE, text=True, timeout=120,
+                          **streams)
+
+
+@pytest.mark.parametrize("command", list(EVERY_COMMAND))
+def test_every_command_ends_quietly_when_the_reader_of_its_output_has_gone(tmp_path, command):
+    inputs = _inputs(tmp_path)
+    argv = [part.format(**inputs) for part in EVERY_COMMAND[command]]
+    assert _hwregress(*argv, stdout=subprocess.DEVNULL).returncode in (0, 1)  # what it does with a reader
+    reader, writer = os.pipe()
+    os.close(reader)  # `| true`: the reader ended before the first line
+    try:
+        done = _hwregress(*argv, stdout=writer)
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (0, "")
+    written = [Path(part) for part in argv if part.endswith(".html")]
+    assert all(path.stat().st_size > 0 for path in written)  # the work was done; only the words were not read
+
+
+def test_history_piped_into_a_reader_that_stops_after_one_line_ends_quietly(tmp_path, capsys):
+    rows = [{"v": HISTORY_ROW_VERSION, "session": f"s{session}", "time": f"2026-03-{session + 1:02d}T02:00:00",
+             "test_id": f"bench_tests/test_throughput.py::test_train[model{test}]", "hardware_key": "cpu-a",
+             "median": 100.0 + (session * 7 + test) % 3, "unit": "samples/s"}
+            for session in range(12) for test in range(200)]
+    directory = HistoryStore(tmp_path / "history").append("cpu-a", rows).parent
+    assert main(["history", "--dir", str(directory)]) == 0
+    size = len(capsys.readouterr().out.encode())
+    child = subprocess.Popen([sys.executable, "-m", "hwregress", "history", "--dir", str(directory)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    assert size > 2 * fcntl.fcntl(child.stdout.fileno(), fcntl.F_GETPIPE_SZ)  # it cannot all wait in the pipe
+    assert child.stdout.readline().startswith(b"cpu-a")
+    child.stdout.close()  # `| head -1`
+    err = child.stderr.read()
+    assert (child.wait(timeout=120), err) == (0, b"")
+
+
+def test_output_to_a_full_disk_is_one_error_line_that_names_stdout(tmp_path):
+    inputs = _inputs(tmp_path)
+    with open("/dev/full", "w") as full:
+        done = _hwregress("history", "--dir", inputs["history"], stdout=full)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["hwregress: stdout: No space left on device (the output could not be "
+                                        "written: check where it goes, e.g. its free space)"]
+
+
+def test_a_gate_keeps_its_status_when_the_reader_of_the_output_has_gone(tmp_path):
+    """`history --fail-on regression | head` must still fail on a regression: the gate's status is the command's,
+    not the pipe's."""
+    from test_history_cli import history_dir, step_rows
+
+    directory = history_dir(tmp_path / "history", step_rows())
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = _hwregress("history", "--dir", str(directory), "--fail-on", "regression", stdout=writer)
+    finally:
+        os.close(writer)
+    assert done.returncode == 1
+    assert "regression" in done.stderr and "Traceback" not in done.stderr

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import subprocess
+import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwregress import __version__
+from hwregress.judge.trends import load_trends
 from hwregress.store import history as history_module
 from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore, package_hash, row_from_record
 from hwregress.store.results import TestRecord
@@ -181,6 +186,78 @@ def test_folder_in_place_of_the_file_raises(tmp_path):
         store.read("cpu-key")
 
 
+# not a regular file in a history file's place: named with its kind, never read or written, never blocking
+
+IRREGULAR_CHILD = """
+import json, sys
+from hwregress.judge.trends import load_trends
+from hwregress.store.history import HistoryStore
+store = HistoryStore(sys.argv[1])
+seen = {"keys": store.hardware_keys(), "warnings": load_trends(store)[1]}
+try:
+    store.append("cpu-key", [json.loads(sys.argv[2])])
+except OSError as error:
+    seen["append"] = str(error)
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize(("kind", "words"), [("fifo", "is a FIFO, not a regular file"),
+                                             ("link to /dev/zero", "is a character device, not a regular file")])
+def test_a_fifo_or_a_link_to_dev_zero_as_history_file_is_named_with_its_kind_without_blocking(tmp_path, kind, words):
+    path = tmp_path / "cpu-key.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    # a child with a deadline: opening a FIFO blocks until its other end is opened
+    child = subprocess.run([sys.executable, "-c", IRREGULAR_CHILD, str(tmp_path), json.dumps(make_row())],
+                           capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    seen = json.loads(child.stdout)
+    assert seen["keys"] == ["cpu-key"]  # listed, so that reading it can say what it is
+    (warning,) = seen["warnings"]
+    assert warning.startswith(f"{path}: history not read: {words}"), warning
+    assert seen["append"] == f"{path}: {words}"
+
+
+def test_a_link_to_nothing_as_history_file_is_named_with_its_target(tmp_path):
+    path = tmp_path / "cpu-key.jsonl"
+    path.symlink_to(tmp_path / "moved-away.jsonl")
+    store = HistoryStore(tmp_path)
+    assert store.hardware_keys() == ["cpu-key"]
+    target = tmp_path / "moved-away.jsonl"
+    assert load_trends(store)[1] == [f"{path}: history not read: is a symbolic link to {target}, which does not exist "
+                                     "(check the file and its permissions)"]
+
+
+def test_a_line_longer_than_the_limit_is_skipped_and_the_rest_read(tmp_path):
+    limit = history_module.MAX_LINE_BYTES
+    path = tmp_path / "cpu-key.jsonl"
+    huge = b'{"v": 1, "padding": "' + b"x" * (2 * limit) + b'"}'
+    path.write_bytes(line_of(make_row("a")) + huge + b"\n" + line_of(make_row("b")) + huge)  # the last one torn
+    read = HistoryStore(tmp_path).read("cpu-key")
+    assert [row["test_id"] for row in read.rows] == ["a", "b"]
+    assert read.warnings == [f"{path}:{number}: skipped: longer than {limit} bytes, not a row"
+                             for number in (2, 4)]
+
+
+def test_reading_holds_a_line_at_a_time_not_the_file(tmp_path):
+    store = HistoryStore(tmp_path)
+    path = store.path_for("cpu-key")
+    padding = "p" * 1500  # a real row is about 1.7 KB
+    path.write_text("".join(json.dumps(make_row(f"t{i}", x_padding=padding)) + "\n" for i in range(5000)))
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        trends, warnings = load_trends(store, test_ids=["a test not in the history"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (trends, warnings) == ([], [])
+    assert peak < size / 16, f"reading {size} bytes for no test peaked at {peak} bytes"
+
+
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                          st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
@@ -211,13 +288,13 @@ BAD_LINES: list[tuple[bytes, str]] = [
     (line_of([1, 2, 3]), "not a JSON object but list"),
     (line_of({**make_row(), "v": 2}), "row version 2"),
     (line_of({k: v for k, v in make_row().items() if k != "v"}), "row version None"),
-    (line_of({k: v for k, v in make_row().items() if k != "test_id"}), "'test_id' must be a str"),
-    (line_of({**make_row(), "session": 5}), "'session' must be a str"),
+    (line_of({k: v for k, v in make_row().items() if k != "test_id"}), "'test_id' is missing"),
+    (line_of({**make_row(), "session": 5}), "'session' must be a string, found 5"),
     (line_of(make_row(median=0)), "'median' must be a number > 0"),
     (line_of(make_row(median=-3.5)), "'median' must be a number > 0"),
-    (line_of(make_row(median="NaN")), "'median' must be a number > 0"),
-    (line_of(make_row(median=True)), "'median' must be a number > 0"),
-    (json.dumps(make_row(median=float("nan"))).encode() + b"\n", "'median' must be a number > 0"),  # the literal NaN
+    (line_of(make_row(median="NaN")), "'median' must be a finite number, found \"NaN\""),
+    (line_of(make_row(median=True)), "'median' must be a finite number, found true"),
+    (json.dumps(make_row(median=float("nan"))).encode() + b"\n", "'median' must be a finite number"),  # literal NaN
     (line_of({**make_row(), "time": "yesterday"}), "'time' must be an ISO 8601 time"),
     (b'{"v": 1, "test_id": "\xff\xfe", "session": "s"}\n', "not a JSON line"),  # invalid UTF-8
 ]

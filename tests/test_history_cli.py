@@ -6,12 +6,16 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from test_history_rows import ROW_SCHEMA, wrong_values
 
 from hwregress.cli import main
 from hwregress.report.history_table import CHANGE_MARK
@@ -270,6 +274,37 @@ def test_a_hidden_jsonl_file_in_the_folder_does_not_break_the_command(tmp_path, 
     status, out, err = run(capsys, "history", "--dir", str(directory))
     assert status == 0, err
     assert "unexpected" not in err and out.rstrip().splitlines()[-1] == "1 tests: 1 regression"
+
+
+@pytest.mark.parametrize(("name", "value"), [(name, wrong_values(field)[0])
+                                             for name, field in ROW_SCHEMA["properties"].items()])
+def test_a_row_with_a_field_of_the_wrong_type_is_skipped_with_a_warning_and_the_rest_analysed(tmp_path, capsys,
+                                                                                             name, value):
+    rows = steady_rows()
+    rows[-1][name] = value  # the latest session: the one the table shows first
+    directory = history_dir(tmp_path / "history", rows)
+    status, out, err = run(capsys, "history", "--dir", str(directory))
+    assert status == 0, err
+    (warning,) = err.splitlines()
+    assert warning.startswith(f"hwregress: warning: {directory / 'cpu-a.jsonl'}:15: skipped: "), warning
+    assert f"'{name}'" in warning or (name == "v" and "row version" in warning), warning
+    assert f"{TEST_ID}  (samples/s, 14 sessions)" in out and out.rstrip().endswith("1 tests: 1 steady")
+
+
+def test_a_fifo_and_a_link_to_dev_zero_in_the_folder_are_named_with_their_kind(tmp_path):
+    directory = history_dir(tmp_path / "history", steady_rows())
+    os.mkfifo(directory / "fifo-key.jsonl")
+    (directory / "zero-key.jsonl").symlink_to("/dev/zero")
+    # a child with a deadline: opening a FIFO to read blocks until a writer comes
+    done = subprocess.run([sys.executable, "-m", "hwregress", "history", "--dir", str(directory)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        f"hwregress: warning: {directory / 'fifo-key.jsonl'}: history not read: is a FIFO, not a regular file "
+        "(a history file is a regular file; move this one out of the folder)",
+        f"hwregress: warning: {directory / 'zero-key.jsonl'}: history not read: is a character device, not a regular "
+        "file (a history file is a regular file; move this one out of the folder)"]
+    assert done.stdout.rstrip().endswith("1 tests: 1 steady")
 
 
 # -- report render / merge --history-dir -------------------------------------------------------------------------

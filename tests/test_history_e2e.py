@@ -4,6 +4,7 @@ came with a torch "upgrade") is found by the history command and shown in the re
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -74,6 +75,19 @@ def test_unwritable_history_fails_the_session_but_keeps_the_results(hw_project):
     assert result.ret != 0
     assert "history not appended" in result.stdout.str() and "--no-history" in result.stdout.str()
     assert len(hw_project.results["records"]) == 2
+
+
+def test_a_fifo_or_a_link_to_dev_zero_as_history_file_fails_the_session_naming_file_and_kind(hw_project):
+    hw_project.run().assert_outcomes(passed=2)
+    (path,) = (hw_project.path / "reports" / "history").glob("*.jsonl")
+    for make, kind in ((os.mkfifo, "a FIFO"), (lambda p: p.symlink_to("/dev/zero"), "a character device")):
+        path.unlink()
+        make(path)
+        result = hw_project.run(timeout=240)  # opening a FIFO to append blocks until a reader comes: it must not
+        assert result.ret != 0
+        assert (f"history not appended to {path.parent}: {path}: is {kind}, not a regular file; this session is "
+                "missing from it") in result.stdout.str()
+        assert len(hw_project.results["records"]) == 2  # the results are kept
 
 
 def test_corrupt_history_line_is_skipped_with_a_warning_naming_file_and_line(hw_project):

@@ -10,12 +10,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+import ruptures
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ruptures.costs import CostL1
 
 from hwregress.hardware.facts import PERFORMANCE_FIELDS
 from hwregress.judge import trends
-from hwregress.judge.changepoints import change_points
+from hwregress.judge.changepoints import L1Cost, change_points
 from hwregress.judge.trends import STATUSES, analyze, analyze_all, differences
 
 START = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
@@ -336,3 +338,30 @@ def test_a_latest_session_judged_a_regression_is_never_steady():
 def test_a_latest_session_that_passed_keeps_the_series_status():
     medians = [LEVEL * f for f in (1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 0.995)]
     assert analyze(history(medians, **ORIGINAL_BASELINE)).status == "steady"
+
+
+# the L1 cost PELT runs on: ruptures' numbers, faster
+
+def assert_same_costs_and_changes(values: np.ndarray, segments: Sequence[tuple[int, int]], penalty: float) -> None:
+    signal = values.reshape(-1, 1)
+    ours, theirs = L1Cost().fit(signal), CostL1().fit(signal)
+    for start, end in segments:
+        assert ours.error(start, end) == theirs.error(start, end), (start, end)  # bit for bit, not approximately
+    assert (ruptures.Pelt(custom_cost=L1Cost(), min_size=2, jump=1).fit(signal).predict(pen=penalty)
+            == ruptures.Pelt(model="l1", min_size=2, jump=1).fit(signal).predict(pen=penalty))
+
+
+@settings(max_examples=60)
+@given(values=st.lists(st.floats(-3, 3, allow_nan=False) | st.sampled_from([0.0, 0.5, -0.5]), min_size=3,
+                       max_size=30),
+       penalty=st.floats(0.0, 2.0))
+def test_the_l1_cost_is_ruptures_own_for_every_segment(values, penalty):
+    segments = [(start, end) for start in range(len(values)) for end in range(start + 2, len(values) + 1)]
+    assert_same_costs_and_changes(np.array(values), segments, penalty)
+
+
+def test_the_l1_cost_is_ruptures_own_on_a_long_history():
+    step = np.r_[np.ones(150), 0.9 * np.ones(150)]  # 300 sessions, 10% down at the middle, 1% noise
+    values = np.log(100 * (1 + 0.01 * np.random.default_rng(1).standard_normal(300)) * step)
+    segments = [(start, end) for start in range(0, 300, 7) for end in range(start + 2, 301, 11)]
+    assert_same_costs_and_changes(values, segments, 0.1)

@@ -56,21 +56,100 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+STDOUT = "<stdout>"  # the file an error of writing the output names
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 fine, 1 ``--fail-on`` matched, 2 a user error).
-    Set ``HWREGRESS_DEBUG=1`` to see the traceback of an unexpected error."""
+    Set ``HWREGRESS_DEBUG=1`` to see the traceback of an unexpected error. A reader that closes stdout early
+    (``python -m hwregress history | head``) is a normal end of the output: the command goes on with its output
+    discarded, so its status is its own (a ``--fail-on`` gate still fails), and nothing is printed about the pipe."""
     args = argparse.Namespace()
+    stdout, sys.stdout = sys.stdout, _Output(sys.stdout)
     try:
         args = build_parser().parse_args(argv)
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe or a full disk shows here, not at exit where it cannot be handled
+        return status
     except (CliError, BaselineError) as error:
         message = str(error)
     except OSError as error:
-        message = f"{error.filename or 'hwregress'}: {error.strerror or error} (check the path and its permissions)"
+        if error.filename == STDOUT:
+            _discard_output(stdout)  # what is still buffered must not fail again at exit
+        message = _os_error_message(error, args)
     except Exception as error:
         if os.environ.get("HWREGRESS_DEBUG"):
             raise
-        message = (f"{getattr(args, 'source', None) or getattr(args, 'target', None) or 'hwregress'}: unexpected "
-                   f"{type(error).__name__}: {error} (a defect in hwregress: report it; HWREGRESS_DEBUG=1 shows where)")
+        message = (f"{_subject(args)}: unexpected {type(error).__name__}: {error} "
+                   "(a defect in hwregress: report it; HWREGRESS_DEBUG=1 shows where)")
+    finally:
+        sys.stdout = stdout
     print(f"hwregress: {message}", file=sys.stderr)
     return 2
+
+
+class _Output:
+    """``sys.stdout`` while a command runs: an error writing it names stdout as its file, as a file's error does; once
+    the reader has gone (a broken pipe), what the command writes is discarded and the command goes on."""
+
+    def __init__(self, stream: typing.TextIO) -> None:
+        self._stream = stream
+        self._reader_gone = False
+
+    def write(self, text: str) -> int:
+        if self._reader_gone:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._discard()
+            return len(text)
+        except OSError as error:
+            error.filename = error.filename or STDOUT
+            raise
+
+    def flush(self) -> None:
+        if self._reader_gone:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._discard()
+        except OSError as error:
+            error.filename = error.filename or STDOUT
+            raise
+
+    def _discard(self) -> None:
+        self._reader_gone = True
+        _discard_output(self._stream)
+
+    def __getattr__(self, name: str) -> typing.Any:
+        return getattr(self._stream, name)
+
+
+def _os_error_message(error: OSError, args: argparse.Namespace) -> str:
+    reason = error.strerror or str(error)
+    if error.filename == STDOUT:
+        return f"stdout: {reason} (the output could not be written: check where it goes, e.g. its free space)"
+    return f"{error.filename or _subject(args)}: {reason} (check the path and its permissions)"
+
+
+def _subject(args: argparse.Namespace) -> str:
+    """What an error without a file of its own is about: the command's input, else the command (never "hwregress",
+    which the line already starts with)."""
+    for name in ("source", "target", "dir"):
+        if getattr(args, name, None):
+            return str(getattr(args, name))
+    return " ".join(["python -m hwregress", *filter(None, (getattr(args, "command", None),
+                                                            getattr(args, "action", None)))])
+
+
+def _discard_output(stream: typing.TextIO) -> None:
+    """Point ``stream``'s descriptor at the null device, so that the flush at exit of what is still buffered cannot
+    fail again (the recipe of Python's documentation on SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # a stream without a descriptor (captured in a test): nothing to do
+        pass

@@ -43,7 +43,7 @@ from scipy import stats
 
 from hwregress.hardware.facts import identity_changes
 from hwregress.judge.changepoints import SIGNIFICANCE_ALPHA, ChangePoint, change_points, welch_p_value
-from hwregress.store.history import HistoryStore, parse_time
+from hwregress.store.history import HistoryStore, parse_time, unreadable
 
 DEFAULT_TOLERANCE = 0.05
 MIN_SESSIONS = 3
@@ -354,7 +354,7 @@ def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: It
     counts once; rows of one key from different folders (two runners of one hardware) join one series.
 
     Returns:
-        (trends worst first, a warning per skipped line or unreadable file).
+        (trends worst first, a warning per skipped line or unreadable file: which file, which line, why).
     """
     stores = [stores] if isinstance(stores, HistoryStore) else list(stores)
     wanted = None if test_ids is None else set(test_ids)
@@ -364,14 +364,13 @@ def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: It
         keys = store.hardware_keys() if hardware_keys is None else hardware_keys
         for key in sorted(set(keys)):
             try:
-                read = store.read(key)
-            except (OSError, ValueError) as error:
+                for row in store.rows(key, problems):  # streamed: only the wanted rows are kept
+                    if wanted is None or row["test_id"] in wanted:
+                        rows.setdefault((row["session"], row["hardware_key"], row["test_id"]), row)
+            except OSError as error:
+                problems.append(unreadable(store.path_for(key), error))
+            except ValueError as error:
                 problems.append(f"{store.directory}: history of {key!r} not read ({error})")
-                continue
-            problems += read.warnings
-            for row in read.rows:
-                if wanted is None or row["test_id"] in wanted:
-                    rows.setdefault((row["session"], row["hardware_key"], row["test_id"]), row)
     return analyze_all(rows.values(), tolerance, _first_known(stores)), problems
 
 

@@ -20,7 +20,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 def safe_file_name(text: str, keep_last: int) -> str:
@@ -126,17 +126,27 @@ def read_regular_file(path: str | os.PathLike[str]) -> bytes:
         NotARegularFileError: a folder, device, FIFO or socket.
         OSError: any other read failure (permissions, I/O error).
     """
+    with open_regular_file(path) as stream:
+        return stream.read()
+
+
+def open_regular_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading in binary (buffered), after checking it is a regular file (a symlink to one
+    is followed): for a caller that reads line by line. Opened without blocking and checked on the opened file
+    (no race), so a FIFO cannot hang the caller and a link to ``/dev/zero`` is refused.
+
+    Raises:
+        FileNotFoundError, NotARegularFileError, OSError: see :func:`read_regular_file`.
+    """
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         kind = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(kind):
             raise NotARegularFileError(f"{path}: is {describe_kind(kind)}, not a regular file")
-        chunks = []
-        while chunk := os.read(descriptor, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
         os.close(descriptor)
+        raise
 
 
 def describe_kind(mode: int) -> str:

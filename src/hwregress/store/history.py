@@ -13,16 +13,17 @@ Discipline, as for baselines (:mod:`hwregress.store.baselines`):
   line that is not a valid row with a warning naming the file and line number; every other line still counts.
 - The installed packages are recorded by hash on every row; the list behind each hash is written once to
   ``<dir>/packages/<hash>.json``, so the history can say which packages changed between two sessions.
+- Reading streams: one line at a time (at most ``MAX_LINE_BYTES``), each row checked against the types
+  :class:`hwregress.store.history_row.HistoryRow` declares as it is read; a bad row is skipped with a warning naming
+  file, line and field, and the rest is read. A history "file" that is not a regular file (a FIFO, a link to
+  ``/dev/zero``, a folder) is refused by kind before anything reads or writes it.
 
-Row fields (``HISTORY_ROW_VERSION`` 1): ``v``, ``session`` (id of the pytest session), ``time`` (UTC, ISO 8601),
-``test_id``, ``hardware_key``, ``device``, ``device_name``, ``family``, ``model``, ``mode``, ``batch_size``,
-``dtype`` (the test's identity, for the dashboard's filters; older rows lack them), ``identity`` (hardware identity,
-:mod:`hwregress.hardware.identity`), ``hwregress_version``, ``environment``
-(:func:`hwregress.hardware.devices.environment_fingerprint`), ``packages`` (hash), ``unit``, ``median``, ``q1``, ``q3``,
-``iqr``, ``n`` (of the per-round samples), ``verdict``, ``ratio``, ``threshold``, ``baseline_median``,
-``baseline_recorded_at``, ``telemetry`` (``power_w``, ``sm_clock_mhz``, ``temperature_c``, ``cpu_util_pct``: means over
-the window, where measured), ``health`` (the CPU health probe's ``other_cpu_fraction``, ``steal_fraction``,
-``cpu_freq_mhz``), ``diagnosis`` (the first two likely causes of a regression, :mod:`hwregress.judge.diagnosis`) and
+Row fields: :class:`hwregress.store.history_row.HistoryRow` (``HISTORY_ROW_VERSION`` 1) declares each with its type
+and meaning, and ``schemas/history_row.schema.json`` is generated from it. In words: ``session``, ``time`` (UTC, ISO
+8601), the test's identity (``test_id``, ``family``, ``model``, ...), the hardware's (``hardware_key``, ``identity``),
+the software's (``hwregress_version``, ``environment``, ``packages`` hash), the per-round samples' ``median``,
+``q1``, ``q3``, ``iqr`` and ``n``, the session's ``verdict``, ``ratio``, ``threshold`` and baseline, the window's
+``telemetry`` means, the CPU ``health`` shares the first two causes of a ``diagnosis``, and
 ``interrupted`` (``true`` on the rows of a session that did not run to its end: interrupted, or killed and its finished
 records recovered from its journal (:mod:`hwregress.store.journal`); absent otherwise).
 """
@@ -30,12 +31,15 @@ records recovered from its journal (:mod:`hwregress.store.journal`); absent othe
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import functools
 import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+import stat
+import typing
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -45,14 +49,23 @@ from filelock import FileLock
 
 from hwregress import __version__
 from hwregress.judge.stats import summarize
-from hwregress.store.atomic import atomic_write_json, read_regular_file
+from hwregress.store.atomic import (
+    NotARegularFileError,
+    atomic_write_json,
+    describe_kind,
+    open_regular_file,
+    read_regular_file,
+)
+from hwregress.store.history_row import HISTORY_ROW_VERSION, HistoryRow, SharedRows, row_problem
 from hwregress.store.results import TestRecord
 
-HISTORY_ROW_VERSION = 1
+__all__ = ["HISTORY_ROW_VERSION", "HistoryRead", "HistoryRow", "HistoryStore", "iter_history", "read_history",
+           "row_from_record"]
+
 LOCK_TIMEOUT_S = 120.0
 TELEMETRY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct")
 HEALTH_FIELDS = ("other_cpu_fraction", "steal_fraction", "cpu_freq_mhz")
-_REQUIRED = {"test_id": str, "time": str, "hardware_key": str, "session": str}
+MAX_LINE_BYTES = 1 << 20  # a row is about 2 KB: a longer line is no row, and is skipped without being held whole
 
 
 @dataclass
@@ -80,7 +93,7 @@ def _this_process_packages() -> tuple[str, ...]:
 
 
 def row_from_record(record: TestRecord, session: str, time: str, packages: str,
-                    interrupted: bool = False) -> dict[str, Any] | None:
+                    interrupted: bool = False) -> HistoryRow | None:
     """The history row of one finished test; None when it measured nothing (no samples, no hardware key).
 
     Args:
@@ -143,11 +156,12 @@ class HistoryStore:
         return self.directory / f"{hardware_key}.jsonl"
 
     def hardware_keys(self) -> list[str]:
-        """Keys of every history file present, sorted (hidden files, such as a ``.backup.jsonl``, are not keys)."""
+        """Keys of every ``<key>.jsonl`` present, sorted (hidden files, such as a ``.backup.jsonl``, are not keys).
+        A name that is not a regular file (a FIFO, a link to a device, a folder) is a key too, so that reading it
+        says what it is instead of leaving it out unsaid."""
         if not self.directory.is_dir():
             return []
-        return sorted(path.stem for path in self.directory.glob("*.jsonl")
-                      if path.is_file() and not path.name.startswith("."))
+        return sorted(path.stem for path in self.directory.glob("*.jsonl") if not path.name.startswith("."))
 
     def files(self) -> list[Path]:
         """Every file this store reads: the history file of each hardware key and each recorded package list (the
@@ -224,6 +238,10 @@ class HistoryStore:
         """
         return read_history(self.path_for(hardware_key))
 
+    def rows(self, hardware_key: str, warnings: list[str]) -> Iterator[HistoryRow]:
+        """:func:`iter_history` of the key's file: its valid rows one at a time, a warning per skipped line."""
+        return iter_history(self.path_for(hardware_key), warnings)
+
     def packages(self, digest: str) -> list[str] | None:
         """The package list recorded under ``digest``; None when it was never recorded or cannot be read."""
         try:
@@ -253,11 +271,20 @@ def _payload(path: Path, rows: Sequence[dict[str, Any]]) -> bytes:
 
 
 def _append_lines(path: Path, payload: bytes) -> None:
-    """One ``write`` of whole lines at the end of ``path``, after a newline if a crash left a torn last line."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    """One ``write`` of whole lines at the end of ``path``, after a newline if a crash left a torn last line.
+
+    Raises:
+        NotARegularFileError: ``path`` is a FIFO, a device (a link to ``/dev/zero``), a folder: nothing is written.
+            Its kind is checked before opening, as opening a FIFO to write blocks until a reader comes, and on the
+            opened file (without blocking), in case it changed in between.
+    """
+    _refuse_irregular(path)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
     try:
-        size = os.fstat(descriptor).st_size
-        if size and _last_byte(path, size) != b"\n":
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise NotARegularFileError(f"{path}: is {describe_kind(status.st_mode)}, not a regular file")
+        if status.st_size and _last_byte(path, status.st_size) != b"\n":
             payload = b"\n" + payload
         written = 0
         while written < len(payload):
@@ -267,6 +294,15 @@ def _append_lines(path: Path, payload: bytes) -> None:
         os.close(descriptor)
 
 
+def _refuse_irregular(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise NotARegularFileError(f"{path}: is {describe_kind(mode)}, not a regular file")
+
+
 def _last_byte(path: Path, size: int) -> bytes:
     with path.open("rb") as stream:
         stream.seek(size - 1)
@@ -274,29 +310,74 @@ def _last_byte(path: Path, size: int) -> bytes:
 
 
 def read_history(path: str | os.PathLike[str]) -> HistoryRead:
-    """The valid rows of a history file, skipping each invalid line with a warning ``<file>:<line>: ...``.
+    """The valid rows of a history file, skipping each invalid line with a warning ``<file>:<line>: ...``
+    (:func:`iter_history`, all rows kept in a list).
 
     Raises:
         OSError: the file exists but cannot be read.
     """
-    source = Path(path)
-    try:
-        data = read_regular_file(source)
-    except FileNotFoundError:
-        return HistoryRead()
     read = HistoryRead()
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        row, problem = _parse_row(line)
-        if row is None:
-            read.warnings.append(f"{source}:{number}: skipped: {problem}")
-        else:
-            read.rows.append(row)
+    read.rows.extend(iter_history(path, read.warnings))
     return read
 
 
-def _parse_row(line: bytes) -> tuple[dict[str, Any] | None, str]:
+def iter_history(path: str | os.PathLike[str], warnings: list[str]) -> Iterator[HistoryRow]:
+    """The valid rows of a history file one at a time, in file order; for each line that is not a valid row (not
+    JSON, another row version, a field of the wrong type, a time that is not ISO 8601, longer than
+    ``MAX_LINE_BYTES``) a warning ``<file>:<line>: skipped: <why>`` is appended to ``warnings``. An absent file
+    yields nothing. Memory: one line at a time, whatever the file's size.
+
+    Raises (when iterated):
+        NotARegularFileError: a FIFO, a device, a folder or a socket in the file's place (refused before reading).
+        FileNotFoundError: the file is a symbolic link to nothing.
+        OSError: the file cannot be read (permissions, I/O error); the rows before it were yielded.
+    """
+    source = Path(path)
+    shared = SharedRows()
+    try:
+        stream = open_regular_file(source)
+    except FileNotFoundError:
+        if source.is_symlink():
+            raise FileNotFoundError(errno.ENOENT, f"{source}: is a symbolic link to {os.readlink(source)}, "
+                                                  "which does not exist") from None
+        return
+    with stream:
+        for number, line in enumerate(_lines(stream), start=1):
+            if line is None:
+                warnings.append(f"{source}:{number}: skipped: longer than {MAX_LINE_BYTES} bytes, not a row")
+                continue
+            if not line.strip():
+                continue
+            row, problem = _parse_row(line)
+            if row is None:
+                warnings.append(f"{source}:{number}: skipped: {problem}")
+            else:
+                yield shared.row(row)
+
+
+def _lines(stream: Any) -> Iterator[bytes | None]:
+    """Each line of a binary stream (its newline kept), or None for one longer than ``MAX_LINE_BYTES`` (read past
+    in pieces, never held whole)."""
+    while line := stream.readline(MAX_LINE_BYTES + 1):
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while (rest := stream.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+            pass
+        yield None
+
+
+def unreadable(path: str | os.PathLike[str], error: OSError) -> str:
+    """The warning for a history file that could not be read: which file, and why (its kind, or the system's
+    reason), and what to do."""
+    reason = (error.strerror or str(error)).removeprefix(f"{path}: ")
+    if isinstance(error, NotARegularFileError):
+        return (f"{path}: history not read: {reason} (a history file is a regular file; move this one out of "
+                "the folder)")
+    return f"{path}: history not read: {reason} (check the file and its permissions)"
+
+
+def _parse_row(line: bytes) -> tuple[HistoryRow | None, str]:
     try:
         row = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -305,15 +386,14 @@ def _parse_row(line: bytes) -> tuple[dict[str, Any] | None, str]:
         return None, f"not a JSON object but {type(row).__name__}"
     if type(row.get("v")) is not int or row["v"] != HISTORY_ROW_VERSION:
         return None, f"row version {row.get('v')!r} is not {HISTORY_ROW_VERSION} (written by another hwregress version)"
-    for name, kind in _REQUIRED.items():
-        if not isinstance(row.get(name), kind):
-            return None, f"'{name}' must be a {kind.__name__}, found {json.dumps(row.get(name))[:40]}"
-    median = row.get("median")
-    if isinstance(median, bool) or not isinstance(median, (int, float)) or not math.isfinite(median) or median <= 0:
-        return None, f"'median' must be a number > 0, found {json.dumps(median)[:40]}"
+    problem = row_problem(row)
+    if problem is not None:
+        return None, problem
+    if row["median"] <= 0:
+        return None, f"'median' must be a number > 0, found {json.dumps(row['median'])}"
     if parse_time(row["time"]) is None:
         return None, f"'time' must be an ISO 8601 time, found {row['time'][:40]!r}"
-    return row, ""
+    return typing.cast(HistoryRow, row), ""  # row_problem checked the type of every field it declares
 
 
 def parse_time(text: str) -> _dt.datetime | None:

@@ -1,5 +1,6 @@
 """The JSON Schemas (draft 2020-12) of hwregress's files, shipped as package data: ``results.schema.json``
-(``reports/results.json``) and ``baselines.schema.json`` (``baselines/<hardware_key>.json``). Validate with any
+(``reports/results.json``), ``baselines.schema.json`` (``baselines/<hardware_key>.json``) and
+``history_row.schema.json`` (one line of ``reports/history/<hardware_key>.jsonl``). Validate with any
 JSON Schema validator, e.g. ``jsonschema.validate(data, hwregress.store.schemas.schema("results"))``."""
 
 from __future__ import annotations
@@ -8,11 +9,11 @@ import json
 from importlib import resources
 from typing import Any
 
-NAMES = ("results", "baselines")
+NAMES = ("results", "baselines", "history_row")
 
 
 def schema(name: str) -> dict[str, Any]:
-    """The JSON Schema named ``name`` (``results`` or ``baselines``) as a dict.
+    """The JSON Schema named ``name`` (one of :data:`NAMES`) as a dict.
 
     Raises:
         ValueError: an unknown name.

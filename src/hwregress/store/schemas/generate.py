@@ -1,8 +1,10 @@
-"""The JSON Schema of ``results.json`` built from the types: the record part from the dataclass hints of
+"""The JSON Schemas built from the types: ``results.json``'s record part from the dataclass hints of
 :class:`hwregress.store.results.TestRecord` and its sub-records (:mod:`hwregress.store.figures`), descriptions from
 each field's ``metadata["doc"]``; the session metadata part (``meta``) is written here by hand, as it has no type.
+A history row's (one line of ``<hardware-key>.jsonl``) from :class:`hwregress.store.history_row.HistoryRow`.
 
-The committed ``results.schema.json`` must equal :func:`results_schema` (a self-test checks it). Regenerate it with::
+The committed ``results.schema.json`` and ``history_row.schema.json`` must equal :func:`results_schema` and
+:func:`history_row_schema` (self-tests check it). Regenerate them with::
 
     python -m hwregress.store.schemas.generate
 """
@@ -17,9 +19,11 @@ from pathlib import Path
 from typing import Any, Union
 
 from hwregress.store.figures import Figures
+from hwregress.store.history_row import HISTORY_ROW_VERSION, REQUIRED_FIELDS, HistoryRow, field_docs
 from hwregress.store.results import RESULTS_SCHEMA_VERSION, TestRecord
 
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
+HISTORY_ROW_SCHEMA_PATH = Path(__file__).with_name("history_row.schema.json")
 REGENERATE = "python -m hwregress.store.schemas.generate"
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -71,6 +75,31 @@ def results_schema() -> dict[str, Any]:
         "properties": {"schema_version": {"const": RESULTS_SCHEMA_VERSION}, "meta": META_SCHEMA,
                        "records": {"type": "array", "items": {"$ref": "#/$defs/record"}}},
         "$defs": {"record": record, **dict(sorted(defs.items()))},
+    }
+
+
+_ROW_VALUE_RULES: dict[str, dict[str, Any]] = {
+    "v": {"const": HISTORY_ROW_VERSION}, "time": {"format": "date-time"}, "median": {"exclusiveMinimum": 0}}
+"""What the reader checks of a history row beyond the types (hwregress.store.history._parse_row)."""
+
+
+def history_row_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of one history row: one property per field of
+    :class:`~hwregress.store.history_row.HistoryRow` with its type and description; other properties allowed (the
+    reader ignores fields it does not know)."""
+    docs = field_docs()
+    properties = {}
+    for name, hint in typing.get_type_hints(HistoryRow).items():
+        properties[name] = {**type_schema(hint, {}), **_ROW_VALUE_RULES.get(name, {}), "description": docs[name]}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://hwregress.dev/schemas/history-row-{HISTORY_ROW_VERSION}.schema.json",
+        "title": f"hwregress history row (one line of <hardware-key>.jsonl), row version {HISTORY_ROW_VERSION}",
+        "description": "One measured test of one session, appended by the session (hwregress.store.history). "
+                       "Generated from the types: " + REGENERATE,
+        "type": "object",
+        "required": [name for name in properties if name in REQUIRED_FIELDS],
+        "properties": properties,
     }
 
 
@@ -135,11 +164,12 @@ def _def_name(kind: type) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind.__name__).lstrip("_")
 
 
-def schema_text() -> str:
-    """:func:`results_schema` as the committed file's text (indent 1, a final newline)."""
-    return json.dumps(results_schema(), indent=1, ensure_ascii=False) + "\n"
+def schema_text(schema: dict[str, Any] | None = None) -> str:
+    """A schema (:func:`results_schema` by default) as the committed file's text (indent 1, a final newline)."""
+    return json.dumps(results_schema() if schema is None else schema, indent=1, ensure_ascii=False) + "\n"
 
 
 if __name__ == "__main__":
-    SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
-    print(f"wrote {SCHEMA_PATH}")
+    for path, generated in ((SCHEMA_PATH, results_schema()), (HISTORY_ROW_SCHEMA_PATH, history_row_schema())):
+        path.write_text(schema_text(generated), encoding="utf-8")
+        print(f"wrote {path}")
