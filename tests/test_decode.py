@@ -281,3 +281,18 @@ def test_the_kv_cache_dtype_of_a_bf16_model_is_recorded(model):
     cast = copy.deepcopy(model).to(torch.bfloat16)
     timing = decode_rounds(cast, _prompt(2, 5), None, new_tokens=2, rounds=1, device="cpu", warmup=0)
     assert timing.kv_cache_dtype == "bfloat16"
+
+
+def test_after_warmup_runs_once_between_the_warmup_and_the_timed_rounds(gpt2):
+    """The LLM windows settle their peak-memory meter there, so the warmup's one-time transients are not the test's."""
+    from hwregress.measure.llm.decode import prefill_rounds
+
+    recording = Recording(gpt2)
+    for run, passes_per_round in ((lambda **kw: decode_rounds(recording, _prompt(), None, new_tokens=3, **kw), 3),
+                                  (lambda **kw: prefill_rounds(recording, _prompt(), None, **kw), 1)):
+        recording.calls.clear()
+        events: list[str] = []
+        run(rounds=1, device="cpu", warmup=2, clock=ScriptedClock(range(10), events),
+            after_warmup=lambda events=events: events.append(f"settle after {len(recording.calls)} passes"))
+        assert [event for event in events if event != "clock"] == [f"settle after {2 * passes_per_round} passes"]
+        assert events[0].startswith("settle")  # nothing timed before it

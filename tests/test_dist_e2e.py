@@ -18,6 +18,7 @@ import pytest
 
 from conftest import REPO, HwProject
 from hwregress.scaleout.launch import JOB_VARIABLE
+from hwregress.scaleout.topology import usable_cores
 
 DIST = ["--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "4", "--profile-steps", "2"]
 
@@ -211,12 +212,8 @@ def test_on_the_cpu_scaling_and_colocation_run_when_asked_for(dist_project):
     assert "test_colocated[cpu-resnet18+alexnet-train-bs8-fp32]" in collected("--colocate", "resnet18+alexnet")
 
 
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def test_world_sizes_beyond_the_cores_are_a_usage_error_unless_oversubscribed(dist_project):
-    cores = _usable_cores()
+    cores = usable_cores()
     too_many = cores + 1
 
     pyproject = dist_project.path / "pyproject.toml"

@@ -25,7 +25,8 @@ JSON_SAMPLES: dict[str, Any] = {"string": "x", "integer": 7, "number": 2.5, "boo
 
 
 def valid_row(index: int = 0) -> dict[str, Any]:
-    """A row with every declared field, as a session writes it."""
+    """A row with every declared field, as a session writes it (one that was interrupted: the only rows that carry
+    ``interrupted``)."""
     record = TestRecord(f"bench_tests/test_throughput.py::test_train[tiny-{index}]", family="throughput",
                         hardware_key="cpu-a", device="cpu", device_name="CPU A", model="tiny", mode="train",
                         batch_size=4, dtype="fp32", unit="samples/s", samples=[99.0, 100.0, 101.0 + index], ratio=1.0,
@@ -33,7 +34,7 @@ def valid_row(index: int = 0) -> dict[str, Any]:
                         environment={"torch": "2.4.0"}, details={"identity": {"cpu_family": 25}},
                         health={"other_cpu_fraction": 0.0}, diagnosis=["CPU contention"],
                         telemetry={"metrics": {"cpu_util_pct": {"mean": 97.0}}})
-    row = row_from_record(record, "session-1", "2026-03-01T02:00:00+00:00", "0123456789abcdef")
+    row = row_from_record(record, "session-1", "2026-03-01T02:00:00+00:00", "0123456789abcdef", interrupted=True)
     assert row is not None
     return dict(row)
 

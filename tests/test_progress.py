@@ -192,3 +192,8 @@ def test_live_lines_go_to_the_terminal_reporter():
     clock.now += 10
     lines.line(lambda: "rank 0: warmup")
     assert config.reporter.lines == ["hwregress: job: 10 s: rank 0: warmup"]
+
+
+def test_an_ini_quiet_that_is_neither_true_nor_false_names_the_ini_key():
+    with pytest.raises(pytest.UsageError, match=r"ini option hwregress_quiet='maybe': use true or false"):
+        progress.is_quiet(_config(ini_quiet="maybe"))

@@ -128,6 +128,32 @@ def test_a_test_not_measured_in_one_session_is_not_compared():
     assert row.verdict == NOT_COMPARED and row.judgement is None and "B failed" in row.why_not
 
 
+def test_comparing_two_machines_of_another_identity_judges_nothing_unless_accepted(tmp_path, capsys):
+    a = write_session(tmp_path / "a.json", synthetic_session(seed=1, tests=2, machine=1))
+    b = write_session(tmp_path / "b.json", synthetic_session(seed=2, tests=2, machine=2, slowdowns={0: 2.0}))
+    status, out, err = run(capsys, "report", "compare", str(a), str(b), "-o", str(tmp_path / "d.html"),
+                           "--fail-on", "regression")
+    assert status == 2 and out == ""
+    assert "every test in both (2) ran on hardware of another identity" in err and "--accept-identity" in err
+    status, _, _ = run(capsys, "report", "compare", str(a), str(b), "-o", str(tmp_path / "d.html"),
+                       "--fail-on", "regression", "--accept-identity")
+    assert status == 1  # judged: the 2x slowdown fails the gate
+
+
+def test_a_test_that_cannot_be_judged_is_invalid_never_not_compared(monkeypatch):
+    from hwregress.judge import session_compare
+
+    def refuse(measured, entry, tolerances, accept_identity=False):
+        raise ValueError("baseline samples hand-edited to strings")
+
+    a, b = synthetic_session(seed=1, tests=2), synthetic_session(seed=2, tests=2)
+    monkeypatch.setattr(session_compare, "judge", refuse)
+    comparison = compare_sessions(a, b)
+    assert comparison.counts() == {"invalid": 2}
+    assert comparison.tests[0].why_not == "cannot be judged: baseline samples hand-edited to strings"
+    assert comparison.matching({"invalid"}) == comparison.tests  # every --fail-on includes invalid
+
+
 def test_other_hardware_is_not_judged_unless_accepted():
     a = synthetic_session(seed=1, tests=2, machine=1)
     b = synthetic_session(seed=2, tests=2, machine=2, slowdowns={0: 2.0})

@@ -175,7 +175,7 @@ def compare_records(a: TestRecord, b: TestRecord, tolerances: Tolerances,
     try:
         row.judgement = judge(measured_from_record(b), reference_entry(a), tolerances, accept_identity=accept_identity)
     except (ValueError, TypeError, ZeroDivisionError) as error:  # a hand-edited record: say so, compare the rest
-        row.why_not = f"cannot be judged: {error}"
+        row.verdict, row.why_not = str(Verdict.INVALID), f"cannot be judged: {error}"
         return row
     row.verdict = str(row.judgement.verdict)
     if row.judgement.verdict != Verdict.OTHER_HARDWARE:
@@ -199,14 +199,21 @@ def samples_defect(record: TestRecord, side: str) -> str | None:
     return None
 
 
+NOT_JUDGED = (NOT_COMPARED, str(Verdict.OTHER_HARDWARE))  # verdicts of a test B was not judged against A on
+
+
 def nothing_compared(comparison: SessionComparison) -> str | None:
-    """Why ``comparison`` judged no test at all (no test id in both sessions, or none measured in both), as a phrase;
-    None when at least one test was judged (whatever its verdict). A gate must never pass on such a comparison."""
+    """Why ``comparison`` judged no test at all (no test id in both sessions, none measured in both, or every one in
+    both recorded on hardware of another identity), as a phrase; None when at least one test was judged (whatever its
+    verdict). A gate must never pass on such a comparison."""
     if not comparison.tests:
         return (f"no test in common (A: {len(comparison.only_a)} tests, "
                 f"B: {len(comparison.only_b)})")
-    if any(test.verdict != NOT_COMPARED for test in comparison.tests):
+    if any(test.verdict not in NOT_JUDGED for test in comparison.tests):
         return None
+    if all(test.verdict == str(Verdict.OTHER_HARDWARE) for test in comparison.tests):
+        return (f"every test in both ({len(comparison.tests)}) ran on hardware of another identity in B than in A, so "
+                "none was judged (add --accept-identity to judge them anyway)")
     reasons = Counter(_unmeasured_sides(test) for test in comparison.tests)
     listed = ", ".join(f"{why} in {count}" for why, count in sorted(reasons.items()))
     return f"no test measured in both ({len(comparison.tests)} tests in both, not measured: {listed})"
@@ -214,7 +221,7 @@ def nothing_compared(comparison: SessionComparison) -> str | None:
 
 def _unmeasured_sides(test: TestComparison) -> str:
     return ", ".join(f"{side} {record.verdict}" for side, record in (("A", test.a), ("B", test.b))
-                     if record.verdict in NOT_MEASURED) or test.why_not
+                     if record.verdict in NOT_MEASURED) or test.why_not or test.verdict
 
 
 def compare_sessions(a: SessionResults, b: SessionResults, tolerances: Tolerances | None = None,

@@ -44,6 +44,7 @@ class PeakMemoryMeter:
         self.interval_s = interval_s
         self.peak_bytes: int | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # settle() and the sampling thread both write the peak
         self._thread: threading.Thread | None = None
         self._process = psutil.Process()
         self._start_rss = 0
@@ -65,15 +66,17 @@ class PeakMemoryMeter:
 
     def settle(self) -> None:
         """Forget the peaks of what ran so far, keeping what is still held: from here the peak is the memory in
-        use now plus the highest transient after. Call it after the warmup steps."""
+        use now plus the highest transient after. Call it after the warmup steps. It only resets the peak marks
+        (nothing is collected or handed back to the OS here, which would fault pages back in during the first
+        timed round)."""
         if device_kind(self.device) == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             return
-        release_host_memory()
         if self._thread is None and _reset_kernel_peak():
             return
-        self._peak_rss = self._process.memory_info().rss
+        with self._lock:
+            self._peak_rss = self._process.memory_info().rss
 
     @contextlib.contextmanager
     def steady(self, window: contextlib.AbstractContextManager[Any] | None = None) -> Iterator[None]:
@@ -85,7 +88,9 @@ class PeakMemoryMeter:
 
     def _sample_rss(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self._peak_rss = max(self._peak_rss, self._process.memory_info().rss)
+            rss = self._process.memory_info().rss
+            with self._lock:
+                self._peak_rss = max(self._peak_rss, rss)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -36,12 +36,18 @@ def add_options(parser: pytest.Parser) -> None:
     help_text = "no live lines while scale-out jobs and Spark streams run (the header stays)"
     parser.getgroup("hwregress").addoption("--hwregress-quiet", action="store_true", dest="hwregress_quiet",
                                            default=None, help=f"{help_text} [ini: hwregress_quiet]")
-    parser.addini("hwregress_quiet", help_text, type="bool", default=False)
+    parser.addini("hwregress_quiet", f"{help_text}: true or false", default="false")
 
 
 def is_quiet(config: pytest.Config) -> bool:
-    """``--hwregress-quiet`` given, or the ini's ``hwregress_quiet`` true."""
-    return bool(config.getoption("hwregress_quiet") or config.getini("hwregress_quiet"))
+    """``--hwregress-quiet`` given, or the ini's ``hwregress_quiet`` true.
+
+    Raises:
+        pytest.UsageError: the ini value is neither true nor false (:func:`hwregress.plugin.options.flag_of`).
+    """
+    from hwregress.plugin.options import flag_of
+
+    return flag_of(config, "hwregress_quiet")
 
 
 # -- the header ------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -163,7 +163,7 @@ class DecodeTiming:
 
 def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                   new_tokens: int, rounds: int, device: str, clock: Clock = time.perf_counter,
-                  warmup: int = 1) -> DecodeTiming:
+                  warmup: int = 1, after_warmup: Callable[[], None] | None = None) -> DecodeTiming:
     """Time greedy generation of ``new_tokens`` tokens per sequence, ``rounds`` times after ``warmup`` untimed rounds.
 
     Each round: the prompt pass ``model(input_ids [B, S], attention_mask [B, S], use_cache=True)`` (with
@@ -185,6 +185,7 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
         device: torch device string to synchronize (``"cuda:0"``, ``"cpu"``).
         clock: seconds; injectable for tests.
         warmup: untimed rounds first (allocator growth, kernel selection), >= 0.
+        after_warmup: called once between the warmup and the timed rounds (a peak-memory meter's ``settle``, say).
 
     Returns:
         :class:`DecodeTiming` with TTFT and per-step seconds of each round, the last round's tokens and the dtype
@@ -203,6 +204,8 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
     with _inference(model):
         for _ in range(warmup):
             _generate(model, input_ids, attention_mask, new_tokens, device, clock=None)
+        if after_warmup is not None:
+            after_warmup()
         for _ in range(rounds):
             generated, boundaries, cache_dtype = _generate(model, input_ids, attention_mask, new_tokens, device,
                                                            clock=clock)
@@ -216,13 +219,15 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
 
 
 def prefill_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                   rounds: int, device: str, clock: Clock = time.perf_counter, warmup: int = 1) -> list[float]:
+                   rounds: int, device: str, clock: Clock = time.perf_counter, warmup: int = 1,
+                   after_warmup: Callable[[], None] | None = None) -> list[float]:
     """Seconds of each of ``rounds`` prompt passes ``model(input_ids [B, S], attention_mask [B, S], use_cache=True)``
     after ``warmup`` untimed ones; the KV cache is built and only the last position's logits [B, 1, vocab] are
     asked for (``logits_to_keep=1`` where the forward takes it), as serving runs it. Each pass is bounded by a
     device synchronization before each clock reading. Tokens/s of a pass: ``B * S / seconds``.
 
-    Runs under ``torch.inference_mode()`` with the model in eval mode (training flag restored afterwards).
+    Runs under ``torch.inference_mode()`` with the model in eval mode (training flag restored afterwards);
+    ``after_warmup`` is called once between the warmup and the timed passes.
 
     Raises:
         ValueError: ``rounds < 1``, ``warmup < 0``, ``input_ids`` not a non-empty 2-D long tensor, or an
@@ -241,6 +246,8 @@ def prefill_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     with _inference(model):
         for _ in range(warmup):
             prompt_pass()
+        if after_warmup is not None:
+            after_warmup()
         for _ in range(rounds):
             synchronize(device)
             start = clock()

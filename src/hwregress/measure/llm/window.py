@@ -107,12 +107,14 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
         with forward_precision(device, dtype, runs_in_dtype(workload.task, mode, dtype)):
             if mode == "prefill":
                 with sampler:
-                    seconds = prefill_rounds(model, ids, mask, plan.rounds, device, clock, warmup=plan.warmup_steps)
+                    seconds = prefill_rounds(model, ids, mask, plan.rounds, device, clock, warmup=plan.warmup_steps,
+                                             after_warmup=memory.settle)
                 latency = {"prefill_ms": statistics.median(seconds) * 1000.0}
                 work_per_round, per_sample = batch_size * context, context
             else:
                 with sampler:
-                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock, warmup=1)
+                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock, warmup=1,
+                                           after_warmup=memory.settle)
                 seconds = [sum(steps) for steps in timing.step_s]  # the decode steps alone: the judged window
                 latency = _decode_latency(timing)
                 work_per_round, per_sample = batch_size * (new_tokens - 1), new_tokens - 1
