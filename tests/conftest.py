@@ -73,6 +73,8 @@ settings.load_profile("hwregress")
 SELFTEST_TIMEOUT_S = 600
 SELFTEST_MARKERS = {
     "browser": "self-test that drives a headless Chromium",
+    "needs_extra": "self-test that needs an optional extra or Java (the spark family): skipped without them on what "
+                   "the README installs, run by phase 2 of .ci/run",
     "slow": "self-test that takes more than a few seconds",
     "gpu": "self-test that needs a CUDA device",
 }

@@ -4,6 +4,8 @@ roofline helpers."""
 from __future__ import annotations
 
 import copy
+import os
+import stat
 
 import pytest
 import torch
@@ -161,3 +163,13 @@ def test_published_roof_of_each_ceiling():
     peak = roofline.published_peak("NVIDIA H100 80GB HBM3")
     assert peak.roof("gemm", "bf16") == 989.4 and peak.roof("copy", "fp32") == 3350.0
     assert peak.roof("h2d", "fp32") is None and roofline.published_peak("Tesla T4").roof("gemm", "bf16") is None
+
+
+def test_a_trace_is_never_written_onto_a_fifo(tmp_path):
+    from hwregress.store.atomic import NotARegularFileError
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    with pytest.raises(NotARegularFileError, match="is a FIFO"):
+        profiling.profile_operators(lambda: torch.ones(8, 8) @ torch.ones(8, 8), "cpu", steps=1, trace_path=fifo)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]

@@ -28,7 +28,7 @@ except ImportError:
 SPARK = ["-m", "spark", "--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "32",
          "--spark-rows", "128", "--spark-stream-images", "60", "--spark-stream-rate", "20", "--rounds", "5",
          "--devices", "cpu"]
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.needs_extra, pytest.mark.timeout(900)]
 
 
 @pytest.fixture

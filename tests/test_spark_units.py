@@ -757,6 +757,7 @@ def test_a_gpu_test_gets_one_task_slot_per_gpu_whatever_the_cores_and_gpus(monke
     assert SparkSettings(master="local[4]").engine("cuda:0").master == "local[4]"  # asked for: kept
 
 
+@pytest.mark.needs_extra
 def test_the_predictor_takes_the_gpu_spark_gave_the_task_else_the_device_under_test(monkeypatch):
     pyspark = pytest.importorskip("pyspark")
     spec = predictor.PredictSpec("mobilenet_v3_small", "cuda:0", "fp32")
@@ -767,6 +768,7 @@ def test_the_predictor_takes_the_gpu_spark_gave_the_task_else_the_device_under_t
     assert predictor.executor_device(predictor.PredictSpec("tiny", "cpu", "fp32")) == "cpu"
 
 
+@pytest.mark.needs_extra
 def test_the_predict_function_builds_its_model_on_the_tasks_gpu_with_the_tasks_cpus(monkeypatch):
     pyspark = pytest.importorskip("pyspark")
     built = []

@@ -8,6 +8,7 @@ throughput. FLOPs follow torch.utils.flop_counter's convention: one multiply-add
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,9 +114,27 @@ def profile_operators(step: Callable[[], None], device: str, steps: int = 3, top
     else:
         result.categories = _shares(averages, lambda e: float(e.self_cpu_time_total))
     if trace_path is not None:
-        trace_path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(trace_path))
+        _export_trace(prof, trace_path)
     return result
+
+
+def _export_trace(prof: Any, trace_path: Path) -> None:
+    """The profiler's Chrome trace at ``trace_path``, written as every output is: beside it first, then renamed over a
+    regular file or a new path only (:func:`hwregress.store.atomic.replaceable_target`).
+
+    Raises:
+        hwregress.store.atomic.NotARegularFileError: a FIFO, device or folder is at ``trace_path``.
+    """
+    from hwregress.store.atomic import replaceable_target
+
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    target = replaceable_target(trace_path)
+    hidden = target.with_name(f".{target.name}.tmp")
+    try:
+        prof.export_chrome_trace(str(hidden))
+        os.replace(hidden, target)
+    finally:
+        hidden.unlink(missing_ok=True)
 
 
 def _window_ms(events: list[Any]) -> float:
