@@ -474,6 +474,19 @@ def test_history_append_of_a_journal_without_header_is_named_by_its_content(tmp_
     assert run(capsys, "history", "append", str(journal), "--dir", str(directory))[1].endswith("1 already there\n")
 
 
+@pytest.mark.parametrize("option", [["--fail-on", "regression"], ["--format", "json"], ["--key", "cpu-a"],
+                                    ["--test", "train"], ["--status", "regression"], ["--since", "2026-03-01"],
+                                    ["--last", "3"], ["--tolerance", "0.1"]], ids=lambda option: option[0])
+def test_history_append_refuses_the_options_it_would_ignore(tmp_path, capsys, option):
+    directory = history_dir(tmp_path / "history", steady_rows())
+    journal = archived_journal(tmp_path / "old.jsonl", TEST_ID)
+    before = (directory / "cpu-a.jsonl").read_bytes()
+    status, out, err = run(capsys, "history", "append", str(journal), "--dir", str(directory), *option)
+    assert (status, out) == (2, "")
+    assert f"hwregress: {option[0]}: is not an option of `history append`" in one_error(err)
+    assert (directory / "cpu-a.jsonl").read_bytes() == before
+
+
 @pytest.mark.parametrize(("argv", "expected"), [
     (["history", "append"], "needs the archived journal"),
     (["history", "render", "x.jsonl", "-o", "d.html"], "only `history append` takes journals"),

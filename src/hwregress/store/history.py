@@ -163,6 +163,14 @@ class HistoryStore:
             return []
         return sorted(path.stem for path in self.directory.glob("*.jsonl") if not path.name.startswith("."))
 
+    def would_read(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a file at ``path``, there or not yet, is one :meth:`hardware_keys` would take for a key's history:
+        a ``<key>.jsonl`` in the folder, by its name there or at the end of its links."""
+        folder, path = os.path.realpath(self.directory), Path(path)
+        named_there = Path(os.path.realpath(path.parent)) / path.name
+        return any(os.path.dirname(candidate) == folder and candidate.name.endswith(".jsonl")
+                   and not candidate.name.startswith(".") for candidate in (named_there, Path(os.path.realpath(path))))
+
     def files(self) -> list[Path]:
         """Every file this store reads: the history file of each hardware key and each recorded package list (the
         files a command that reads this folder must never write over). Empty when the folder does not exist."""
