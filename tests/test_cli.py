@@ -204,6 +204,24 @@ def test_output_never_overwrites_a_file_of_the_history_it_reads(tmp_path, capsys
     assert [path.read_bytes() for path in files] == before and link.is_symlink()
 
 
+def test_output_never_becomes_a_new_history_file_of_the_history_it_reads(tmp_path, capsys):
+    store, results = _history_and_results(tmp_path)
+    history = str(store.directory)
+    link = tmp_path / "page.html"
+    link.symlink_to(store.directory / "cpu-z.jsonl")  # a link to a key file that does not exist yet
+    commands = (["history", "render", "--dir", history], ["report", "render", str(results), "--history-dir", history],
+                ["report", "merge", str(results), "--history-dir", history])
+    for output in (store.directory / "cpu-new.jsonl", link):
+        for command in commands:
+            assert main([*command, "-o", str(output)]) == 2, command
+            error = _one_error(capsys, output)
+            assert f"would be read as a hardware key's history of {history}" in error and "-o dashboard.html" in error
+    assert store.hardware_keys() == ["cpu-a"] and not os.path.lexists(store.directory / "cpu-z.jsonl")
+    for allowed in (store.directory / "page.html", store.directory / ".hidden.jsonl"):  # names the history never reads
+        assert main(["history", "render", "--dir", history, "-o", str(allowed)]) == 0
+        assert allowed.is_file()
+
+
 @pytest.mark.timeout(60)
 def test_output_onto_a_fifo_or_a_device_is_refused_and_left_as_it_is(tmp_path, capsys, character_device):
     store, results = _history_and_results(tmp_path)

@@ -153,16 +153,23 @@ def test_row_from_record_marks_an_interrupted_session_and_only_that():
     assert "interrupted" not in row_from_record(measured_record(), "s", TIME, "abcd")
 
 
+def test_row_from_record_writes_the_version_it_is_given_and_leaves_an_unknown_one_out():
+    assert row_from_record(measured_record(), "s", TIME, "abcd")["hwregress_version"] == __version__
+    given = row_from_record(measured_record(), "s", TIME, "abcd", hwregress_version="0.0.7")
+    assert given["hwregress_version"] == "0.0.7"
+    assert "hwregress_version" not in row_from_record(measured_record(), "s", TIME, "abcd", hwregress_version=None)
+
+
 def test_a_recovered_session_is_appended_once_with_its_package_list_unknown(tmp_path):
     store = HistoryStore(tmp_path / "history")
     records = [measured_record(test_id="a1"), measured_record(test_id="a2"), measured_record(test_id="b1",
                                                                                             hardware_key="gpu-b")]
-    assert store.append_session(records[:1], "dead", TIME, interrupted=True, recovered=True) == {"cpu-a": 1}
-    assert store.append_session(records, "dead", TIME, interrupted=True, recovered=True) == {"cpu-a": 1, "gpu-b": 1}
-    assert store.append_session(records, "dead", TIME, interrupted=True, recovered=True) == {"cpu-a": 0, "gpu-b": 0}
+    assert store.append_recovered(records[:1], "dead", TIME, interrupted=True, hwregress_version="0.0.7") == (1, 1)
+    assert store.append_recovered(records, "dead", TIME, interrupted=True, hwregress_version="0.0.7") == (3, 2)
+    assert store.append_recovered(records, "dead", TIME, interrupted=True, hwregress_version="0.0.7") == (3, 0)
     rows = store.read("cpu-a").rows
-    assert [(r["session"], r["test_id"], r["interrupted"], r["packages"]) for r in rows] == [
-        ("dead", "a1", True, ""), ("dead", "a2", True, "")]
+    assert [(r["session"], r["test_id"], r["interrupted"], r["packages"], r["hwregress_version"]) for r in rows] == [
+        ("dead", "a1", True, "", "0.0.7"), ("dead", "a2", True, "", "0.0.7")]
     assert not (tmp_path / "history" / "packages").exists()  # this process's list is not the dead session's
     assert store.append_session(records[:1], "other", TIME) == {"cpu-a": 1}  # another session's row is its own
 

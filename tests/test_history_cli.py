@@ -413,10 +413,13 @@ def test_merge_draws_a_key_held_by_two_history_dirs_once(tmp_path, capsys, secon
 DEAD_SESSION, DEAD_START = "host-4242-20260316T020000Z", "2026-03-16T02:00:00+00:00"  # after steady_rows
 
 
-def archived_journal(path: Path, *test_ids: str, header: bool = True, died_in: str | None = "t-last") -> Path:
-    """A journal as a killed session leaves it and the next session archives it: header, then per test its running
-    line and its record (samples in samples/s on hardware key cpu-a), then the test it died in."""
-    lines = [{"journal": 1, "session": DEAD_SESSION, "pid": 4242, "host": "host", "started_at": DEAD_START}][:header]
+def archived_journal(path: Path, *test_ids: str, header: bool = True, died_in: str | None = "t-last",
+                     **header_fields: Any) -> Path:
+    """A journal as a killed session leaves it and the next session archives it: header (with ``header_fields``),
+    then per test its running line and its record (samples in samples/s on hardware key cpu-a), then the test it died
+    in."""
+    lines = [{"journal": 1, "session": DEAD_SESSION, "pid": 4242, "host": "host", "started_at": DEAD_START,
+              **header_fields}][:header]
     for index, test_id in enumerate(test_ids):
         record = TestRecord(test_id, hardware_key="cpu-a", device="cpu", unit="samples/s", verdict=Verdict.PASS,
                             samples=[100.0 + index, 101.0 + index, 99.0 + index])
@@ -430,14 +433,14 @@ def archived_journal(path: Path, *test_ids: str, header: bool = True, died_in: s
 def test_history_append_brings_an_archived_journal_in_once_marked_interrupted(tmp_path, capsys):
     directory = history_dir(tmp_path / "history", steady_rows())
     journal = archived_journal(tmp_path / "archive" / "results-20260301-020000-x-unfinished.jsonl", TEST_ID,
-                               OTHER_TEST_ID)
+                               OTHER_TEST_ID, hwregress_version="0.0.9")
     status, out, err = run(capsys, "history", "append", str(journal), "--dir", str(directory))
     assert (status, err) == (0, "")
     assert out == (f"{journal}: session {DEAD_SESSION} (started {DEAD_START}, interrupted): 2 rows appended to "
                    f"{directory}\n")
     recovered = [row for row in HistoryStore(directory).read("cpu-a").rows if row["session"] == DEAD_SESSION]
-    assert [(r["test_id"], r["time"], r["interrupted"], r["median"]) for r in recovered] == [
-        (TEST_ID, DEAD_START, True, 100.0), (OTHER_TEST_ID, DEAD_START, True, 101.0)]
+    assert [(r["test_id"], r["time"], r["interrupted"], r["median"], r["hwregress_version"]) for r in recovered] == [
+        (TEST_ID, DEAD_START, True, 100.0, "0.0.9"), (OTHER_TEST_ID, DEAD_START, True, 101.0, "0.0.9")]
 
     before = (directory / "cpu-a.jsonl").read_bytes()
     status, out, _ = run(capsys, "history", "append", str(journal), "--dir", str(directory))
@@ -459,7 +462,15 @@ def test_history_append_brings_an_archived_journal_in_once_marked_interrupted(tm
     assert f"{DEAD_START}, pass, interrupted session, median 100" in text and text.count("interrupted session)") == 1
     results = results_file(tmp_path / "reports" / "results.json", "cpu-a")  # the report's History section too
     assert run(capsys, "report", "render", str(results), "-o", str(page), "--history-dir", str(directory))[0] == 0
-    assert f"{DEAD_START}, pass, hwregress 0.1.0, interrupted session" in html.unescape(page.read_text("utf-8"))
+    assert f"{DEAD_START}, pass, hwregress 0.0.9, interrupted session" in html.unescape(page.read_text("utf-8"))
+
+
+def test_history_append_of_a_journal_that_does_not_name_its_version_leaves_the_version_out(tmp_path, capsys):
+    directory = history_dir(tmp_path / "history", steady_rows())  # rows of hwregress 0.9.0
+    journal = archived_journal(tmp_path / "old.jsonl", TEST_ID)  # a header of hwregress <= 0.1: no version
+    assert run(capsys, "history", "append", str(journal), "--dir", str(directory))[0] == 0
+    (row,) = [row for row in HistoryStore(directory).read("cpu-a").rows if row["session"] == DEAD_SESSION]
+    assert "hwregress_version" not in row  # unknown, not the version of the hwregress that appended it
 
 
 def test_history_append_of_a_journal_without_header_is_named_by_its_content(tmp_path, capsys):
@@ -472,6 +483,35 @@ def test_history_append_of_a_journal_without_header_is_named_by_its_content(tmp_
     assert row["time"] == _dt.datetime.fromtimestamp(journal.stat().st_mtime, _dt.timezone.utc).isoformat(
         timespec="seconds")
     assert run(capsys, "history", "append", str(journal), "--dir", str(directory))[1].endswith("1 already there\n")
+
+
+def test_history_append_refuses_the_journal_of_a_session_still_running(tmp_path, capsys):
+    from hwregress.store.journal import Journal
+
+    directory = history_dir(tmp_path / "history", steady_rows())
+    live = Journal.start(tmp_path / "reports", history_dir=directory)  # holds its lock, as a running session does
+    try:
+        live.append(TestRecord(TEST_ID, hardware_key="cpu-a", unit="samples/s", samples=[100.0, 101.0, 99.0]))
+        before = (directory / "cpu-a.jsonl").read_bytes()
+        status, out, err = run(capsys, "history", "append", str(live.path), "--dir", str(directory))
+        assert (status, out) == (2, "")
+        assert "a running session is still writing it" in one_error(err, live.path)
+        assert (directory / "cpu-a.jsonl").read_bytes() == before  # its session appends its rows itself, unmarked
+    finally:
+        live.close(remove=True)
+
+
+@pytest.mark.parametrize("option", [["--fail-on", "regression"], ["--format", "json"], ["--key", "cpu-a"],
+                                    ["--test", "train"], ["--status", "regression"], ["--since", "2026-03-01"],
+                                    ["--last", "3"], ["--tolerance", "0.1"]], ids=lambda option: option[0])
+def test_history_append_refuses_the_options_it_would_ignore(tmp_path, capsys, option):
+    directory = history_dir(tmp_path / "history", steady_rows())
+    journal = archived_journal(tmp_path / "old.jsonl", TEST_ID)
+    before = (directory / "cpu-a.jsonl").read_bytes()
+    status, out, err = run(capsys, "history", "append", str(journal), "--dir", str(directory), *option)
+    assert (status, out) == (2, "")
+    assert f"hwregress: {option[0]}: is not an option of `history append`" in one_error(err)
+    assert (directory / "cpu-a.jsonl").read_bytes() == before
 
 
 @pytest.mark.parametrize(("argv", "expected"), [

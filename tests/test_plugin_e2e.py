@@ -168,6 +168,31 @@ def test_a_session_killed_by_sigkill_has_its_finished_records_in_the_history_mar
     assert [json.loads(line) for line in history_file.read_text().splitlines()] == rows  # nothing twice
 
 
+def test_a_killed_sessions_records_go_to_its_own_history_never_to_the_next_sessions(hw_project):
+    kill_at_third = {"HWREGRESS_SELFTEST_SIGKILL": "3"}
+    reports = hw_project.path / "reports"
+    assert hw_project.run("--batch-sizes", "1,2,3", "--no-history", env=kill_at_third).ret == -signal.SIGKILL
+    (journal,) = reports.glob(".results.*.partial.jsonl")
+    assert json.loads(journal.read_text().splitlines()[0])["history"] is None
+    other = hw_project.path / "other-history"
+    killed = hw_project.run("--batch-sizes", "1,2,3", "--history-dir", str(other), env=kill_at_third)
+    assert killed.ret == -signal.SIGKILL  # it archived the --no-history session's journal, appending nothing
+    (journal,) = reports.glob(".results.*.partial.jsonl")
+    header = json.loads(journal.read_text().splitlines()[0])
+    assert header["history"] == str(other) and not other.exists()
+
+    again = hw_project.run("--modes", "infer")
+    again.assert_outcomes(passed=1)
+    output = again.stdout.str()
+    assert f"2 rows appended to the history {other}, marked interrupted" in output
+    assert output.count("rows appended") == 1
+    (own,) = (reports / "history").glob("*.jsonl")
+    this_session = json.loads((reports / "results.json").read_text())["meta"]["session"]
+    assert [json.loads(line)["session"] for line in own.read_text().splitlines()] == [this_session]
+    (recovered,) = other.glob("*.jsonl")
+    assert [json.loads(line)["session"] for line in recovered.read_text().splitlines()] == [header["session"]] * 2
+
+
 def test_two_sessions_sharing_a_report_folder_keep_each_others_journal_and_archive(hw_project):
     first = hw_project.pytester.popen([sys.executable, "-m", "pytest", *FAST_ARGS, "--batch-sizes", "1,2,3,4,5,6",
                                        "--min-round-time", "0.3"], stdin=subprocess.DEVNULL)

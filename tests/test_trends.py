@@ -220,6 +220,13 @@ def test_differences_name_software_version_and_device():
                                          "hwregress 0.1 -> 0.2", "device AMD EPYC 7B13 -> AMD EPYC 9B14"]
 
 
+def test_differences_leave_out_a_version_one_session_did_not_record():
+    unknown = {key: value for key, value in row().items() if key != "hwregress_version"}  # a recovered old journal's
+    assert differences(row(), unknown) == differences(unknown, row(hwregress_version="0.2")) == [
+        "nothing recorded changed (software, packages, hardware identity, telemetry, CPU health): look at what "
+        "hwregress does not see (firmware, BIOS, the code under test)"]
+
+
 def test_differences_name_cpu_contention_and_the_first_bad_sessions_own_diagnosis():
     before = row(health={"other_cpu_fraction": 0.02, "steal_fraction": 0.0})
     after = row(health={"other_cpu_fraction": 0.39, "steal_fraction": 0.03},

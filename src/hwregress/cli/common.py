@@ -1,7 +1,7 @@
 """What every subcommand of ``python -m hwregress`` shares: the one-line user error (:class:`CliError`), reading
 inputs (a results file checked record by record, a regular file refused otherwise), writing outputs atomically, only
-to a regular file or a new path and never over a file the command reads (:func:`command_inputs`), and the argument
-types."""
+to a regular file or a new path, never over a file the command reads and never where a history folder it reads would
+take it for a history file (:func:`command_inputs`), and the argument types."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,29 +73,48 @@ def is_results_file(path: Path) -> bool:
     return isinstance(data, dict) and "records" in data and "entries" not in data
 
 
+@dataclass(frozen=True)
+class CommandInputs:
+    """What a command reads (:func:`command_inputs`): the files named on its command line and the history folders."""
+
+    files: list[Path]
+    histories: list[HistoryStore]
+
+    def all_files(self) -> list[Path]:
+        """The files named and every file of each history folder (:meth:`HistoryStore.files`: the history files and
+        the package lists; a store's own files, such as a database, belong in that method)."""
+        return self.files + [path for store in self.histories for path in store.files()]
+
+
 def command_inputs(files: Iterable[str | os.PathLike[str]] = (),
-                   history_dirs: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
-    """Every file a command reads, none of which its output may be: the files named on its command line (results,
-    journals) and every file of each history folder it reads (:meth:`HistoryStore.files`: the history files and the
-    package lists; a store's own files, such as a database, belong in that method)."""
-    return [Path(path) for path in files] + [path for folder in history_dirs for path in HistoryStore(folder).files()]
+                   history_dirs: Iterable[str | os.PathLike[str]] = ()) -> CommandInputs:
+    """Everything a command reads, which its output may be none of: the files named on its command line (results,
+    journals) and each history folder it reads."""
+    return CommandInputs([Path(path) for path in files], [HistoryStore(folder) for folder in history_dirs])
 
 
-def output_path(output: str, inputs: Sequence[str | os.PathLike[str]]) -> Path:
-    """Where to write: a regular file or a new path that is none of ``inputs`` (:func:`command_inputs`), through any
-    link or relative spelling. Checked before anything is read or rendered.
+def output_path(output: str, inputs: CommandInputs) -> Path:
+    """Where to write: a regular file or a new path that is none of the files of ``inputs`` (:func:`command_inputs`),
+    through any link or relative spelling, and not a name a history folder of ``inputs`` would read as a hardware key's
+    history (:meth:`HistoryStore.would_read`). Checked before anything is read or rendered.
 
     Raises:
-        CliError: an empty path, a folder, a FIFO, a device or a socket (or a link to one), or one of the inputs.
+        CliError: an empty path, a folder, a FIFO, a device or a socket (or a link to one), one of the inputs, or a
+            ``<key>.jsonl`` of a history folder read.
     """
     if not output.strip():
         raise CliError("-o", "the output path is empty", "give the HTML file to write, e.g. -o report.html")
     path = Path(output)
     if path.is_dir():
         raise CliError(path, "is a folder", f"give a file inside it, e.g. -o {path / 'report.html'}")
-    for source in inputs:
+    for source in inputs.all_files():
         if _same_file(path, Path(source)):
             raise CliError(output, f"is the input {source}", "choose another -o: an output never overwrites an input")
+    for store in inputs.histories:
+        if store.would_read(path):
+            raise CliError(output, f"would be read as a hardware key's history of {store.directory}, as every "
+                                   "<key>.jsonl there is", "write the page outside the history folder, e.g. -o "
+                                                           "dashboard.html")
     try:
         replaceable_target(path)
     except NotARegularFileError as error:

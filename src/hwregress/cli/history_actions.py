@@ -27,6 +27,10 @@ CHANGED = "changed"  # --status changed: every test whose history moved (hwregre
 STATUS_CHOICES = (*STATUSES, CHANGED)
 FORMATS = ("text", "json")
 JSON_FORMAT_VERSION = 1
+# the options of the table and the dashboard, and their values when not given: `history append` reads no trends
+TREND_OPTIONS = {"--fail-on": ("fail_on", None), "--format": ("format", "text"), "--key": ("key", None),
+                 "--test": ("test", None), "--status": ("status", None), "--since": ("since", None),
+                 "--last": ("last", 10), "--tolerance": ("tolerance", 0.05)}
 
 
 def add_history_actions(history: argparse.ArgumentParser) -> None:
@@ -52,12 +56,17 @@ def check_actions(args: argparse.Namespace) -> Path | None:
 
     Raises:
         hwregress.cli.common.CliError: ``render`` without ``-o``, ``-o`` without ``render``, ``render --format
-            json``, ``append`` without a journal, a journal without ``append``, or an ``-o`` that is a file of the
-            history folder, a folder, a FIFO or a device (:func:`hwregress.cli.common.output_path`).
+            json``, ``append`` without a journal or with an option of the table (:data:`TREND_OPTIONS`, which it would
+            ignore), a journal without ``append``, or an ``-o`` that is a file of the history folder (or would be
+            read as one), a folder, a FIFO or a device (:func:`hwregress.cli.common.output_path`).
     """
     if args.action == "append" and not args.journals:
         raise CliError("history append", "needs the archived journal(s) to append",
                        "give reports/archive/results-*-unfinished.jsonl")
+    for option, (name, unset) in TREND_OPTIONS.items():
+        if args.action == "append" and getattr(args, name) != unset:
+            raise CliError(option, "is not an option of `history append`, which appends journals and reads no trends",
+                           f"leave {option} out; after appending, run python -m hwregress history {option} ...")
     if args.action != "append" and args.journals:
         raise CliError(args.journals[0], "only `history append` takes journals",
                        "add the action: python -m hwregress history append FILE.jsonl ...")

@@ -274,13 +274,14 @@ def _sentence(trend: Trend, latest: FirstBad | None, sessions: int, flagged: int
 
 
 def differences(before: dict[str, Any], after: dict[str, Any], packages: PackageLookup | None = None) -> list[str]:
-    """What differs between two sessions' rows: software fingerprint, hwregress version, packages, hardware
-    identity, device name, window telemetry means (beyond ``TELEMETRY_CHANGE``) and CPU health shares (beyond
+    """What differs between two sessions' rows: software fingerprint, hwregress version (where both say), packages,
+    hardware identity, device name, window telemetry means (beyond ``TELEMETRY_CHANGE``) and CPU health shares (beyond
     ``HEALTH_CHANGE``), one line each, or one line saying nothing recorded changed; then the first likely cause
     the later session's own diagnosis gave, if any."""
     lines = _mapping_changes(before.get("environment") or {}, after.get("environment") or {})
-    if before.get("hwregress_version") != after.get("hwregress_version"):
-        lines.append(f"hwregress {before.get('hwregress_version')} -> {after.get('hwregress_version')}")
+    versions = before.get("hwregress_version"), after.get("hwregress_version")
+    if None not in versions and versions[0] != versions[1]:  # unknown (an older journal recovered): no change to name
+        lines.append(f"hwregress {versions[0]} -> {versions[1]}")
     lines += _package_changes(before.get("packages"), after.get("packages"), packages)
     lines += identity_changes(before.get("identity") or {}, after.get("identity") or {})
     if before.get("device_name") != after.get("device_name"):

@@ -5,7 +5,7 @@ Registered on the controller only, never on an xdist worker. It builds nothing: 
 its report (:mod:`hwregress.plugin.record`). Every record is appended to this session's own journal as it
 arrives, with the test that is running, so a session that dies before its end leaves what it finished and the
 test it died in on disk; a later session archives only journals whose owner is gone, after appending their finished
-records to the history marked interrupted (:mod:`hwregress.store.journal`).
+records, marked interrupted, to the history their session used (:mod:`hwregress.store.recovery`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
 from hwregress.store.atomic import atomic_write_text
 from hwregress.store.history import HistoryStore
-from hwregress.store.journal import DeadSession, Journal, archive_dead_journals
+from hwregress.store.journal import Journal
+from hwregress.store.recovery import DeadSession, archive_dead_journals
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import NOTEWORTHY
 
@@ -56,7 +57,7 @@ class Collector:
         history = HistoryStore(self.settings.history_dir) if self.settings.history_dir is not None else None
         try:
             self.dead = archive_dead_journals(report_dir, report_dir / "archive", history)
-            self.journal = Journal.start(report_dir)
+            self.journal = Journal.start(report_dir, history_dir=self.settings.history_dir)
             self.session_id = self.journal.session
         except OSError as error:
             self.problems.append(f"no journal of this session's records in {report_dir}: {error}")
@@ -229,7 +230,7 @@ def _dead_session_line(dead: DeadSession) -> str:
     """One sentence about a session that ended without writing its results, and whether its records reached the
     history."""
     how = f"died while running {dead.died_in}" if dead.died_in else "ended without writing its results"
-    return (f"an earlier session ({dead.session}, started {dead.started_at or 'at an unknown time'}) {how}; its "
+    return (f"an earlier session ({dead.session}, started {dead.started_at}) {how}; its "
             f"{dead.records} finished records are in {dead.archived} (render them: python -m hwregress report render "
             f"{dead.archived} -o FILE.html){_recovered_clause(dead)}")
 
@@ -241,10 +242,12 @@ def _recovered_clause(dead: DeadSession) -> str:
     recovered = dead.recovered
     if recovered is None or recovered.rows == 0:
         return ""
+    assumed = (" (its journal, from an older hwregress, does not say which history its session used: this "
+               "session's)") if dead.history_assumed else ""
     if recovered.appended == 0:
-        return f"; its {recovered.rows} rows were in the history {dead.history} already"
+        return f"; its {recovered.rows} rows were in the history {dead.history} already{assumed}"
     marked = ", marked interrupted" if recovered.interrupted else ""
-    return f"; {recovered.appended} rows appended to the history {dead.history}{marked}"
+    return f"; {recovered.appended} rows appended to the history {dead.history}{marked}{assumed}"
 
 
 def _write_summary(path: Path, text: str, append: bool) -> None:

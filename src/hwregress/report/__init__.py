@@ -25,11 +25,13 @@ from hwregress.report.history_view import HistorySection
 from hwregress.report.regressed_chart import top_context
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY, scaleout_context
 from hwregress.report.spark_view import spark_context
-from hwregress.store.atomic import atomic_write_json, atomic_write_text, safe_file_name
+from hwregress.store.archive import archive_stem, free_archive_stem
+from hwregress.store.atomic import atomic_write_json, atomic_write_text
 from hwregress.store.history import parse_time
 from hwregress.store.results import SessionResults, TestRecord, machine_label
 from hwregress.store.verdicts import Verdict, verdict_rank
 
+ARCHIVE_COPIES = {"results archive": "results-{}.json", "report archive": "report-{}.html"}  # {}: archive_name
 ROOFLINE_METHOD = (
     "Arithmetic intensity = FLOPs per sample (torch.utils.flop_counter, 2 x multiply-adds) / estimated bytes "
     "moved per sample: parameters read once per forward pass, every leaf module's output written and read once; "
@@ -186,24 +188,20 @@ def write_outputs(results: SessionResults, report_dir: Path, history: HistorySec
 
 
 def archive_name(meta: dict[str, Any], archive: Path) -> str:
-    """``<start>-<session>`` of a session's archive copies (``results-<name>.json``, ``report-<name>.html``): its start
-    (``meta["started_at"]``, UTC ``YYYYmmdd-HHMMSS``; now when absent or unreadable) and its id (``meta["session"]``,
-    ``host-pid-start``; ``host-pid`` when absent), as a dead session's journal is archived. The id keeps apart
-    sessions that write into one report folder in the same second; a name already in ``archive`` (one session written
-    twice) gets ``-1``, ``-2``, ..."""
+    """``<start>-<session>`` of a session's archive copies (``results-<name>.json``, ``report-<name>.html``;
+    :func:`hwregress.store.archive.archive_stem`): its start (``meta["started_at"]``; now when absent or unreadable)
+    and its id (``meta["session"]``, ``host-pid-start``; ``host-pid`` when absent), as a dead session's journal is
+    archived. The id keeps apart sessions that write into one report folder in the same second; a name already in
+    ``archive`` (one session written twice) gets ``-1``, ``-2``, ...
+    (:func:`hwregress.store.archive.free_archive_stem`)."""
     started = parse_time(meta["started_at"]) if isinstance(meta.get("started_at"), str) else None
-    moment = started or _dt.datetime.now(_dt.timezone.utc)
     session = str(meta.get("session") or f"{socket.gethostname()}-{os.getpid()}")
-    base = f"{moment:%Y%m%d-%H%M%S}-{safe_file_name(session, keep_last=100)}"
-    name, index = base, 0
-    while any(os.path.lexists(path) for path in _archive_paths(archive, name).values()):
-        index += 1
-        name = f"{base}-{index}"
-    return name
+    stem = archive_stem(started or _dt.datetime.now(_dt.timezone.utc), session)
+    return free_archive_stem(archive, stem, list(ARCHIVE_COPIES.values()))
 
 
 def _archive_paths(archive: Path, name: str) -> dict[str, Path]:
-    return {"results archive": archive / f"results-{name}.json", "report archive": archive / f"report-{name}.html"}
+    return {key: archive / pattern.format(name) for key, pattern in ARCHIVE_COPIES.items()}
 
 
 def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0,

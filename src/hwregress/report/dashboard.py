@@ -35,21 +35,18 @@ UNKNOWN = "–"
 
 @dataclass
 class SteadyRow:
-    """One (hardware key, test) whose history did not move: its ratios to the baseline and their sparkline."""
+    """One (hardware key, test) whose history did not move: its ratios to the baseline and their sparkline, and how
+    many of its sessions did not run to their end (rows marked ``interrupted``)."""
 
     trend: Trend
     ratios: list[float]
     sparkline: Markup
     facets: dict[str, list[str]]
+    interrupted: int
 
     @property
     def latest_ratio(self) -> float | None:
         return self.ratios[-1] if self.ratios else None
-
-    @property
-    def interrupted(self) -> int:
-        """How many of its sessions did not run to their end (rows marked ``interrupted``)."""
-        return sum(bool(interrupted_note(row)) for row in self.trend.rows)
 
 
 @dataclass
@@ -162,7 +159,8 @@ def _steady_row(trend: Trend) -> SteadyRow:
     ratios = session_ratios(trend)
     shown = ratios[-CHART_SESSIONS:]
     spark = charts.sparkline(list(range(len(shown))), shown, "median / baseline", "")
-    return SteadyRow(trend, ratios, spark, {name: [value] for name, value in facets_of(trend).items()})
+    return SteadyRow(trend, ratios, spark, {name: [value] for name, value in facets_of(trend).items()},
+                     sum(bool(interrupted_note(row)) for row in trend.rows))
 
 
 def _merged_facets(trends: Sequence[Trend]) -> dict[str, list[str]]:

@@ -35,7 +35,6 @@ import errno
 import functools
 import hashlib
 import json
-import math
 import os
 import stat
 import typing
@@ -48,7 +47,6 @@ from typing import Any
 from filelock import FileLock
 
 from hwregress import __version__
-from hwregress.judge.stats import summarize
 from hwregress.store.atomic import (
     NotARegularFileError,
     atomic_write_json,
@@ -56,15 +54,13 @@ from hwregress.store.atomic import (
     open_regular_file,
     read_regular_file,
 )
-from hwregress.store.history_row import HISTORY_ROW_VERSION, HistoryRow, SharedRows, row_problem
+from hwregress.store.history_row import HISTORY_ROW_VERSION, HistoryRow, SharedRows, row_from_record, row_problem
 from hwregress.store.results import TestRecord
 
 __all__ = ["HISTORY_ROW_VERSION", "HistoryRead", "HistoryRow", "HistoryStore", "iter_history", "read_history",
            "row_from_record"]
 
 LOCK_TIMEOUT_S = 120.0
-TELEMETRY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct")
-HEALTH_FIELDS = ("other_cpu_fraction", "steal_fraction", "cpu_freq_mhz")
 MAX_LINE_BYTES = 1 << 20  # a row is about 2 KB: a longer line is no row, and is skipped without being held whole
 
 
@@ -92,52 +88,6 @@ def _this_process_packages() -> tuple[str, ...]:
     return tuple(installed_packages())
 
 
-def row_from_record(record: TestRecord, session: str, time: str, packages: str,
-                    interrupted: bool = False) -> HistoryRow | None:
-    """The history row of one finished test; None when it measured nothing (no samples, no hardware key).
-
-    Args:
-        record: the test's record (``samples`` in ``record.unit``, e.g. samples/s).
-        session: the id of the pytest session (same for every row it writes).
-        time: the session's start, UTC ISO 8601 (same for every row it writes: one session, one x position).
-        packages: :func:`package_hash` of the installed packages ("" when unknown).
-        interrupted: the session did not run to its end: the row gets ``"interrupted": true``.
-    """
-    values = [float(s) for s in record.samples
-              if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0]
-    if not values or not record.hardware_key:
-        return None
-    summary = summarize(values)
-    return {
-        "v": HISTORY_ROW_VERSION, "session": session, "time": time, "test_id": record.test_id,
-        "hardware_key": record.hardware_key, "device": record.device, "device_name": record.device_name,
-        "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
-        "dtype": record.dtype,
-        "identity": record.details.get("identity") or {}, "hwregress_version": __version__,
-        "environment": dict(record.environment), "packages": packages, "unit": record.unit,
-        "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,
-        "verdict": str(record.verdict),
-        "ratio": _finite_or_none(record.ratio), "threshold": _finite_or_none(record.threshold),
-        "baseline_median": _finite_or_none(record.baseline_throughput),
-        "baseline_recorded_at": record.baseline_recorded_at,
-        "telemetry": _telemetry_means(record.telemetry or {}),
-        "health": {key: value for key in HEALTH_FIELDS
-                   if (value := _finite_or_none((record.health or {}).get(key))) is not None},
-        "diagnosis": list(record.diagnosis[:2]),
-        **({"interrupted": True} if interrupted else {}),
-    }
-
-
-def _finite_or_none(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def _telemetry_means(summary: dict[str, Any]) -> dict[str, float]:
-    metrics = summary.get("metrics") or {}
-    means = {key: _finite_or_none((metrics.get(key) or {}).get("mean")) for key in TELEMETRY_FIELDS}
-    return {key: value for key, value in means.items() if value is not None}
-
-
 class HistoryStore:
     """The history files under ``directory``, one per hardware key."""
 
@@ -163,45 +113,63 @@ class HistoryStore:
             return []
         return sorted(path.stem for path in self.directory.glob("*.jsonl") if not path.name.startswith("."))
 
+    def would_read(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a file at ``path``, there or not yet, is one :meth:`hardware_keys` would take for a key's history:
+        a ``<key>.jsonl`` in the folder, by its name there or at the end of its links."""
+        folder, path = os.path.realpath(self.directory), Path(path)
+        named_there = Path(os.path.realpath(path.parent)) / path.name
+        return any(os.path.dirname(candidate) == folder and candidate.name.endswith(".jsonl")
+                   and not candidate.name.startswith(".") for candidate in (named_there, Path(os.path.realpath(path))))
+
     def files(self) -> list[Path]:
         """Every file this store reads: the history file of each hardware key and each recorded package list (the
         files a command that reads this folder must never write over). Empty when the folder does not exist."""
         package_lists = sorted(path for path in self._packages_folder().glob("*.json") if path.is_file())
         return [self.path_for(key) for key in self.hardware_keys()] + package_lists
 
-    def append_session(self, records: Iterable[TestRecord], session: str, time: str, interrupted: bool = False,
-                       recovered: bool = False) -> dict[str, int]:
-        """Append one row per measured record to its hardware key's file; record the package list once.
+    def append_session(self, records: Iterable[TestRecord], session: str, time: str,
+                       interrupted: bool = False) -> dict[str, int]:
+        """Append one row per measured record of this session to its hardware key's file (:func:`row_from_record`,
+        this hwregress's version); record the installed packages' list once.
 
         Args:
-            interrupted: the session did not run to its end: its rows are marked (:func:`row_from_record`).
-            recovered: the records come from the journal of a session that is gone (:mod:`hwregress.store.journal`):
-                its package list is unknown (``packages`` is ""; this process's is not the one it ran with), and a
-                row whose session id and test id its file holds already is not appended again, so a journal
-                recovered twice is in the history once.
+            interrupted: the session did not run to its end: its rows are marked.
 
         Returns:
-            rows appended per hardware key (0 for a key whose rows were all there already).
+            rows appended per hardware key.
 
         Raises:
             OSError: the folder or a file cannot be written (nothing half-written stays unreadable: see the
                 module doc).
+            ValueError: a row JSON cannot hold; nothing more is written from its key on.
             filelock.Timeout: another writer held a file's lock for more than ``LOCK_TIMEOUT_S``.
         """
-        packages = () if recovered else _this_process_packages()
+        packages = _this_process_packages()
         digest = package_hash(packages) if packages else ""
-        by_key: dict[str, list[dict[str, Any]]] = {}
-        for record in records:
-            row = row_from_record(record, session, time, digest, interrupted)
-            if row is not None:
-                by_key.setdefault(row["hardware_key"], []).append(row)
+        by_key = _rows_by_key(records, session, time, digest, interrupted, __version__)
         if by_key and packages:
             self._remember_packages(digest, packages)
-        if recovered:
-            return {key: self._append_absent(key, rows) for key, rows in by_key.items()}
         for key, rows in by_key.items():
             self.append(key, rows)
         return {key: len(rows) for key, rows in by_key.items()}
+
+    def append_recovered(self, records: Iterable[TestRecord], session: str, time: str, interrupted: bool,
+                         hwregress_version: str | None) -> tuple[int, int]:
+        """Append the rows of the finished records of a session that is gone, from its journal
+        (:mod:`hwregress.store.journal`), each unless its file holds a row of that session and test id already, so a
+        journal recovered twice is in the history once. Its package list is unknown (``packages`` is "": this
+        process's is not the one it ran with); ``hwregress_version`` is the version that wrote the journal (None:
+        unknown, left out of the rows).
+
+        Returns:
+            (rows its measured records make, rows appended now): the others were there already.
+
+        Raises:
+            OSError, ValueError, filelock.Timeout: see :meth:`append_session`.
+        """
+        by_key = _rows_by_key(records, session, time, "", interrupted, hwregress_version)
+        appended = sum(self._append_absent(key, rows, session) for key, rows in by_key.items())
+        return sum(map(len, by_key.values())), appended
 
     def append(self, hardware_key: str, rows: Sequence[dict[str, Any]]) -> Path:
         """Append ``rows`` (JSON objects) as lines to the key's file under its lock. Returns the file.
@@ -211,23 +179,23 @@ class HistoryStore:
             OSError, filelock.Timeout: see :meth:`append_session`.
         """
         path = self.path_for(hardware_key)
-        payload = _payload(path, rows)
+        payload = b"".join(_encoded(path, rows))
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
             _append_lines(path, payload)
         return path
 
-    def _append_absent(self, hardware_key: str, rows: Sequence[dict[str, Any]]) -> int:
-        """:meth:`append` of the ``rows`` whose (session, test id) the file does not hold yet, read under the same
-        lock as the write. Returns how many were appended."""
+    def _append_absent(self, hardware_key: str, rows: Sequence[HistoryRow], session: str) -> int:
+        """:meth:`append` of the ``rows`` (all of ``session``) whose test id no row of ``session`` in the file has,
+        read under the same lock as the write, one line at a time. Returns how many were appended."""
         path = self.path_for(hardware_key)
-        _payload(path, rows)  # refuse a row JSON cannot hold before anything is read or written
+        lines = _encoded(path, rows)  # refuse a row JSON cannot hold before anything is read or written
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
-            present = {(row["session"], row["test_id"]) for row in read_history(path).rows}
-            absent = [row for row in rows if (row["session"], row["test_id"]) not in present]
+            present = {row["test_id"] for row in iter_history(path, []) if row["session"] == session}
+            absent = [line for row, line in zip(rows, lines, strict=True) if row["test_id"] not in present]
             if absent:
-                _append_lines(path, _payload(path, absent))
+                _append_lines(path, b"".join(absent))
         return len(absent)
 
     def read(self, hardware_key: str) -> HistoryRead:
@@ -262,10 +230,26 @@ class HistoryStore:
             atomic_write_json(path, list(packages))
 
 
-def _payload(path: Path, rows: Sequence[dict[str, Any]]) -> bytes:
+def _rows_by_key(records: Iterable[TestRecord], session: str, time: str, packages: str, interrupted: bool,
+                 hwregress_version: str | None) -> dict[str, list[HistoryRow]]:
+    """The history row of each measured record (:func:`row_from_record`), by hardware key."""
+    by_key: dict[str, list[HistoryRow]] = {}
+    for record in records:
+        row = row_from_record(record, session, time, packages, interrupted, hwregress_version)
+        if row is not None:
+            by_key.setdefault(row["hardware_key"], []).append(row)
+    return by_key
+
+
+def _encoded(path: Path, rows: Sequence[Any]) -> list[bytes]:
+    """Each row as one JSON line, UTF-8.
+
+    Raises:
+        ValueError: a row holds NaN, infinity or a value JSON cannot hold (named with ``path``).
+    """
     try:
-        lines = "".join(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n" for row in rows)
-        return lines.encode("utf-8")
+        return [(json.dumps(row, ensure_ascii=False, allow_nan=False, sort_keys=True) + "\n").encode("utf-8")
+                for row in rows]
     except (ValueError, TypeError) as error:  # UnicodeEncodeError (a lone surrogate) is a ValueError
         raise ValueError(f"{path}: a history row cannot be written as JSON ({error}); nothing was appended") from None
 

@@ -1,13 +1,14 @@
 """One row of the session history (:mod:`hwregress.store.history`): its fields and their types, declared once.
 
-:class:`HistoryRow` is what :func:`hwregress.store.history.row_from_record` builds; its JSON Schema
+:class:`HistoryRow` is what :func:`row_from_record` builds from a test's record; its JSON Schema
 (``schemas/history_row.schema.json``) is generated from it (:mod:`hwregress.store.schemas.generate`), and
 :func:`row_problem` checks a row read back against the same types, field by field, fast enough for a history of
 60,000 rows (a per-field check compiled once from the type hints; a generic schema validator took several times
 as long as parsing the JSON).
 
 A row needs ``v``, ``session``, ``time``, ``test_id``, ``hardware_key`` and ``median``; every other field may be
-absent (rows written before the field existed), but when present it must have its type.
+absent (rows written before the field existed; ``hwregress_version`` on the rows of a session recovered from the
+journal of a hwregress that did not write its version there), but when present it must have its type.
 
 :class:`SharedRows` holds the strings and session objects that rows repeat once, so that a long history read whole
 takes a fifth of the memory.
@@ -20,6 +21,10 @@ import math
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict, Union
+
+from hwregress import __version__
+from hwregress.judge.stats import summarize
+from hwregress.store.results import TestRecord
 
 HISTORY_ROW_VERSION = 1
 
@@ -61,6 +66,58 @@ class HistoryRow(_RequiredFields, total=False):
     health: Annotated[dict[str, float], "CPU health probe: other_cpu_fraction, steal_fraction, cpu_freq_mhz"]
     diagnosis: Annotated[list[str], "the first two likely causes of a regression (hwregress.judge.diagnosis)"]
     interrupted: Annotated[bool, "true on the rows of a session that did not run to its end (absent otherwise)"]
+
+
+TELEMETRY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct")
+HEALTH_FIELDS = ("other_cpu_fraction", "steal_fraction", "cpu_freq_mhz")
+
+
+def row_from_record(record: TestRecord, session: str, time: str, packages: str, interrupted: bool = False,
+                    hwregress_version: str | None = __version__) -> HistoryRow | None:
+    """The history row of one finished test; None when it measured nothing (no samples, no hardware key).
+
+    Args:
+        record: the test's record (``samples`` in ``record.unit``, e.g. samples/s).
+        session: the id of the pytest session (same for every row it writes).
+        time: the session's start, UTC ISO 8601 (same for every row it writes: one session, one x position).
+        packages: :func:`hwregress.store.history.package_hash` of the installed packages ("" when unknown).
+        interrupted: the session did not run to its end: the row gets ``"interrupted": true``.
+        hwregress_version: the version of the hwregress that measured it (this one's by default); None when unknown
+            (the journal of an older hwregress): the row has no ``hwregress_version``.
+    """
+    values = [float(s) for s in record.samples
+              if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0]
+    if not values or not record.hardware_key:
+        return None
+    summary = summarize(values)
+    return {
+        "v": HISTORY_ROW_VERSION, "session": session, "time": time, "test_id": record.test_id,
+        "hardware_key": record.hardware_key, "device": record.device, "device_name": record.device_name,
+        "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
+        "dtype": record.dtype, "identity": record.details.get("identity") or {},
+        **({"hwregress_version": hwregress_version} if hwregress_version is not None else {}),
+        "environment": dict(record.environment), "packages": packages, "unit": record.unit,
+        "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,
+        "verdict": str(record.verdict),
+        "ratio": _finite_or_none(record.ratio), "threshold": _finite_or_none(record.threshold),
+        "baseline_median": _finite_or_none(record.baseline_throughput),
+        "baseline_recorded_at": record.baseline_recorded_at,
+        "telemetry": _telemetry_means(record.telemetry or {}),
+        "health": {key: value for key in HEALTH_FIELDS
+                   if (value := _finite_or_none((record.health or {}).get(key))) is not None},
+        "diagnosis": list(record.diagnosis[:2]),
+        **({"interrupted": True} if interrupted else {}),
+    }
+
+
+def _finite_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _telemetry_means(summary: dict[str, Any]) -> dict[str, float]:
+    metrics = summary.get("metrics") or {}
+    means = {key: _finite_or_none((metrics.get(key) or {}).get("mean")) for key in TELEMETRY_FIELDS}
+    return {key: value for key, value in means.items() if value is not None}
 
 
 Check = Callable[[Any], bool]

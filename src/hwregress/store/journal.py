@@ -5,15 +5,17 @@ results and the name of the test it died in.
 Each session writes its own ``.results.<session-id>.partial.jsonl`` in the report folder and holds an
 exclusive lock (``filelock``, ``flock(2)`` on POSIX) on ``.results.<session-id>.lock`` for its whole life.
 The kernel drops the lock when the process dies however it dies, so a journal whose lock can be taken
-belongs to a session that is gone: :func:`archive_dead_journals` moves only those to the archive, after appending
-their finished records to the session history (:func:`append_to_history`) while it holds their lock. Sessions
-sharing a report folder therefore never touch each other's journals, and of two sessions starting at once only one
-recovers a dead journal; a recovering session that dies between the append and the move leaves the journal to the
-next one, whose append finds the rows there already (a journal's rows reach the history once).
+belongs to a session that is gone: :func:`hwregress.store.recovery.archive_dead_journals` moves only those to the
+archive, after appending their finished records to the history that session used (its header names it; none for
+``--no-history``) while it holds their lock. Sessions sharing a report folder therefore never touch each other's
+journals, and of two sessions starting at once only one recovers a dead journal; a recovering session that dies
+between the append and the move leaves the journal to the next one, whose append finds the rows there already (a
+journal's rows reach the history once).
 
 Lines, in order::
 
-    {"journal": 1, "session": "host-1234-20260101T120000Z", "pid": 1234, "host": "host", "started_at": "..."}
+    {"journal": 1, "session": "host-1234-20260101T120000Z", "pid": 1234, "host": "host", "started_at": "...",
+     "hwregress_version": "0.2.0", "history": "/abs/reports/history"}       (history null: --no-history)
     {"running": "bench_tests/test_x.py::test_y[...]"}      before each test starts
     {...TestRecord.to_json()...}                            as each test finishes (the last one per id wins)
     {"closed": "..."}                                       when the session closed without removing it
@@ -34,9 +36,10 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from hwregress.store.atomic import read_regular_file
+from hwregress import __version__
+from hwregress.store.atomic import open_regular_file
 from hwregress.store.figures import migrate_legacy_details
-from hwregress.store.history import HistoryStore, parse_time, row_from_record
+from hwregress.store.history import parse_time
 from hwregress.store.results import SessionResults, TestRecord, record_problem
 
 JOURNAL_FORMAT = 1
@@ -49,50 +52,38 @@ class JournalError(ValueError):
 
 
 @dataclass
-class Recovered:
-    """A journal's finished records brought into the session history by :func:`append_to_history`.
+class JournalRead:
+    """A journal read once (:func:`read_journal`): its records, what its header says, and who wrote it.
 
     Attributes:
-        session: the rows' session id: the journal's (``host-pid-start``), or ``journal-<hash>`` of a journal
-            without header (hwregress 0.1's), the first 16 hex digits of the SHA-256 of its bytes.
-        started_at: the rows' time: the session's start (UTC ISO 8601), or the file's modification time.
-        interrupted: the session died before its end (its journal was never closed): the rows are marked so.
-        rows: the journal's measured records, one history row each.
-        appended: rows appended now; the others were in the history already.
+        results: the records, the header's fields in ``meta`` (:func:`load_journal`).
+        session: the session id: the header's (``host-pid-start``), or for a journal without header (hwregress 0.1's)
+            ``journal-`` and the first 16 hex digits of the SHA-256 of its bytes.
+        started_at: the session's start (UTC ISO 8601): the header's, or the file's modification time when it has none
+            (both survive the move to the archive, so the same file always gets the same identity).
     """
 
+    results: SessionResults
     session: str
     started_at: str
-    interrupted: bool
-    rows: int
-    appended: int
 
+    @property
+    def hwregress_version(self) -> str | None:
+        """The version of the hwregress that wrote it; None when its header does not say (hwregress 0.1)."""
+        version = self.results.meta.get("hwregress_version")
+        return version if isinstance(version, str) else None
 
-@dataclass
-class DeadSession:
-    """A journal left by a session that ended without removing it, as :func:`archive_dead_journals` found it.
+    @classmethod
+    def unreadable(cls, path: Path) -> JournalRead:
+        """A journal whose bytes cannot be read (:func:`read_journal` raised): no records, the session id in its file
+        name (``.results.<session>.partial.jsonl``; the name itself otherwise) and its modification time.
 
-    Attributes:
-        session: the session id (``host-pid-start``; the file name for a journal without header).
-        started_at: ISO 8601 UTC start time, None when the journal has no header.
-        died_in: the test that was running when the session died, None when none was.
-        records: number of finished records the journal holds.
-        archived: where the journal now lies.
-        closed_at: set when the session closed normally but kept its journal (its results were not written).
-        history: the history folder its records were appended to (None when no history was given).
-        recovered: what reached that history (None when no history was given or the append failed).
-        history_error: why the append failed (the journal is archived all the same: ``history append`` it later).
-    """
-
-    session: str
-    started_at: str | None
-    died_in: str | None
-    records: int
-    archived: Path
-    closed_at: str | None = None
-    history: Path | None = None
-    recovered: Recovered | None = None
-    history_error: str | None = None
+        Raises:
+            OSError: it cannot even be looked at (``stat``).
+        """
+        lock = journal_lock_path(path)
+        session = path.name if lock is None or path.name == LEGACY_NAME else lock.name[len(_PREFIX):-len(_LOCK_SUFFIX)]
+        return cls(SessionResults({}, []), session, _modified_at(path.stat().st_mtime))
 
 
 @dataclass
@@ -116,8 +107,10 @@ class Journal:
             self._stream = self.path.open("a", encoding="utf-8")
 
     @classmethod
-    def start(cls, report_dir: Path, now: _dt.datetime | None = None) -> Journal:
-        """Begin this process's journal under ``report_dir``: take its lock, create the file, write the header.
+    def start(cls, report_dir: Path, *, history_dir: Path | None, now: _dt.datetime | None = None) -> Journal:
+        """Begin this process's journal under ``report_dir``: take its lock, create the file, write the header, which
+        names this hwregress's version and ``history_dir`` (absolute; None: ``--no-history``), the history a session
+        that recovers the journal appends its records to.
 
         The lock is taken before the journal exists, so no other session can see the journal unlocked.
 
@@ -147,7 +140,8 @@ class Journal:
                 raise
             journal = cls(path, session, lock_path, lock, stream)
             journal._write({"journal": JOURNAL_FORMAT, "session": session, "pid": pid, "host": host,
-                            "started_at": now.isoformat(timespec="seconds")})
+                            "started_at": now.isoformat(timespec="seconds"), "hwregress_version": __version__,
+                            "history": str(Path(history_dir).absolute()) if history_dir is not None else None})
             return journal
         raise FileExistsError(f"{report_dir}: no free journal name for session {base}")
 
@@ -194,110 +188,44 @@ def journal_paths(report_dir: Path) -> list[Path]:
     return sorted(p for p in found if p.is_file())
 
 
-def _lock_path_of(journal: Path) -> Path:
+def journal_lock_path(journal: Path) -> Path | None:
+    """The lock a session holds while it writes the journal at ``journal``: ``.results.<session>.lock`` beside it
+    (``.results.partial.jsonl.lock`` for hwregress 0.1's shared name); None for a file of another name (an archived
+    journal, which no session writes)."""
+    journal = Path(journal)
     if journal.name == LEGACY_NAME:
         return journal.with_name(LEGACY_NAME + _LOCK_SUFFIX)
-    return journal.with_name(journal.name[: -len(_SUFFIX)] + _LOCK_SUFFIX)
+    if journal.name.startswith(_PREFIX) and journal.name.endswith(_SUFFIX):
+        return journal.with_name(journal.name[: -len(_SUFFIX)] + _LOCK_SUFFIX)
+    return None
 
 
-def archive_dead_journals(report_dir: Path, archive_dir: Path,
-                          history: HistoryStore | None = None) -> list[DeadSession]:
-    """Move every journal of ``report_dir`` whose session is gone (its lock can be taken) into
-    ``archive_dir`` as ``results-<start>-<session>-unfinished.jsonl``, first appending its finished records to
-    ``history`` (:func:`append_to_history`; a history that cannot be written is said in
-    :attr:`DeadSession.history_error` and the journal is archived all the same); journals of live sessions are not
-    touched. Returns what was archived, oldest first.
+def session_is_writing(journal: Path) -> bool:
+    """Whether a running session holds the lock of the journal at ``journal`` (:func:`journal_lock_path`): its records
+    are still being written and are its own to append. A lock file this check had to create is removed again.
 
     Raises:
-        OSError: the archive folder cannot be created or a journal cannot be moved.
+        OSError: the lock file cannot be opened or created (a folder without write permission).
     """
-    dead = []
-    for journal in journal_paths(report_dir):
-        lock_path = _lock_path_of(journal)
-        lock = FileLock(str(lock_path), timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
-            continue  # a live session's
-        try:
-            if journal.exists():
-                dead.append(_archive(journal, Path(archive_dir), history))
-            lock_path.unlink(missing_ok=True)
-        finally:
-            lock.release()
-    return sorted(dead, key=lambda d: (d.started_at or "", d.session))
-
-
-def _archive(journal: Path, archive_dir: Path, history: HistoryStore | None) -> DeadSession:
+    lock_path = journal_lock_path(journal)
+    if lock_path is None:
+        return False
+    existed = lock_path.exists()
+    lock = FileLock(str(lock_path), timeout=0)
     try:
-        results = load_journal(journal)
-    except JournalError:
-        results = SessionResults({}, [])
-    recovered, history_error = None, None
-    if history is not None:
-        try:
-            recovered = append_to_history(journal, results, history)
-        except (OSError, ValueError, Timeout) as error:
-            history_error = str(error)
-    meta = results.meta
-    session = str(meta.get("session") or journal.name)
-    started = meta.get("started_at") if isinstance(meta.get("started_at"), str) else None
-    stamp = _stamp(started, journal)
-    archive_dir.mkdir(parents=True, exist_ok=True)
-    target, index = archive_dir / f"results-{stamp}-{_safe(session)}-unfinished.jsonl", 0
-    while target.exists():
-        index += 1
-        target = archive_dir / f"results-{stamp}-{_safe(session)}-{index}-unfinished.jsonl"
-    journal.replace(target)
-    return DeadSession(session, started, meta.get("died_in"), len(results.records), target, meta.get("closed_at"),
-                       history.directory if history is not None else None, recovered, history_error)
-
-
-def append_to_history(path: Path, results: SessionResults, history: HistoryStore) -> Recovered:
-    """Append the finished records of the journal at ``path`` (as :func:`load_journal` read it into ``results``) to
-    ``history``, with the session id and start time of the session that wrote them (:func:`journal_identity`),
-    marked interrupted unless the session closed its journal; rows the history holds already (the same session id
-    and test id) are not appended again (:meth:`HistoryStore.append_session` with ``recovered``).
-
-    Raises:
-        OSError: the journal (to name one without header) or the history cannot be read or written.
-        ValueError: a row JSON cannot hold, or the history folder cannot hold its hardware key.
-        filelock.Timeout: another writer held a history file's lock too long.
-    """
-    session, started = journal_identity(path, results)
-    interrupted = results.meta.get("closed_at") is None
-    appended = history.append_session(results.records, session, started, interrupted=interrupted, recovered=True)
-    rows = sum(row_from_record(record, session, started, "") is not None for record in results.records)
-    return Recovered(session, started, interrupted, rows, sum(appended.values()))
-
-
-def journal_identity(path: Path, results: SessionResults) -> tuple[str, str]:
-    """The session id and start time (UTC ISO 8601) of the journal at ``path`` (read into ``results``): its header's;
-    for a journal without header (hwregress 0.1), ``journal-`` and the first 16 hex digits of the SHA-256 of its
-    bytes, and the file's modification time (both survive the move to the archive, so the same file always gets the
-    same identity).
-
-    Raises:
-        OSError: a journal without header cannot be read.
-    """
-    session, started = results.meta.get("session"), results.meta.get("started_at")
-    if not isinstance(session, str) or not session:
-        session = f"journal-{hashlib.sha256(read_regular_file(path)).hexdigest()[:16]}"
-    moment = parse_time(started) if isinstance(started, str) else None
-    if moment is None:
-        moment = _dt.datetime.fromtimestamp(Path(path).stat().st_mtime, _dt.timezone.utc)
-        return session, moment.isoformat(timespec="seconds")
-    return session, started
-
-
-def _stamp(started: str | None, journal: Path) -> str:
+        lock.acquire()
+    except Timeout:
+        return True
     try:
-        moment = _dt.datetime.fromisoformat(started) if started else None
-    except ValueError:
-        moment = None
-    if moment is None:
-        moment = _dt.datetime.fromtimestamp(journal.stat().st_mtime, _dt.timezone.utc)
-    return moment.strftime("%Y%m%d-%H%M%S")
+        if not existed:
+            lock_path.unlink(missing_ok=True)  # while held, as Journal.close does
+    finally:
+        lock.release()
+    return False
+
+
+def _modified_at(mtime: float) -> str:
+    return _dt.datetime.fromtimestamp(mtime, _dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # -- reading -----------------------------------------------------------------------------------------------
@@ -306,14 +234,25 @@ def load_journal(path: str | Path) -> SessionResults:
 
     Lines that cannot be used (not JSON, not an object, a record whose fields have the wrong types, a
     torn last line, bytes that are not UTF-8) are skipped and counted in ``meta["skipped_lines"]``. The
-    header's session, pid, host and start go to ``meta``; ``meta["died_in"]`` names the last test marked
-    running that has no record (``meta["unfinished"]`` lists every such test, in start order).
+    header's session, pid, host, start and hwregress version go to ``meta`` and the history it names to
+    ``meta["history_dir"]`` (None: ``--no-history``; absent when the header does not say); ``meta["died_in"]`` names
+    the last test marked running that has no record (``meta["unfinished"]`` lists every such test, in start order).
+
+    Raises:
+        JournalError: the file cannot be read at all (missing, a folder or device, no permission).
+    """
+    return read_journal(path).results
+
+
+def read_journal(path: str | Path) -> JournalRead:
+    """The journal at ``path`` (:func:`load_journal`) and the identity of the session that wrote it, from one read.
 
     Raises:
         JournalError: the file cannot be read at all (missing, a folder or device, no permission).
     """
     try:
-        raw = read_regular_file(path)
+        with open_regular_file(path) as stream:
+            raw, mtime = stream.read(), os.fstat(stream.fileno()).st_mtime
     except OSError as error:
         raise JournalError(f"{path}: cannot read the journal: {error.strerror or error}") from None
     meta: dict[str, Any] = {"hostname": "unknown", "interrupted": True, "journal": str(path), "skipped_lines": 0}
@@ -324,7 +263,12 @@ def load_journal(path: str | Path) -> SessionResults:
             _read_line(line, meta, records, running)
     if running:
         meta["died_in"], meta["unfinished"] = running[-1], running
-    return SessionResults(meta, list(records.values()))
+    session, started = meta.get("session"), meta.get("started_at")
+    if not isinstance(session, str) or not session:
+        session = f"journal-{hashlib.sha256(raw).hexdigest()[:16]}"
+    if not isinstance(started, str) or parse_time(started) is None:
+        started = _modified_at(mtime)
+    return JournalRead(SessionResults(meta, list(records.values())), session, started)
 
 
 def _read_line(line: bytes, meta: dict[str, Any], records: dict[str, TestRecord], running: list[str]) -> None:
@@ -335,6 +279,10 @@ def _read_line(line: bytes, meta: dict[str, Any], records: dict[str, TestRecord]
     if isinstance(data, dict) and data.get("journal") == JOURNAL_FORMAT and isinstance(data.get("session"), str):
         meta.update(session=data["session"], pid=data.get("pid"), started_at=data.get("started_at"))
         meta["hostname"] = str(data.get("host") or "unknown")
+        if isinstance(data.get("hwregress_version"), str):
+            meta["hwregress_version"] = data["hwregress_version"]
+        if "history" in data and (data["history"] is None or (isinstance(data["history"], str) and data["history"])):
+            meta["history_dir"] = data["history"]
     elif isinstance(data, dict) and set(data) == {"running"} and isinstance(data["running"], str):
         running.append(data["running"])
     elif isinstance(data, dict) and set(data) == {"closed"} and isinstance(data["closed"], str):
