@@ -81,6 +81,10 @@ SELFTEST_MARKERS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the ~150 pytest sessions, CLI runs and ranks the self-tests start import the same modules: where the environment
+    # forbids bytecode caches (PYTHONDONTWRITEBYTECODE, set in some CI images), each of them compiled every module of
+    # hwregress and pytest rewrote its asserts again (~1 s a session); the first one now writes the caches
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     for name, description in SELFTEST_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
 
