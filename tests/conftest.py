@@ -47,6 +47,7 @@ class HwProject:
                     "HWREGRESS_SELFTEST_ENOSPC",
                     "HWREGRESS_SELFTEST_BUSY", "HWREGRESS_SELFTEST_HOST_BYTES", "HWREGRESS_SELFTEST_TORCH",
                     "HWREGRESS_SELFTEST_COMPILE_FAIL", "HWREGRESS_SELFTEST_SLEEP_S",
+                    "HWREGRESS_SELFTEST_STREAM_SLEEP_S",
                     # an outer -n run's worker variables would make the inner session think it is a worker
                     "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
                     "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
