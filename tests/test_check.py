@@ -398,9 +398,9 @@ def test_the_contender_check_wants_a_regression_that_names_the_contender(monkeyp
     assert started and all(process.poll() is not None for process in started)  # stopped by its pid, no orphan
 
 
-@pytest.mark.parametrize(("here", "fresh", "status"), [([100.0, 104.0], [101.0, 99.0], PASS),
-                                                       ([63.0, 64.0], [100.0, 101.0], FAIL)],
-                         ids=["same", "the-h100-effect"])
+@pytest.mark.parametrize(("here", "fresh", "status"), [([100.0, 104.0, 45.0], [101.0, 99.0, 27.0], PASS),
+                                                       ([63.0, 64.0, 62.0], [100.0, 101.0, 99.0], FAIL)],
+                         ids=["same-one-pair-disturbed", "the-h100-effect"])
 def test_the_isolation_check_fails_a_step_slower_after_the_others(monkeypatch, here, fresh, status):
     here_values, fresh_values = iter(here), iter(fresh)
     monkeypatch.setattr(isolation, "median_throughput", lambda device: next(here_values))
