@@ -72,7 +72,7 @@ def synthetic_session(tests: int = 120, seed: int = 0, slowdowns: Mapping[int, f
             latency_ms=1000.0 / level, verdict=Verdict.PASS, environment={"torch": torch, "python": "3.11.9"},
             energy_j_per_sample=power_w / level,
             telemetry={"metrics": {"power_w": {"mean": power_w}, "cpu_util_pct": {"mean": 95.0}}},
-            details={"identity": dict(identity), "stable": True}))
+            identity=dict(identity), stable=True))
     meta = {"hostname": f"host-{machine}", "finished_at": f"2026-03-0{1 + seed % 9}T03:00:00+00:00", "python": "3.11.9",
             "hardware": [{"device": device, "name": name, "hardware_key": key, "environment": {"torch": torch},
                           "facts": {}, "total_memory_bytes": 2**36}]}

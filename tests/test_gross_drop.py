@@ -38,7 +38,7 @@ def _record(samples: list[float], torch_version: str = "2.13.0", latency_ms: flo
                         mode=mode, batch_size=8, dtype="fp32", samples=list(samples), unit="samples/s",
                         throughput=float(np.median(samples)), environment={"torch": torch_version},
                         latency_ms=latency_ms)
-    record.details.update(identity=dict(IDENTITY), device_facts={})
+    record.identity, record.device_facts = dict(IDENTITY), {}
     return record
 
 
@@ -186,7 +186,7 @@ def test_a_slow_phase_of_the_host_is_outlasted_and_the_session_passes():
 
     judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE,
                    Tolerances())
-    assert judged.verdict == Verdict.PASS, (judged.figures.ratio, record)
+    assert judged.verdict == Verdict.PASS, (judged.record.ratio, record)
 
 
 def test_a_real_slowdown_stays_red_after_the_confirmation_and_costs_only_the_confirmation_time():
@@ -288,7 +288,7 @@ def test_the_all_reduce_ceiling_outlasts_a_slow_phase_instead_of_judging_ten_sho
     assert len(times) > 10  # extended past the ten planned rounds while the verdict leaned to a regression
     judged = judge(Measured("t", samples, "GB/s", True, {}, identity=IDENTITY, on_cpu=True), ALLREDUCE_BASELINE,
                    Tolerances())
-    assert judged.verdict == Verdict.PASS, judged.figures.ratio
+    assert judged.verdict == Verdict.PASS, judged.record.ratio
 
 
 def test_the_all_reduce_ceiling_stays_red_when_the_link_really_slowed(scripted_job):

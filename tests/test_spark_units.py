@@ -531,7 +531,7 @@ def _stream_baseline(latency_ms: float = 100.0, history=(100.0, 100.0, 100.0, 10
 def test_the_same_stream_latency_passes_and_is_reported():
     judgement = judge(_stream_measured(100.0), _stream_baseline(), Tolerances())
     assert judgement.verdict == Verdict.PASS and not judgement.failures
-    assert judgement.figures.baseline_latency_ms == 100.0
+    assert judgement.record.baseline_latency_ms == 100.0
 
 
 def test_a_lower_latency_passes():

@@ -132,7 +132,7 @@ def _same_machine(record: TestRecord, previous: dict[str, Any]) -> dict[str, Any
     """``previous`` when it was recorded with the same software stack and hardware identity, else ``{}``."""
     if fingerprint_changes(previous.get("environment", {}), dict(record.environment)):
         return {}  # another software stack: its sessions say nothing about this one
-    if identity_changes(previous.get("identity") or {}, record.details.get("identity") or {}):
+    if identity_changes(previous.get("identity") or {}, record.identity):
         return {}
     return previous
 

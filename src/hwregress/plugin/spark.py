@@ -109,7 +109,7 @@ class SparkBench:
         record.rounds, record.steps_per_round = len(result.spark_samples), result.rows // batch_size
         torch_median = summarize(result.torch_samples).median
         record.efficiency = (record.throughput or 0.0) / torch_median if torch_median else None
-        record.details["efficiency_reference_samples"] = result.torch_samples
+        record.reference_samples = result.torch_samples
         record.accuracy = result.agreement
         _energy(record, sampler, result.rows * len(result.spark_samples))
         facts.update(pipeline="batch", rows=result.rows, partitions=result.partitions, first_pass_s=result.first_pass_s,
