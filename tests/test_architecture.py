@@ -3,7 +3,8 @@
 cannot hide a circle or a heavy dependency.
 
 - no import circles;
-- each room imports only the rooms below it (:data:`MAY_IMPORT`);
+- each room imports only the rooms below it (:data:`MAY_IMPORT`) and the floor (:data:`FLOOR`: modules that
+  import nothing of hwregress, which every room may import);
 - ``judge/``, ``store/``, ``report/`` and ``cli/`` reach neither torch nor pytest, however indirectly;
 - only ``plugin/`` and the shipped suite import pytest;
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
@@ -31,16 +32,19 @@ MAX_LINES = 400
 HEAVY = {"torch", "torchvision", "transformers", "torchao", "pytest", "_pytest", "xdist", "pytest_benchmark", "pyspark"}
 TORCH_FREE_ROOMS = ("judge", "store", "report", "cli")
 PYTEST_ROOMS = ("plugin", "suite")
-# room -> the rooms (or single modules, as dotted names under hwregress) it may import besides itself
+# the floor: single modules of hwregress that import nothing of it, so that every room may import them
+FLOOR = ("summary",)
+# room -> the rooms (or single modules, as dotted names under hwregress) it may import besides itself and the floor
 MAY_IMPORT: dict[str, set[str]] = {
-    "store": {"judge.stats", "judge.changepoints"},
+    "summary": set(),
+    "store": set(),
     "judge": {"store", "hardware.facts", "hardware.roofline", "hardware.health"},
     "hardware": set(),
     "workloads": {"hardware"},
-    "measure": {"hardware", "workloads", "judge", "store"},
-    "scaleout": {"measure", "hardware", "workloads", "judge", "store"},
-    "spark": {"measure", "hardware", "workloads", "judge", "store"},
-    "check": {"measure", "hardware", "workloads", "judge", "store"},
+    "measure": {"hardware", "workloads", "store"},
+    "scaleout": {"measure", "hardware", "workloads", "judge.window_verdict", "store"},
+    "spark": {"measure", "hardware", "workloads", "store"},
+    "check": {"measure", "hardware", "workloads", "store"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge"},
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark"},
@@ -99,8 +103,12 @@ def graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
 
 
 def room(module: str) -> str | None:
+    """The room of ``module``: its folder under hwregress, or the floor module it is; None for the package root
+    and its other single modules (``__main__``)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+    if len(parts) > 1 and ((PACKAGE / parts[1]).is_dir() or parts[1] in FLOOR):
+        return parts[1]
+    return None
 
 
 def closure(module: str) -> set[str]:
@@ -181,7 +189,7 @@ def test_each_room_imports_only_the_rooms_below_it():
         home = room(module)
         if home is None:
             continue
-        allowed = MAY_IMPORT[home] | {home}
+        allowed = MAY_IMPORT[home] | {home} | (set() if home in FLOOR else set(FLOOR))
         for target in targets:
             if target == "hwregress":
                 continue  # the package root: __version__
@@ -189,6 +197,19 @@ def test_each_room_imports_only_the_rooms_below_it():
             if not any(inside == rule or inside.startswith(rule + ".") for rule in allowed):
                 wrong.append(f"{module} imports {target}")
     assert wrong == []
+
+
+@pytest.mark.parametrize("floor", FLOOR)
+def test_the_floor_imports_nothing_of_hwregress(floor):
+    internal, external = graph()
+    module = f"hwregress.{floor}"
+    assert module in modules(), f"the floor module {module} is missing"
+    assert sorted(internal[module]) == []
+    assert external[module] & HEAVY == set()
+
+
+def test_the_floor_is_a_room_that_imports_nothing():
+    assert all(MAY_IMPORT[floor] == set() and room(f"hwregress.{floor}") == floor for floor in FLOOR)
 
 
 @pytest.mark.parametrize("home", TORCH_FREE_ROOMS)

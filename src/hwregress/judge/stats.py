@@ -1,4 +1,4 @@
-"""Robust summaries of repeated measurements and the noise-aware comparison of two sample sets.
+"""The noise-aware comparison of two sample sets (their robust summaries: :mod:`hwregress.summary`).
 
 The comparison follows asv's rule (airspeed velocity, ``asv/_stats.py`` and ``asv compare``): a change
 counts only when the effect size crosses a threshold AND a significance test agrees. Here the effect
@@ -50,51 +50,12 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from hwregress.judge.changepoints import MAD_TO_SIGMA, since_last_change
+from hwregress.summary import summarize
 
 NORMAL_IQR = 1.349  # IQR of the standard normal distribution, in sigmas
 MEDIAN_EFFICIENCY = 1.2533  # sqrt(pi / 2): se(median) / se(mean) for normal samples
 DEFAULT_MAX_THRESHOLD = 0.25  # no noise or history bound may hide a drop larger than this
 MIN_HISTORY = 3  # session medians since the last level shift needed for a history bound
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Robust summary of ``n`` samples: median, quartiles, IQR, mean, min, max (units of the samples)."""
-
-    n: int
-    median: float
-    q1: float
-    q3: float
-    iqr: float
-    mean: float
-    minimum: float
-    maximum: float
-
-    @property
-    def rel_iqr(self) -> float:
-        """IQR / median (0 when the median is 0)."""
-        return self.iqr / self.median if self.median else 0.0
-
-
-def summarize(samples: Sequence[float]) -> Summary:
-    """Summary of ``samples``.
-
-    Raises:
-        ValueError: ``samples`` is empty or holds a non-finite value.
-    """
-    values = np.asarray(samples, dtype=float)
-    if values.size == 0:
-        raise ValueError("cannot summarize an empty sample list")
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"samples must be finite, got {list(samples)!r}")
-    q1, median, q3 = np.percentile(values, [25, 50, 75])
-    return Summary(int(values.size), float(median), float(q1), float(q3), float(q3 - q1),
-                   float(values.mean()), float(values.min()), float(values.max()))
-
-
-def relative_iqr(samples: Sequence[float]) -> float:
-    """IQR / median of ``samples``; 0 for fewer than 2 samples."""
-    return summarize(samples).rel_iqr if len(samples) >= 2 else 0.0
 
 
 def noise_bound(baseline: Sequence[float], n_current: int, z: float = 3.0) -> float:

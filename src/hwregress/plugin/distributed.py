@@ -18,7 +18,6 @@ import pytest
 from hwregress import workloads
 from hwregress.hardware import interconnect
 from hwregress.hardware.facts import device_kind
-from hwregress.judge.stats import summarize
 from hwregress.measure import host_reference
 from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
@@ -36,6 +35,7 @@ from hwregress.store.baselines import entry_key
 from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 SESSION_STORE_KEY = pytest.StashKey[SessionStore]()
 
