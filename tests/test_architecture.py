@@ -10,6 +10,8 @@ cannot hide a circle or a heavy dependency.
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
 - no module is longer than :data:`MAX_LINES`;
+- a name is imported from the module that defines it, never through another module's import of it (no
+  compatibility re-exports), in ``src/``, ``tests/`` and ``scripts/`` alike; :data:`FACES` aside;
 - ``python -m hwregress baselines``/``history``/``report`` never import torch (a subprocess, ``sys.modules`` at exit).
 """
 
@@ -51,6 +53,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
 }
 INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}
+# modules whose documented purpose is to hand on names defined elsewhere: the workloads API a plugin imports
+FACES = {"hwregress.workloads"}
+REPO = SRC.parent
 
 
 def module_name(path: Path) -> str:
@@ -242,6 +247,48 @@ def test_no_module_is_longer_than_the_limit():
     lengths = {m: len(path.read_text(encoding="utf-8").splitlines()) for m, path in modules().items()}
     long = {m: n for m, n in lengths.items() if n > MAX_LINES}
     assert long == {}
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The names a module defines itself: its functions, classes and assigned names, at module level or under a
+    module-level ``if``/``try`` (what it imports is not counted)."""
+    names: set[str] = set()
+    for statement in ast.parse(path.read_text(encoding="utf-8")).body:
+        nodes = ast.walk(statement) if isinstance(statement, (ast.If, ast.Try)) else [statement]
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def imports_through_another_module(path: Path) -> list[str]:
+    """``file:line: module.name`` for each ``from hwregress.<module> import name`` in ``path`` where ``module`` neither
+    defines ``name`` nor has it as a submodule (it only imported it), :data:`FACES` aside."""
+    found, shown = [], path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module not in modules():
+            continue
+        if node.module in FACES:
+            continue
+        defined = top_level_names(modules()[node.module])
+        found += [f"{shown}:{node.lineno}: {node.module}.{alias.name}" for alias in node.names
+                  if alias.name not in defined and f"{node.module}.{alias.name}" not in modules()]
+    return found
+
+
+def test_a_re_export_is_found(tmp_path):
+    importer = tmp_path / "importer.py"
+    importer.write_text("from hwregress.judge.stats import summarize, compare\nfrom hwregress.store import atomic\n")
+    assert [line.split(": ", 1)[1] for line in imports_through_another_module(importer)] == [
+        "hwregress.judge.stats.summarize"]
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    files = [path for folder in (SRC, REPO / "tests", REPO / "scripts") for path in sorted(folder.rglob("*.py"))]
+    assert [line for path in files for line in imports_through_another_module(path)] == []
 
 
 _PROBE = """

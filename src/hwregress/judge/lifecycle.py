@@ -15,9 +15,9 @@ import numpy as np
 from hwregress import __version__
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge.compare import judges_latency
-from hwregress.judge.stats import summarize
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import NOT_MEASURED, Verdict
+from hwregress.summary import summarize
 
 UPDATE_MODES = ("all", "missing", "force", "reset")
 

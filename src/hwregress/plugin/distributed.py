@@ -31,7 +31,7 @@ from hwregress.scaleout.launch import DistributedJobError, RankOutOfMemory, run_
 from hwregress.scaleout.session_store import NodeMismatch, SessionStore, SessionStoreError
 from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
 from hwregress.store.atomic import safe_file_name
-from hwregress.store.baselines import entry_key
+from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict

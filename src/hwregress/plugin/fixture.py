@@ -34,7 +34,7 @@ from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.spark import SparkBench
 from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
 from hwregress.store.atomic import safe_file_name
-from hwregress.store.baselines import BaselineError, entry_key
+from hwregress.store.baseline_file import BaselineError, entry_key
 from hwregress.store.figures import CompileFigures, LlmFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
