@@ -10,6 +10,7 @@ cannot hide a circle or a heavy dependency.
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
 - no module is longer than :data:`MAX_LINES`;
+- docs/development.md's Layout section describes every room and names only modules that exist;
 - a name is imported from the module that defines it, never through another module's import of it (no
   compatibility re-exports), in ``src/``, ``tests/`` and ``scripts/`` alike; :data:`FACES` aside;
 - ``python -m hwregress baselines``/``history``/``report`` never import torch (a subprocess, ``sys.modules`` at exit).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -289,6 +291,66 @@ def test_a_re_export_is_found(tmp_path):
 def test_names_are_imported_from_the_module_that_defines_them():
     files = [path for folder in (SRC, REPO / "tests", REPO / "scripts") for path in sorted(folder.rglob("*.py"))]
     assert [line for path in files for line in imports_through_another_module(path)] == []
+
+
+LAYOUT_PAGE = REPO / "docs" / "development.md"
+LAYOUT_ENTRY = re.compile(r"^(?P<indent>(?:  )+)(?P<name>[A-Za-z_]\w*(?:/|\.py)?)(?:  +(?P<what>\S.*))?$")
+
+
+def layout_entries(text: str) -> tuple[list[tuple[Path, str]], list[str]]:
+    """The entries under ``src/hwregress/`` in the code block of the page's "## Layout" section, and the lines there
+    that are no entry. An entry is ``<2 spaces per level><name>  <what it is>``: ``name/`` a folder, ``name.py`` or
+    a bare module name a file of the folder above it. Returns ([(path under src/hwregress, what)], [bad lines])."""
+    section = text.partition("\n## Layout\n")[2].partition("\n## ")[0]
+    block = section.split("```")[1] if section.count("```") >= 2 else ""
+    entries: list[tuple[Path, str]] = []
+    bad: list[str] = []
+    inside, folders = False, []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            inside = line.split()[0] == "src/hwregress/"
+            continue
+        match = LAYOUT_ENTRY.match(line) if inside else None
+        depth = len(match["indent"]) // 2 if match else 0
+        if inside and (match is None or depth > len(folders) + 1):
+            bad.append(line)
+            continue
+        if not inside:
+            continue
+        folders = folders[: depth - 1]
+        name = match["name"]
+        entries.append((Path(*folders, name if name.endswith(("/", ".py")) else f"{name}.py"), match["what"] or ""))
+        if name.endswith("/"):
+            folders.append(name.removesuffix("/"))
+    return entries, bad
+
+
+def test_the_layout_reader_follows_folders_and_finds_bad_lines():
+    text = ("# Dev\n\n## Layout\n\n```\ntests/  self-tests\n  ignored  outside src\nsrc/hwregress/\n"
+            "  summary.py     the floor\n  store/         on disk\n    atomic       atomic writes\n    schemas/\n"
+            "      generate   the schemas\n  cli/           the CLI\n    common\n                 a continuation\n"
+            "```\n\n## Next\n")
+    entries, bad = layout_entries(text)
+    assert entries == [(Path("summary.py"), "the floor"), (Path("store/"), "on disk"),
+                       (Path("store/atomic.py"), "atomic writes"), (Path("store/schemas/"), ""),
+                       (Path("store/schemas/generate.py"), "the schemas"), (Path("cli/"), "the CLI"),
+                       (Path("cli/common.py"), "")]
+    assert bad == ["                 a continuation"]
+
+
+def test_the_layout_names_only_modules_that_exist():
+    entries, bad = layout_entries(LAYOUT_PAGE.read_text(encoding="utf-8"))
+    assert bad == [], "docs/development.md, Layout: lines that are no '<name>  <what it is>' entry"
+    assert entries, "docs/development.md has no Layout section with a src/hwregress/ block"
+    assert [str(path) for path, _ in entries if not (PACKAGE / path).exists()] == []
+
+
+def test_the_layout_describes_every_room():
+    entries, _ = layout_entries(LAYOUT_PAGE.read_text(encoding="utf-8"))
+    described = {path.stem for path, what in entries if len(path.parts) == 1 and what}
+    assert sorted(set(MAY_IMPORT) - described) == []
 
 
 _PROBE = """
