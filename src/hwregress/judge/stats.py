@@ -20,21 +20,22 @@ the medians of the sessions that recorded them and the threshold also covers ``z
 deviations of that history, as Conbench judges a result by its z-score against the history of its
 baseline runs. The history is first cut at its last level shift (:mod:`hwregress.judge.changepoints`: PELT
 from ruptures, Truong, Oudre & Vayatis 2020), because a history that mixed two machines of one name
-(medians 12-14 then 24-27) or a driver change made the bound exceed 100%; and the spread is the MAD,
-which one odd session does not move:
+or a driver change made the bound exceed 100% (docs/measured.md, 'Noise between sessions'); and the spread is
+the MAD, which one odd session does not move:
 
     recent = medians since the last change point       (no history bound with fewer than 3)
     spread = 1.4826 * MAD(recent) / median(recent)     (1.4826 MAD = sigma for normal data)
     history bound = z * spread * sqrt(1 + 1/k)          k = len(recent)
 
-The cap ``max_threshold`` (default 25%) bounds what noise may hide: on a 2-core cloud VM, unchanged
-sessions moved 1.3-5.3% (sd/mean), so honest thresholds there are 10-15%, while two busy loops made a
-test 11x slower and an uncapped bound of 102% let it pass. ``Comparison.wanted_threshold`` keeps what the
-bounds asked for, so a report can say the baseline is too noisy to resolve smaller changes.
+The cap ``max_threshold`` (default 25%) bounds what noise may hide: honest thresholds on a shared cloud VM are
+10-15%, while an uncapped bound let a contended test many times slower pass
+(docs/measured.md, 'Noise between sessions'). ``Comparison.wanted_threshold`` keeps what the bounds asked for, so
+a report can say the baseline is too noisy to resolve smaller changes.
 
 A drop beyond the cap is a regression whatever the significance test says (``Comparison.gross``): a baseline
 pooled from a contended and a quiet session is bimodal, and a contended run then overlaps its slow half, so
-Mann-Whitney found no significance for a run at 0.398 of the baseline's median and it passed.
+Mann-Whitney can find no significance for a run at a fraction of the baseline's median
+(docs/measured.md, 'Noise between sessions').
 
 :func:`ratio_interval` gives a bootstrap confidence interval of the ratio of medians; a window whose interval
 still straddles the verdict's boundary is not decided yet (:func:`hwregress.judge.window_verdict.verdict_settled`).
