@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from hwregress.store.figures import SUB_RECORDS, migrate_legacy_details
-from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
+from hwregress.store.history import HistoryStore
+from hwregress.store.history_row import HISTORY_ROW_VERSION
 from hwregress.store.results import SessionResults, TestRecord, record_problem
 from hwregress.store.verdicts import Verdict
 

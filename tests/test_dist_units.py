@@ -15,8 +15,9 @@ from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.scaleout import figures
 from hwregress.scaleout.collectives import bus_bandwidth_gbps, message_sizes
 from hwregress.scaleout.comm_profile import communication_share, is_communication, union_us
+from hwregress.scaleout.failure_text import describe_failures
 from hwregress.scaleout.job import JobSpec, read_statuses, write_status
-from hwregress.scaleout.launch import describe_failures, stalled_ranks
+from hwregress.scaleout.launch import stalled_ranks
 from hwregress.scaleout.topology import (
     Topology,
     default_world_sizes,

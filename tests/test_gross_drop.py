@@ -25,6 +25,7 @@ from hwregress.measure.timing import Timing, TimingPlan, in_work_units, measure
 from hwregress.store.baselines import BaselineStore
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 KEY = "throughput/tiny/infer/bs8/fp32"
 IDENTITY = {"cpu_vendor": "AuthenticAMD", "cpu_brand": "AMD EPYC", "cpu_family": 25, "cpu_model": 17,
@@ -74,9 +75,9 @@ def _record_history(folder: Path, sessions: list[tuple[float, float, str, bool, 
 def test_a_drop_beyond_the_cap_is_red_for_any_recorded_history(sessions, drop, noise, rounds):
     with tempfile.TemporaryDirectory() as folder:
         entry = _record_history(Path(folder), sessions)
-        baseline_median = stats.summarize(entry["samples"]).median
+        baseline_median = summarize(entry["samples"]).median
         samples = _session_samples(baseline_median * drop, noise, 99, rounds)
-        if stats.summarize(samples).median >= baseline_median * (1 - Tolerances().max_threshold):
+        if summarize(samples).median >= baseline_median * (1 - Tolerances().max_threshold):
             return  # the noise lifted this draw's median back above the cap: not a gross drop
         record = _record(samples, f"2.{sum(changed for *_, changed, _ in sessions)}.0")
         failures = BenchSession(BaselineStore(Path(folder)), Policy()).conclude(record, KEY)

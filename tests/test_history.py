@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from hwregress import __version__
 from hwregress.judge.trends import load_trends
 from hwregress.store import history as history_module
-from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore, package_hash, row_from_record
+from hwregress.store.history import HistoryStore, package_hash
+from hwregress.store.history_row import HISTORY_ROW_VERSION, row_from_record
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hwregress.store import schemas
-from hwregress.store.history import HistoryStore, row_from_record
+from hwregress.store.history import HistoryStore
+from hwregress.store.history_row import row_from_record
 from hwregress.store.results import TestRecord
 
 ROW_SCHEMA = schemas.schema("history_row")

@@ -27,6 +27,7 @@ from hwregress.judge.session_compare import (
 from hwregress.report.compare_view import render_compare
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 SLOW = 5  # the test made twice as slow in B
 
@@ -72,7 +73,7 @@ def test_the_verdict_and_its_figures_are_the_gates_own():
     for row in compare_sessions(a, b).tests:
         figures = row.judgement.record
         again = stats.compare(row.b.samples, row.a.samples, figures.threshold, alpha=0.01, z=3.0,
-                              history=[stats.summarize(row.a.samples).median], max_threshold=0.25)
+                              history=[summarize(row.a.samples).median], max_threshold=0.25)
         assert (figures.ratio, figures.p_value) == (row.throughput.ratio, row.throughput.p_slower)
         assert again.direction == row.throughput.direction
         expected = {"regression": "regression", "improvement": "improvement", "none": "pass"}[again.direction]
@@ -355,7 +356,7 @@ def test_any_pair_of_sessions_renders_with_names_escaped(names, a, b, unit):
     def session(samples: list[float]) -> SessionResults:
         return SessionResults({"hostname": names[0]}, [
             TestRecord(test_id, hardware_key=key, device=device, device_name=name, unit=unit, samples=list(samples),
-                       throughput=stats.summarize(samples).median, verdict=Verdict.PASS, identity=identity)
+                       throughput=summarize(samples).median, verdict=Verdict.PASS, identity=identity)
             for test_id in names])
 
     comparison = compare_sessions(session(a), session(b))

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 from hwregress.cli import baselines, history, report
 from hwregress.cli.common import CliError
-from hwregress.store.baselines import BaselineError
+from hwregress.store.baseline_file import BaselineError
 
 # One module per subcommand (baselines, report, history), each adding its own arguments to the parser built here;
 # what they share is in common. None of them imports torch (tests/test_architecture.py checks it).

@@ -12,6 +12,7 @@ from hwregress.judge import stats
 from hwregress.store.figures import CompileComparison, CompileFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 # Sessions a baseline must hold before thresholds tighten below the cap: one session says nothing about how far
 # the next process's median may move (2-core development VM: up to 28% between processes, 2-5% within one).
@@ -201,7 +202,7 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     comparison = stats.compare(measured.samples, baseline["samples"], tolerance,
                                alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()),
                                max_threshold=tolerances.max_threshold)
-    baseline_median = stats.summarize(baseline["samples"]).median
+    baseline_median = summarize(baseline["samples"]).median
     record = judgement.record
     record.ratio, record.threshold, record.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
     record.baseline_throughput = baseline_median
@@ -210,7 +211,7 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
         judgement.notes.append("noise-limited: the baseline's noise and history asked for a "
                                f"{comparison.wanted_threshold:.1%} threshold, capped at "
                                f"{comparison.threshold:.1%} (--max-threshold)")
-    current_median = stats.summarize(measured.samples).median
+    current_median = summarize(measured.samples).median
     if comparison.direction == "regression":
         judgement.verdict = Verdict.REGRESSION
         why = (f"tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g}"

@@ -12,7 +12,8 @@ from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
 from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
 from hwregress.judge.diagnosis import diagnose
-from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore
+from hwregress.store.baseline_file import BaselineError, BaselineFile
+from hwregress.store.baselines import BaselineStore
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 

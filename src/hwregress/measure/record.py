@@ -5,10 +5,10 @@ and IQR, latency, energy per sample, achieved TFLOP/s, MFU, arithmetic intensity
 from __future__ import annotations
 
 from hwregress.hardware import roofline
-from hwregress.judge.stats import summarize
 from hwregress.measure.window import Measurement
 from hwregress.store.figures import CompileFigures
 from hwregress.store.results import TestRecord
+from hwregress.summary import summarize
 
 
 def fill_measurement(record: TestRecord, measurement: Measurement) -> None:

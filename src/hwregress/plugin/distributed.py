@@ -18,7 +18,6 @@ import pytest
 from hwregress import workloads
 from hwregress.hardware import interconnect
 from hwregress.hardware.facts import device_kind
-from hwregress.judge.stats import summarize
 from hwregress.measure import host_reference
 from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
@@ -32,10 +31,11 @@ from hwregress.scaleout.launch import DistributedJobError, RankOutOfMemory, run_
 from hwregress.scaleout.session_store import NodeMismatch, SessionStore, SessionStoreError
 from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
 from hwregress.store.atomic import safe_file_name
-from hwregress.store.baselines import entry_key
+from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 SESSION_STORE_KEY = pytest.StashKey[SessionStore]()
 

@@ -17,7 +17,6 @@ from hwregress.hardware.devices import describe, environment_fingerprint
 from hwregress.hardware.facts import device_kind
 from hwregress.hardware.identity import device_identity
 from hwregress.judge.session import BenchSession
-from hwregress.judge.stats import summarize
 from hwregress.judge.window_verdict import check_from_terms, window_terms
 from hwregress.measure import ceilings, host_reference, parity
 from hwregress.measure.batch_search import find_max_batch
@@ -35,10 +34,11 @@ from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.spark import SparkBench
 from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
 from hwregress.store.atomic import safe_file_name
-from hwregress.store.baselines import BaselineError, entry_key
+from hwregress.store.baseline_file import BaselineError, entry_key
 from hwregress.store.figures import CompileFigures, LlmFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
 CPU_REFERENCES_KEY = pytest.StashKey[parity.CpuReferences]()

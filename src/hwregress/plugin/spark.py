@@ -15,7 +15,6 @@ import pytest
 
 from hwregress import workloads
 from hwregress.hardware.telemetry import TelemetrySampler
-from hwregress.judge.stats import summarize
 from hwregress.measure import parity
 from hwregress.measure.out_of_memory import is_out_of_memory, out_of_memory_in_traceback
 from hwregress.plugin import progress
@@ -27,6 +26,7 @@ from hwregress.spark.predictor import PredictSpec, pixel_statistics
 from hwregress.store.figures import SparkFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 ENGINE_KEY = pytest.StashKey["SparkEngine"]()
 LOST_SHOWN = 20  # ids of lost or repeated images a record lists

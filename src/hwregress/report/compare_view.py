@@ -11,8 +11,8 @@ from markupsafe import Markup, escape
 
 from hwregress import __version__
 from hwregress.judge.session_compare import NOT_COMPARED, SessionComparison, TestComparison
-from hwregress.judge.stats import summarize
 from hwregress.report import _environment, charts, palette
+from hwregress.summary import summarize
 
 STRIP_WIDTH, STRIP_HEIGHT = 300, 50
 STRIP_MARGIN = {"left": 24, "right": 20, "top": 4, "bottom": 16}  # room for the row names and the edge tick labels

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypedDict, Union
 
 from hwregress import __version__
-from hwregress.judge.stats import summarize
 from hwregress.store.results import TestRecord
+from hwregress.summary import summarize
 
 HISTORY_ROW_VERSION = 1
 
