@@ -282,7 +282,7 @@ def test_a_step_that_spends_more_of_its_time_in_collectives_is_named_as_the_caus
 
 
 def test_the_energy_per_sample_counts_each_device_once():
-    from hwregress.plugin.distributed import _fill_telemetry
+    from hwregress.plugin.families.jobs import fill_telemetry
     from hwregress.store.results import TestRecord
 
     def rank(device, energy):
@@ -290,11 +290,11 @@ def test_the_energy_per_sample_counts_each_device_once():
                 "work_per_step": 8, "steps_per_round": 2, "round_seconds": [1.0] * 5, "work_per_sample": 1}
 
     data_parallel = TestRecord("t")
-    _fill_telemetry(data_parallel, [rank("cuda:0", 100.0), rank("cuda:1", 60.0)])
+    fill_telemetry(data_parallel, [rank("cuda:0", 100.0), rank("cuda:1", 60.0)])
     assert data_parallel.energy_j_per_sample == pytest.approx(160.0 / 160)  # 2 ranks x 8 x 2 steps x 5 rounds
     colocated = TestRecord("t")
-    _fill_telemetry(colocated, [rank("cuda:0", 100.0), rank("cuda:0", 100.0)])  # one device, read by both
+    fill_telemetry(colocated, [rank("cuda:0", 100.0), rank("cuda:0", 100.0)])  # one device, read by both
     assert colocated.energy_j_per_sample == pytest.approx(100.0 / 160)
     unknown = TestRecord("t")
-    _fill_telemetry(unknown, [rank("cpu", None), rank("cpu", None)])
+    fill_telemetry(unknown, [rank("cpu", None), rank("cpu", None)])
     assert unknown.energy_j_per_sample is None and unknown.health == {"other_cpu_fraction": 0.0}

@@ -16,20 +16,22 @@ from conftest import REPO
 from hwregress import workloads
 from hwregress.measure import parity
 from hwregress.plugin import matrix, tier_estimate
+from hwregress.plugin.families import registry
 from hwregress.plugin.matrix import Selection
 
 
 def test_default_gpu_matrix_has_one_llama_1b_batch_per_serving_mode(monkeypatch):
     fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties()})  # one H100
-    cases = matrix.cases(Selection(["cuda:0"]), "throughput")
+    cases = registry.cases(Selection(["cuda:0"]), "throughput")
     batches = Counter(case["mode"] for case in cases if case["workload"] == "llama_1b")
     assert batches["prefill"] == 1 and batches["decode"] == 1
-    asked = matrix.cases(Selection(["cuda:0"], models=["llama_1b"], batch_sizes=[1, 8], modes=["decode"]), "throughput")
+    asked = registry.cases(Selection(["cuda:0"], models=["llama_1b"], batch_sizes=[1, 8], modes=["decode"]),
+                           "throughput")
     assert [case["batch_size"] for case in asked] == [1, 8]  # --batch-sizes still asks for more
 
 
 def test_default_cpu_matrix_is_unchanged():
-    cases = matrix.cases(Selection(["cpu"], dtypes=["fp32"]), "throughput")
+    cases = registry.cases(Selection(["cpu"], dtypes=["fp32"]), "throughput")
     assert [matrix.case_id(case) for case in cases] == [
         "cpu-resnet18-train-bs8-fp32", "cpu-resnet18-infer-bs1-fp32", "cpu-resnet18-infer-bs8-fp32",
         "cpu-mobilenet_v3_small-train-bs8-fp32", "cpu-mobilenet_v3_small-infer-bs1-fp32",
