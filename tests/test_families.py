@@ -156,3 +156,13 @@ def test_an_entry_point_that_fails_to_load_names_itself_its_distribution_and_the
                                                    r"load: RuntimeError: no GPU driver here; fix or uninstall "
                                                    r"echo-family"):
         registry.load_entry_points()
+
+
+def test_every_family_view_is_a_report_view_that_reads_the_familys_records():
+    from hwregress.report import family_views
+
+    named = {family.name: family.view for family in registry.families()}
+    assert named["scaling"] == named["colocated"] == "scaleout" and named["throughput"] is None
+    for family in registry.families():
+        if family.view is not None:
+            assert family.name in family_views.get(family.view).families, family.name
