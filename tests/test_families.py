@@ -166,3 +166,18 @@ def test_every_family_view_is_a_report_view_that_reads_the_familys_records():
     for family in registry.families():
         if family.view is not None:
             assert family.name in family_views.get(family.view).families, family.name
+
+
+def test_a_module_that_registers_a_family_when_pytest_imports_it_parametrizes_the_familys_tests(pytester,
+                                                                                                clean_registry):
+    pytester.makepyfile(echo_plugin="from hwregress.plugin.families import registry\n"
+                                    "from test_families import Echo\n"
+                                    "registry.register(Echo())\n")
+    pytester.syspathinsert()
+    pytester.makeconftest('pytest_plugins = ["hwregress.suite.fixtures.devices", "hwregress.suite.fixtures.dtypes", '
+                          '"hwregress.suite.fixtures.batch_sizes"]\n')
+    pytester.makepyfile(test_echo="import pytest\n\n@pytest.mark.echo\n"
+                                  "def test_echo(hwbench, device, batch_size, dtype):\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "echo_plugin", "--strict-markers", "--devices", "cpu",
+                                          "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["test_echo.py::test_echo[[]cpu-bs2-fp32[]]", "1 test collected*"])
