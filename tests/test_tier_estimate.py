@@ -127,3 +127,18 @@ def test_device_copy_refuses_a_build_of_another_architecture():
     reference = parity.CpuReference(workload, 0, workload.build(), torch.zeros(1, 4), torch.zeros(1, 4))
     with pytest.raises(ValueError, match=r"shifting.*CPU reference"):
         parity.device_copy(reference, "meta")
+
+
+def test_the_default_tier_is_the_built_in_families_whatever_else_is_registered(monkeypatch):
+    class Echo:  # a project's own family registered in this process: no cost model, not in the default tier
+        name, marker, marker_help, requires, sub_records, view = "echo", "echo", "echo", frozenset(), (), None
+
+        def cases(self, selection):
+            return [{"device": device} for device in selection.devices]
+
+        def measure(self, bench, **params):
+            raise AssertionError("not measured here")
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    registry.register(Echo())
+    assert list(tier_estimate.default_gpu_cases()) == [family.name for family in registry.BUILT_IN]

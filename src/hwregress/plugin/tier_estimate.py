@@ -164,10 +164,10 @@ class TierEstimate:
 
 
 def default_gpu_cases(device: str = "cuda:0") -> dict[str, list[dict[str, Any]]]:
-    """The default tier's cases on one GPU, per family: what ``pytest -m gpu`` collects on a one-GPU node
+    """The default tier's cases on one GPU, per built-in family: what ``pytest -m gpu`` collects on a one-GPU node
     (``--dtypes fp32``, no opt-in family)."""
     selection = Selection([device])
-    return {family: registry.cases(selection, family) for family in registry.names()}
+    return {family.name: family.cases(selection) for family in registry.BUILT_IN}
 
 
 def estimate(cases: Mapping[str, Iterable[dict[str, Any]]], assumptions: Assumptions | None = None,
