@@ -30,7 +30,8 @@ from hwregress.judge.session import _measured
 from hwregress.measure import out_of_memory as hw_oom
 from hwregress.measure.timing import TimingPlan
 from hwregress.plugin import progress
-from hwregress.plugin.matrix import Selection, case_id, cases
+from hwregress.plugin.families.registry import cases
+from hwregress.plugin.matrix import Selection, case_id
 from hwregress.plugin.record import HwSkip
 from hwregress.spark import batch, engine, predictor, stream
 from hwregress.spark import master as spark_master
@@ -796,7 +797,7 @@ def test_a_worker_traceback_is_out_of_memory_by_its_exception_line(text, line):
 
 def _spark_bench(monkeypatch, tmp_path, master: str | None = None):
     """A SparkBench whose Spark session is a fake: ``started`` lists the masters started, ``stopped`` those stopped."""
-    from hwregress.plugin import spark as plugin_spark
+    from hwregress.plugin.families import spark as plugin_spark
 
     started, stopped = [], []
 
