@@ -73,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
     xdist.register(config)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
+        spark.warn_of_a_shared_gpu(config, settings.spark, settings.selection.devices)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
