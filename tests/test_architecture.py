@@ -40,6 +40,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "measure": {"hardware", "workloads", "judge", "store"},
     "scaleout": {"measure", "hardware", "workloads", "judge", "store"},
     "spark": {"measure", "hardware", "workloads", "judge", "store"},
+    "check": {"measure", "hardware", "workloads", "judge", "store"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge"},
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark"},

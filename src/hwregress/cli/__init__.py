@@ -14,6 +14,8 @@
                                 [--format text|json]
     python -m hwregress history append ARCHIVED.jsonl... [--dir reports/history]
                                 (the finished records of dead sessions' journals, marked interrupted, once)
+    python -m hwregress check [--devices cuda:0,cpu|all] [--only NAME,...] [--json FILE]
+                                (does hwregress measure this machine right? hwregress.check.command)
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
