@@ -5,6 +5,7 @@ bf16; training keeps autocast; train and plain infer windows build no KV cache).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -167,6 +168,24 @@ def test_bf16_decode_records_the_kv_cache_dtype(probe):
     result = run_llm(probe.workload(), "cpu", "decode", 1, "bf16", CONTEXT, PLAN, telemetry_interval_s=0.05,
                      profile=False)
     assert result.latency["kv_cache_dtype"] == "bfloat16"
+
+
+def test_the_decode_record_says_how_many_warmup_generations_ran(probe):
+    # a decode warmup round is a whole generation: the record's warmup_steps counts the generations run untimed,
+    # whatever --warmup (which counts steps of a step window) asks for
+    prompt_passes = []
+
+    def build() -> nn.Module:
+        model = probe.build()
+        model.register_forward_hook(lambda _m, _args, kwargs, _out: prompt_passes.append(  # not the memory probes'
+            bool(kwargs.get("use_cache")) and kwargs["input_ids"].shape[1] > 1), with_kwargs=True)
+        return model
+
+    workload = dataclasses.replace(probe.workload(), build=build)
+    plan = TimingPlan(warmup_steps=3, rounds=3, min_round_s=0.001)
+    result = run_llm(workload, "cpu", "decode", 1, "fp32", CONTEXT, plan, telemetry_interval_s=0.05, profile=False)
+    generations = sum(prompt_passes)  # one prompt pass per generation
+    assert result.measurement.timing.warmup_steps == generations - plan.rounds
 
 
 class FixedTimer:

@@ -46,6 +46,12 @@ from hwregress.workloads import Workload, build_on, make_batch
 # percentiles. CUDA generated 64 until the GPU tier had to fit 10 minutes: a Llama 3.2 1B generation is launch-bound
 # (~1,200 operators per token), and 32 tokens halve its decode tests (hwregress.plugin.tier_estimate)
 NEW_TOKENS = {"cpu": 16, "cuda": 32, "mps": 32}
+# untimed generations before a decode window, whatever --warmup says, and the record's warmup_steps: a decode round
+# is a whole generation (a prompt pass and new_tokens - 1 cached steps), so one already runs every shape the timed
+# rounds run (each KV length once) and grows the allocator to their peak; --warmup counts the steps of a step window
+# (3 by default), and as many generations would triple a decode test's warmup on the GPU tier (a Llama 3.2 1B
+# generation: 32 tokens of ~1,200 launch-bound operators each) for no shape it had not run
+DECODE_WARMUP_GENERATIONS = 1
 
 
 @dataclass
@@ -65,7 +71,8 @@ def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: 
             plan: TimingPlan, telemetry_interval_s: float = 0.1, profile: bool = True,
             clock: Clock = time.perf_counter) -> LlmMeasurement:
     """Measure ``mode`` (``prefill`` or ``decode``) of ``workload`` at ``batch_size`` sequences of ``context``
-    prompt tokens. ``plan.rounds`` timed rounds after ``plan.warmup_steps`` untimed ones (at least one).
+    prompt tokens. ``plan.rounds`` timed rounds after untimed ones: ``plan.warmup_steps`` prompt passes (prefill),
+    :data:`DECODE_WARMUP_GENERATIONS` whole generations (decode); the record's ``warmup_steps`` is the count run.
 
     Returns:
         the measurement (prefill: prompt tokens/s per pass; decode: tokens/s of the decode steps per round, FLOPs of
@@ -113,12 +120,13 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
                 work_per_round, per_sample = batch_size * context, context
             else:
                 with sampler:
-                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock, warmup=1,
-                                           after_warmup=memory.settle)
+                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock,
+                                           warmup=DECODE_WARMUP_GENERATIONS, after_warmup=memory.settle)
                 seconds = [sum(steps) for steps in timing.step_s]  # the decode steps alone: the judged window
                 latency = _decode_latency(timing)
                 work_per_round, per_sample = batch_size * (new_tokens - 1), new_tokens - 1
-    window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=plan.warmup_steps,
+    warmup = plan.warmup_steps if mode == "prefill" else DECODE_WARMUP_GENERATIONS
+    window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=warmup,
                     stable=relative_iqr(seconds) <= plan.max_rel_iqr)
     measurement = Measurement(window, work_per_round, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
                               health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized,
