@@ -253,3 +253,16 @@ def test_fp16_serving_casts_to_half_and_leaves_autocast_off():
         assert torch.is_autocast_enabled("cpu")
     assert (next(numerics.model_for_mode(nn.Linear(4, 4), "causal-lm", "train", "fp16").parameters()).dtype
             == torch.float32)
+
+
+@pytest.mark.parametrize(("mode", "rows"), [("prefill", 2 * CONTEXT), ("decode", 2)])
+def test_the_quantization_probe_feeds_each_linear_the_rows_of_a_timed_step(probe, mode, rows):
+    # CUDA int8 quantizes a Linear only where torch._int_mm takes its rows: a decode window times steps of one token
+    # per sequence (2 rows at batch 2), whatever its prompt pass multiplies
+    from hwregress.measure.precision import quantization
+
+    inputs, _ = make_batch(probe.workload(), 2, "cpu", seq_len=CONTEXT)
+    step = llm_bench.quantization_probe(mode, inputs["input_ids"], inputs["attention_mask"])
+    fed = quantization.linear_rows(probe.build(), step)
+    assert len(fed) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer and the LM head
+    assert set(fed.values()) == {rows}

@@ -25,6 +25,7 @@ from hwregress.measure.compilation import CompileFailed
 from hwregress.measure.llm.window import run_llm
 from hwregress.measure.out_of_memory import OutOfMemory
 from hwregress.measure.precision.numerics import LLM_MODES
+from hwregress.measure.precision.quantization import QuantizationUnsupported
 from hwregress.measure.record import fill_measurement
 from hwregress.measure.timing import RoundTimer, TimingPlan, VerdictCheck, default_timer
 from hwregress.measure.window import Measurement, RunOptions, batch_probe, run_model
@@ -108,6 +109,9 @@ class HwBench:
         except OutOfMemory as error:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
+        except QuantizationUnsupported as error:
+            record.message = str(error)
+            skip_with(Verdict.UNSUPPORTED, str(error))
         fill_measurement(record, result.measurement)
         record.llm = LlmFigures.of(result.latency)
         if mode == "decode":
@@ -235,6 +239,9 @@ class HwBench:
         except OutOfMemory as error:  # as throughput ends it: the session goes on
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
+        except QuantizationUnsupported as error:
+            record.message = str(error)
+            skip_with(Verdict.UNSUPPORTED, str(error))
         record.accuracy = result.top1_agreement
         record.details.update(relative_error=result.relative_error, max_abs_error=result.max_abs_error,
                               tolerance=result.tolerance, decisive_agreement=result.decisive_agreement,
@@ -302,6 +309,9 @@ class HwBench:
         except OutOfMemory as error:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
+        except QuantizationUnsupported as error:
+            record.message = str(error)
+            skip_with(Verdict.UNSUPPORTED, str(error))
         except CompileFailed as error:  # a failed record with the error's first lines; the session goes on
             record.message = str(error)
             record.compile = CompileFigures(backend=error.backend, error=list(error.first_lines))

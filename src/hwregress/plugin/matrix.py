@@ -13,6 +13,7 @@ from hwregress import workloads
 from hwregress.hardware.facts import device_kind
 from hwregress.measure.compilation import BACKENDS
 from hwregress.measure.precision.numerics import DTYPES, MEMORY_FORMATS, MODES, STEP_MODES
+from hwregress.measure.precision.quantization import QUANTIZED_DTYPES
 
 # batch sizes per device kind and mode where a workload declares none: 1 for latency, larger for throughput
 DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {
@@ -256,8 +257,11 @@ def _smallest(batch_sizes: list[int | str]) -> list[int | str]:
 
 
 def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
+    """The GEMM roof's dtypes: the device's defaults and the selected floating dtypes. The roof multiplies float
+    tensors (hwregress.measure.ceilings), so an int8 or fp8 roof would be an fp32 GEMM set against the int8 or fp8
+    peak: quantized dtypes have no roof."""
     defaults = DEFAULT_CEILING_DTYPES.get(device_kind(device), ("fp32",))
-    return list(dict.fromkeys([*defaults, *selection.dtypes]))
+    return list(dict.fromkeys([*defaults, *(d for d in selection.dtypes if d not in QUANTIZED_DTYPES)]))
 
 
 def _numeric(batch_sizes: list[int | str]) -> list[int]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,9 +108,10 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     guard_host_memory(workload, device, "infer", batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
         model = model_for_mode(build_on(workload, device).eval(), workload.task, mode, dtype)
-        model, quantized = quantization.prepare(model, dtype, device, mode)
         inputs, _ = make_batch(workload, batch_size, device, seq_len=context)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        model, quantized = quantization.prepare(model, dtype, device, mode,
+                                                probe=quantization_probe(mode, ids, mask))
         sampler = TelemetrySampler(device, telemetry_interval_s)
         with forward_precision(device, dtype, runs_in_dtype(workload.task, mode, dtype)):
             if mode == "prefill":
@@ -130,13 +132,23 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
                     stable=relative_iqr(seconds) <= plan.max_rel_iqr)
     measurement = Measurement(window, work_per_round, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
                               health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized,
-                              quantized_base_dtype=quantization.base_dtype_name(dtype, device))
+                              quantized_base_dtype=quantization.base_dtype_name(dtype, device),
+                              quantization=quantization.algorithm(dtype, device, mode))
     if profile:
         in_dtype = runs_in_dtype(workload.task, mode, dtype)
         measurement.flops_per_sample = _flops(model, ids, mask, mode, new_tokens, device, dtype, in_dtype) / batch_size
     synchronize(device)
     latency.update(context=context, new_tokens=new_tokens if mode == "decode" else None)
     return LlmMeasurement(measurement, latency)
+
+
+def quantization_probe(mode: str, ids: torch.Tensor, mask: torch.Tensor) -> Callable[[torch.nn.Module], Any]:
+    """One forward shaped like the judged step of ``mode``, for :func:`hwregress.measure.precision.quantization.prepare`
+    to count the rows each Linear multiplies: the prompt pass (prefill: ``batch x context`` rows), or one token per
+    sequence (decode: each cached step multiplies ``batch`` rows, whatever the prompt pass does)."""
+    if mode == "decode":
+        ids, mask = ids[:, :1], mask[:, :1]
+    return lambda model: model(input_ids=ids, attention_mask=mask, use_cache=False)
 
 
 def _decode_latency(timing: DecodeTiming) -> dict[str, Any]:
