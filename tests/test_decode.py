@@ -243,15 +243,23 @@ def _logits_lengths(model: nn.Module) -> tuple[list[int], object]:
     return lengths, handle
 
 
+def _gpt2_takes_logits_to_keep() -> bool:
+    from packaging.version import Version
+
+    return Version(_transformers().__version__) >= Version(decode.GPT2_LOGITS_TO_KEEP_SINCE)
+
+
 def test_prefill_asks_the_logits_of_the_last_position_only(model):
-    # as servers and transformers' generate do (logits_to_keep=1): the prompt pass projects one position on the vocab
+    # as servers and transformers' generate do (logits_to_keep=1): the prompt pass projects one position on the vocab,
+    # on every release whose forward takes the argument (GPT-2's from 4.53; before, all 7 prompt positions)
+    kept = 1 if type(model).__name__ != "GPT2LMHeadModel" or _gpt2_takes_logits_to_keep() else 7
     lengths, handle = _logits_lengths(model)
     try:
         prefill_rounds(model, _prompt(2, 7), None, rounds=1, device="cpu", warmup=0)
-        assert lengths == [1]
+        assert lengths == [kept]
         lengths.clear()
         decode_rounds(model, _prompt(2, 7), None, new_tokens=3, rounds=1, device="cpu", warmup=0)
-        assert lengths == [1, 1, 1]
+        assert lengths == [kept, 1, 1]
     finally:
         handle.remove()
 
@@ -264,7 +272,12 @@ def test_a_model_without_logits_to_keep_still_decodes_from_its_last_position(gpt
     timing = decode_rounds(recording, input_ids, None, new_tokens=4, rounds=1, device="cpu", warmup=0)
     assert timing.tokens == _greedy_without_cache(gpt2, input_ids, torch.ones_like(input_ids), 4)
     assert decode.logits_to_keep_argument(recording) == {}
-    assert decode.logits_to_keep_argument(gpt2) == {"logits_to_keep": 1}
+
+
+def test_gpt2_is_asked_for_its_last_logits_on_the_releases_whose_forward_takes_it(gpt2):
+    # GPT2LMHeadModel.forward gained logits_to_keep in transformers 4.53.0 (absent from 4.52.4's modeling_gpt2.py);
+    # pyproject allows >= 4.45, so the argument is detected, not assumed
+    assert decode.logits_to_keep_argument(gpt2) == ({"logits_to_keep": 1} if _gpt2_takes_logits_to_keep() else {})
 
 
 def test_num_logits_to_keep_is_used_where_the_forward_names_it_so():

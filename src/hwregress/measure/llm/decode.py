@@ -42,8 +42,10 @@ from hwregress.hardware.devices import synchronize
 ITL_PERCENTILES = (50, 90, 99)
 # the forward argument that limits the logits to the last positions: logits_to_keep from transformers 4.49 (Llama,
 # Qwen2, ...), num_logits_to_keep in 4.45-4.48 (huggingface/trl issue #2770: Qwen2's forward on 4.48); GPT-2 gained
-# logits_to_keep only in 2025 (huggingface/transformers PR #39016, the pattern PR #41335 spread to older models)
+# logits_to_keep in 4.53.0 (GPT2LMHeadModel.forward in the 4.53.0 wheel's modeling_gpt2.py has it, 4.52.4's has not;
+# huggingface/transformers issue #38977), and PR #41335 spread the pattern to more older models
 LOGITS_TO_KEEP_NAMES = ("logits_to_keep", "num_logits_to_keep")
+GPT2_LOGITS_TO_KEEP_SINCE = "4.53.0"
 
 
 class Clock(Protocol):
@@ -259,7 +261,7 @@ def prefill_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
 
 def logits_to_keep_argument(model: torch.nn.Module) -> dict[str, int]:
     """The keyword that makes ``model``'s forward compute the logits of the last position only: ``{"logits_to_keep":
-    1}`` (``LlamaForCausalLM`` from transformers 4.49, ``GPT2LMHeadModel`` from 2025, every causal LM of 5.x),
+    1}`` (``LlamaForCausalLM`` from transformers 4.49, ``GPT2LMHeadModel`` from 4.53, every causal LM of 5.x),
     ``{"num_logits_to_keep": 1}`` (transformers 4.45-4.48), or ``{}`` when the forward names neither (an older
     transformers' GPT-2, a model of your own;
     a forward taking only ``**kwargs`` counts as naming neither, since it may pass an unknown keyword on to code
