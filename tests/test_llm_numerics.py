@@ -15,6 +15,7 @@ from torch import nn
 
 from hwregress.judge.compare import judges_latency
 from hwregress.measure import profiling
+from hwregress.measure.llm import decode
 from hwregress.measure.llm import window as llm_bench
 from hwregress.measure.llm.decode import decode_rounds
 from hwregress.measure.llm.window import run_llm
@@ -135,8 +136,8 @@ def _step_flops(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, new_tok
             for _ in range(new_tokens - 1):
                 mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
                 positions = positions[:, -1:] + 1
-                output = model(input_ids=token, attention_mask=mask, position_ids=positions,
-                               past_key_values=output.past_key_values, use_cache=True)
+                output = model(input_ids=token, attention_mask=mask, position_ids=positions, use_cache=True,
+                               **{decode.cache_argument(model): decode.output_cache(output)})
                 token = output.logits[:, -1].argmax(-1, keepdim=True)
 
         return profiling.count_flops(steps)

@@ -21,15 +21,18 @@ See :func:`logits_to_keep_argument` for older spellings.
 
 The model is any Hugging Face style causal LM: ``model(input_ids=..., attention_mask=...,
 position_ids=..., past_key_values=..., use_cache=True)`` returning an object with ``logits``
-[B, S, vocab] and ``past_key_values``. Decoding is greedy (argmax): nothing here is random.
+[B, S, vocab] and ``past_key_values``; where the forward names ``cache`` instead (transformers 5.x, whose
+``past_key_values`` warns and goes in 5.40) the cache goes in and comes out under that name (:func:`cache_argument`,
+:func:`output_cache`). Decoding is greedy (argmax): nothing here is random.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -45,6 +48,10 @@ ITL_PERCENTILES = (50, 90, 99)
 # logits_to_keep in 4.53.0 (GPT2LMHeadModel.forward in the 4.53.0 wheel's modeling_gpt2.py has it, 4.52.4's has not;
 # huggingface/transformers issue #38977), and PR #41335 spread the pattern to more older models
 LOGITS_TO_KEEP_NAMES = ("logits_to_keep", "num_logits_to_keep")
+# the forward argument and output field of the KV cache: cache in transformers 5.x (past_key_values deprecated there,
+# "will be removed in version 5.40.0", transformers.utils.deprecation.deprecate_kwarg on each forward; the output's
+# past_key_values a property that logs the deprecation), past_key_values before
+CACHE_NAMES = ("cache", "past_key_values")
 GPT2_LOGITS_TO_KEEP_SINCE = "4.53.0"
 
 
@@ -170,8 +177,8 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
 
     Each round: the prompt pass ``model(input_ids [B, S], attention_mask [B, S], use_cache=True)`` (with
     ``logits_to_keep=1`` where the forward takes it: logits [B, 1, vocab]) and the argmax of ``logits[:, -1]`` give
-    the first token; then ``new_tokens - 1`` steps each feed the newest
-    token [B, 1] with the previous ``past_key_values``, the attention mask extended by one column of ones
+    the first token; then ``new_tokens - 1`` steps each feed the newest token [B, 1] with the previous KV cache
+    (``cache`` or ``past_key_values``: :func:`cache_argument`), the attention mask extended by one column of ones
     and the next position ids. Position ids follow the attention mask as ``transformers``' ``generate``
     does (``cumsum(mask) - 1``), so left-padded prompts decode as they would there. The clock is read
     after a device synchronization at every interval boundary: ``new_tokens + 1`` readings per timed
@@ -277,6 +284,35 @@ def logits_to_keep_argument(model: torch.nn.Module) -> dict[str, int]:
     return {}
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The keyword ``model``'s forward takes its KV cache under: ``"cache"`` where its signature names it (transformers
+    5.x), else ``"past_key_values"`` (earlier releases, and a forward that names neither, such as ``**kwargs`` only).
+    Read once per model class."""
+    return _cache_argument_of(type(model))
+
+
+@functools.cache
+def _cache_argument_of(model_class: type) -> str:
+    try:
+        parameters = inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError):  # a forward inspect cannot read: the older, documented name
+        return CACHE_NAMES[1]
+    named = parameters.get(CACHE_NAMES[0])
+    return CACHE_NAMES[0] if named is not None and named.kind is not inspect.Parameter.VAR_KEYWORD else CACHE_NAMES[1]
+
+
+def output_cache(outputs: object) -> object:
+    """The KV cache a forward returned: its ``cache`` field (transformers 5.x; read by name so that the deprecated
+    ``past_key_values`` property, which logs a warning, is not touched), else its ``past_key_values``; None without
+    one."""
+    if isinstance(outputs, Mapping):
+        for name in CACHE_NAMES:
+            if name in outputs:
+                return outputs[name]
+    cache = getattr(outputs, CACHE_NAMES[0], None)
+    return cache if cache is not None else getattr(outputs, CACHE_NAMES[1], None)
+
+
 def cache_key_dtype(cache: object) -> torch.dtype | None:
     """The dtype of the first layer's keys in a KV cache, None when there is none or it has no layer:
     ``Cache.layers[0].keys`` (transformers >= 4.56), ``Cache.key_cache[0]`` (4.36-4.55), or the legacy tuple of
@@ -301,6 +337,7 @@ def _generate(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: t
     synchronized clock readings bounding the prompt pass and each step (seconds), and the KV cache's key dtype."""
     boundaries: list[float] = []
     last_logits = logits_to_keep_argument(model)
+    cache_name = cache_argument(model)
 
     def mark() -> None:
         if clock is not None:
@@ -317,12 +354,12 @@ def _generate(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: t
     for _ in range(new_tokens - 1):
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
         positions = positions[:, -1:] + 1
-        outputs = model(input_ids=token, attention_mask=mask, position_ids=positions,
-                        past_key_values=outputs.past_key_values, use_cache=True, **last_logits)
+        outputs = model(input_ids=token, attention_mask=mask, position_ids=positions, use_cache=True,
+                        **{cache_name: output_cache(outputs)}, **last_logits)
         token = outputs.logits[:, -1].argmax(dim=-1, keepdim=True)
         mark()
         generated.append(token)
-    return torch.cat(generated, dim=1), boundaries, cache_key_dtype(outputs.past_key_values)
+    return torch.cat(generated, dim=1), boundaries, cache_key_dtype(output_cache(outputs))
 
 
 def _positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
