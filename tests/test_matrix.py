@@ -188,3 +188,11 @@ def test_decode_is_never_compiled_by_the_axis():
 def test_unknown_compiler_or_memory_format_is_refused(selection, message):
     with pytest.raises(ValueError, match=message):
         matrix.validate(selection)
+
+
+def test_the_gemm_roof_is_measured_in_floating_dtypes_only():
+    # the roof's GEMM multiplies float tensors: an "int8" or "fp8" roof would be an fp32 GEMM set against the int8
+    # or fp8 peak
+    selection = matrix.Selection(["cpu", "cuda:0"], dtypes=["fp32", "int8", "fp8", "bf16"])
+    gemm = {(c["device"], c["dtype"]) for c in registry.cases(selection, "ceiling") if c["ceiling"] == "gemm"}
+    assert gemm == {("cpu", "fp32"), ("cpu", "bf16"), *(("cuda:0", d) for d in ("fp32", "tf32", "bf16", "fp16"))}

@@ -26,6 +26,7 @@ from hwregress.judge.session import BenchSession
 from hwregress.plugin import hookspecs, options, progress, record, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.families import registry
+from hwregress.plugin.families import spark as spark_family
 from hwregress.plugin.fixture import SESSION_KEY, hwbench
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
 from hwregress.plugin.settings import build_settings
@@ -76,6 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     xdist.register(config)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
+        spark_family.warn_of_a_shared_gpu(config, settings.spark, settings.selection.devices)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -64,6 +64,8 @@ def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestRe
     first = RECORD_KEY not in item.stash
     record = item.stash.setdefault(RECORD_KEY, record_from_params(item, family))
     record.outcome = report.outcome
+    if record.duration_s is None and report.when != "teardown":
+        record.duration_s = report.duration  # the phase that concluded it, as pytest timed it
     if report.when == "teardown":
         record.message = " | ".join(filter(None, [record.message, f"teardown failed: {failure_reason(item, report)}"]))
     elif report.skipped:

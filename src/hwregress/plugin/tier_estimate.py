@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwregress.hardware import roofline
-from hwregress.measure.llm.window import NEW_TOKENS
+from hwregress.measure.llm.window import DECODE_WARMUP_GENERATIONS, NEW_TOKENS
 from hwregress.measure.memory_guard import GUARDED_BATCH, PROBE_BATCHES
 from hwregress.measure.parity import DIGITS_STEPS, PARITY_TOKENS
 from hwregress.measure.timing import TimingPlan
@@ -276,8 +276,9 @@ class _CostModel:
         return fixed, self._window_s(step)
 
     def _serving(self, case: dict[str, Any]) -> tuple[float, float]:
-        """Prefill: ``warmup_steps`` + ``rounds`` prompt passes; decode: 1 + ``rounds`` generations of ``decode_tokens``
-        tokens (a prompt pass, then one launch-bound or weight-bound step per token); one more under the counter."""
+        """Prefill: ``warmup_steps`` + ``rounds`` prompt passes; decode: ``DECODE_WARMUP_GENERATIONS`` + ``rounds``
+        generations of ``decode_tokens`` tokens (a prompt pass, then one launch-bound or weight-bound step per token);
+        one more under the counter."""
         a, name, batch = self.assumptions, case["workload"], case["batch_size"]
         facts = self._facts(name)
         prompt = self._step_s(name, "infer", batch)
@@ -291,7 +292,7 @@ class _CostModel:
         generation = prompt + (tokens - 1) * token_step
         counted = ((generation + tokens * facts.forward_ops * a.flop_counter_us * 1e-6) if self.profile_steps > 0
                    else 0.0)
-        return fixed + generation + counted, self.plan.rounds * generation
+        return fixed + DECODE_WARMUP_GENERATIONS * generation + counted, self.plan.rounds * generation
 
     def _cpu_step_s(self, name: str, mode: str, batch: int) -> float:
         passes = 3 if mode == "train" else 1

@@ -10,6 +10,7 @@ from typing import Any
 from hwregress.hardware import interconnect, roofline
 from hwregress.hardware.facts import device_kind
 from hwregress.measure import ceilings
+from hwregress.measure.precision.quantization import QUANTIZED_DTYPES
 from hwregress.measure.record import fill_measurement
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.jobs import DistributedJobs, fill_samples
@@ -88,8 +89,11 @@ class Ceiling:
 
 
 def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
+    """The GEMM roof's dtypes: the device's defaults and the selected floating dtypes. The roof multiplies float
+    tensors (hwregress.measure.ceilings), so an int8 or fp8 roof would be an fp32 GEMM set against the int8 or fp8
+    peak: quantized dtypes have no roof."""
     defaults = DEFAULT_CEILING_DTYPES.get(device_kind(device), ("fp32",))
-    return list(dict.fromkeys([*defaults, *selection.dtypes]))
+    return list(dict.fromkeys([*defaults, *(d for d in selection.dtypes if d not in QUANTIZED_DTYPES)]))
 
 
 def _published_link(record: TestRecord, name: str, device: str) -> None:

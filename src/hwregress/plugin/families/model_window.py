@@ -9,6 +9,7 @@ import pytest
 from hwregress import workloads
 from hwregress.measure.compilation import CompileFailed
 from hwregress.measure.out_of_memory import OutOfMemory
+from hwregress.measure.precision.quantization import QuantizationUnsupported
 from hwregress.measure.timing import TimingPlan, VerdictCheck
 from hwregress.measure.window import Measurement, RunOptions, run_model
 from hwregress.plugin.context import BenchContext, RoundDriver
@@ -40,6 +41,9 @@ def model_window(bench: BenchContext, record: TestRecord, model: str, device: st
     except OutOfMemory as error:
         record.message = str(error)
         skip_with(Verdict.OOM, str(error))
+    except QuantizationUnsupported as error:
+        record.message = str(error)
+        skip_with(Verdict.UNSUPPORTED, str(error))
     except CompileFailed as error:  # a failed record with the error's first lines; the session goes on
         record.message = str(error)
         record.compile = CompileFigures(backend=error.backend, error=list(error.first_lines))

@@ -15,6 +15,7 @@ import pytest
 from hwregress import workloads
 from hwregress.measure import parity
 from hwregress.measure.out_of_memory import OutOfMemory
+from hwregress.measure.precision.quantization import QuantizationUnsupported
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection, models_for
 from hwregress.plugin.record import skip_with
@@ -51,6 +52,9 @@ class OutputParity:
         except OutOfMemory as error:  # as throughput ends it: the session goes on
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
+        except QuantizationUnsupported as error:
+            record.message = str(error)
+            skip_with(Verdict.UNSUPPORTED, str(error))
         record.accuracy = result.top1_agreement
         record.details.update(relative_error=result.relative_error, max_abs_error=result.max_abs_error,
                               tolerance=result.tolerance, decisive_agreement=result.decisive_agreement,

@@ -23,10 +23,12 @@ from hwregress.measure.out_of_memory import is_out_of_memory, out_of_memory_in_t
 from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection, numeric
+from hwregress.plugin.options import source_of
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.spark import batch, engine, stream
 from hwregress.spark.predictor import PredictSpec, pixel_statistics
+from hwregress.spark.settings import SparkSettings, shared_gpu_warning
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import SparkFigures
 from hwregress.store.results import TestRecord
@@ -115,6 +117,17 @@ def stop_engine(config: pytest.Config) -> None:
     if running is not None:
         running.stop()
         del config.stash[ENGINE_KEY]
+
+
+def warn_of_a_shared_gpu(config: pytest.Config, spark: SparkSettings, devices: list[str]) -> None:
+    """A ``PytestConfigWarning`` at configure (pytest's warnings summary; an error under ``-W error``) when the given
+    master puts several Python workers on each GPU under test (:func:`hwregress.spark.settings.shared_gpu_warning`),
+    which the docs say of ``local[N]`` and which a run would otherwise measure without a word."""
+    if spark.master is None:
+        return
+    warning = shared_gpu_warning(spark.master, devices, source_of(config, "hwregress_spark_master"))
+    if warning is not None:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(warning), stacklevel=2)
 
 
 class SparkBench:

@@ -12,6 +12,7 @@ from hwregress.measure.batch_search import find_max_batch
 from hwregress.measure.llm.window import run_llm
 from hwregress.measure.out_of_memory import OutOfMemory
 from hwregress.measure.precision.numerics import LLM_MODES, STEP_MODES
+from hwregress.measure.precision.quantization import QuantizationUnsupported
 from hwregress.measure.record import fill_measurement
 from hwregress.measure.window import batch_probe
 from hwregress.plugin.context import BenchContext
@@ -111,6 +112,9 @@ def _llm(bench: BenchContext, record: TestRecord, model: str, device: str, mode:
     except OutOfMemory as error:
         record.message = str(error)
         skip_with(Verdict.OOM, str(error))
+    except QuantizationUnsupported as error:
+        record.message = str(error)
+        skip_with(Verdict.UNSUPPORTED, str(error))
     fill_measurement(record, result.measurement)
     record.llm = LlmFigures.of(result.latency)
     if mode == "decode":
