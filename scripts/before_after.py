@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,6 +42,9 @@ from hwregress.store.atomic import atomic_write_json, atomic_write_text, read_re
 
 TREES = ("before", "after")
 JUDGED_KINDS = ("aa", "load")
+SHARED_CPU = 0.10
+"""Other processes' share of the CPUs during a window beyond which it shared the machine (hwregress's own contention
+diagnosis uses the same 10%); quiet windows of the 2-core VM measured about 0.5%."""
 
 
 # --- what a session's results.json says -----------------------------------------------------------------------------
@@ -58,6 +62,8 @@ class TestFigures:
         extended_rounds, verdict_rounds: rounds beyond ``--rounds``, and those added while the verdict was open.
         ratio, threshold: throughput over the baseline's, and the ratio below which it regresses.
         diagnosis: the likely causes of a regression, most likely first.
+        other_cpu: fraction of the CPUs' time other processes used during its window (``health``; None: not
+            sampled).
     """
 
     verdict: str
@@ -70,6 +76,7 @@ class TestFigures:
     ratio: float | None = None
     threshold: float | None = None
     diagnosis: list[str] = field(default_factory=list)
+    other_cpu: float | None = None
 
 
 def record_figures(record: Mapping[str, Any]) -> TestFigures:
@@ -80,7 +87,8 @@ def record_figures(record: Mapping[str, Any]) -> TestFigures:
                        duration_s=record.get("duration_s"), looks=record.get("looks"), alpha=record.get("alpha"),
                        extended_rounds=details.get("extended_rounds"), verdict_rounds=details.get("verdict_rounds"),
                        ratio=record.get("ratio"), threshold=record.get("threshold"),
-                       diagnosis=list(record.get("diagnosis") or []))
+                       diagnosis=list(record.get("diagnosis") or []),
+                       other_cpu=(record.get("health") or {}).get("other_cpu_fraction"))
 
 
 def read_session_figures(path: Path) -> dict[str, TestFigures]:
@@ -121,6 +129,8 @@ class Session:
         records: per test id, its figures (empty when the session gave no results).
         cpu_busy: fraction of all CPUs' time busy over the seconds just before its start (other helpers' work).
         waited_s: s waited for the machine to be quiet (--quiet) before it started.
+        superseded: rerun because other work shared the machine during it (:meth:`shared`): kept for the record,
+            left out of the comparison.
     """
 
     tree: str
@@ -135,6 +145,18 @@ class Session:
     records: dict[str, TestFigures]
     cpu_busy: float | None = None
     waited_s: float = 0.0
+    superseded: bool = False
+
+    def others_cpu(self) -> float | None:
+        """The largest fraction of the CPUs' time other processes used during one of its timed windows (None: none
+        sampled)."""
+        values = [f.other_cpu for f in self.records.values() if f.rounds is not None and f.other_cpu is not None]
+        return max(values, default=None)
+
+    def shared(self, limit: float = SHARED_CPU) -> bool:
+        """Whether other processes used more than ``limit`` of the CPUs during one of its timed windows."""
+        others = self.others_cpu()
+        return others is not None and others > limit
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "records": {test: asdict(figures) for test, figures in self.records.items()}}
@@ -170,6 +192,11 @@ class VerdictChange:
     after: str
 
 
+def counted(sessions: Sequence[Session]) -> list[Session]:
+    """The sessions the comparison counts: all but the superseded ones (the comparisons below call this first)."""
+    return [s for s in sessions if not s.superseded]
+
+
 def _by_tree(sessions: Sequence[Session], kind: str) -> dict[str, list[Session]]:
     return {tree: [s for s in sessions if s.tree == tree and s.kind == kind] for tree in TREES}
 
@@ -181,12 +208,14 @@ def _verdict(session: Session, test_id: str) -> str:
 
 def timed_tests(sessions: Sequence[Session]) -> list[str]:
     """The ids of the tests with timed rounds in any session, sorted."""
+    sessions = counted(sessions)
     return sorted({test for s in sessions for test, figures in s.records.items() if figures.rounds is not None})
 
 
 def clear_tests(sessions: Sequence[Session]) -> list[str]:
     """The timed tests whose decision is clear in both trees: ``pass`` in every unchanged (``aa``) session and
     ``regression`` in every ``load`` session, each tree having at least one of each, all finished (``ok``)."""
+    sessions = counted(sessions)
     clear = []
     for test in timed_tests(sessions):
         wanted = {"aa": "pass", "load": "regression"}
@@ -199,6 +228,7 @@ def clear_tests(sessions: Sequence[Session]) -> list[str]:
 def rounds_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str, Totals]:
     """Timed rounds of ``tests`` summed per tree over the ``aa`` sessions, the ``load`` sessions and both
     (``judged``)."""
+    sessions = counted(sessions)
     totals = {kind: Totals() for kind in (*JUDGED_KINDS, "judged")}
     for s in sessions:
         if s.kind not in JUDGED_KINDS:
@@ -211,6 +241,7 @@ def rounds_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str
 
 def duration_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str, Totals]:
     """Per-test wall time (``duration_s``, s) of ``tests`` summed per tree over the ``aa``, ``load`` and both."""
+    sessions = counted(sessions)
     totals = {kind: Totals() for kind in (*JUDGED_KINDS, "judged")}
     for s in sessions:
         if s.kind not in JUDGED_KINDS:
@@ -224,6 +255,7 @@ def duration_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[s
 def wall_totals(sessions: Sequence[Session]) -> dict[str, Totals]:
     """Session wall time (``meta.duration_s``, s) per kind (``record``, ``aa``, ``load``; ``judged``: aa + load),
     summed per tree over the sessions that finished in both trees (a failed one would bias the sum)."""
+    sessions = counted(sessions)
     totals = {kind: Totals() for kind in ("record", *JUDGED_KINDS, "judged")}
     pairs: dict[str, dict[str, Session]] = {}
     for s in sessions:
@@ -241,6 +273,7 @@ def verdict_changes(sessions: Sequence[Session]) -> list[VerdictChange]:
     """Each test whose verdict differs between the trees' sessions of the same name (every test, timed or not), in
     session order; a test recorded in one tree only is a change to or from ``absent``. Sessions that did not finish
     in both trees are left out (:func:`failed_sessions` names them)."""
+    sessions = counted(sessions)
     changes = []
     names = list(dict.fromkeys(s.name for s in sessions))
     for name in names:
@@ -256,6 +289,7 @@ def verdict_changes(sessions: Sequence[Session]) -> list[VerdictChange]:
 
 def failed_sessions(sessions: Sequence[Session]) -> list[Session]:
     """The sessions that gave no results."""
+    sessions = counted(sessions)
     return [s for s in sessions if s.status != "ok"]
 
 
@@ -303,6 +337,7 @@ def _verdict_of(figures: TestFigures) -> str:
 
 def per_test_table(sessions: Sequence[Session]) -> list[str]:
     """The Markdown table: one row per timed test, each cell ``before → after`` (several sessions: one value each)."""
+    sessions = counted(sessions)
     aa = [s for s in sessions if s.kind == "aa"]
     load = [s for s in sessions if s.kind == "load"]
     clear = set(clear_tests(sessions))
@@ -319,15 +354,17 @@ def per_test_table(sessions: Sequence[Session]) -> list[str]:
 
 def sessions_table(sessions: Sequence[Session]) -> list[str]:
     """The Markdown table of the sessions in the order they ran: load at the start, wall times, verdict counts."""
-    lines = ["| # | session | tree | load avg at start (1/5/15 min) | CPUs busy before start | waited s | wall s "
-             "| meta.duration_s | status | verdicts |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| # | session | tree | load avg at start (1/5/15 min) | CPUs busy before start | waited s "
+             "| others' CPU in a window, max | wall s | meta.duration_s | status | verdicts |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for index, s in enumerate(sessions, start=1):
         counts = Counter(f.verdict for f in s.records.values())
         busy = "-" if s.cpu_busy is None else f"{s.cpu_busy:.0%}"
+        others = s.others_cpu()
+        status = s.status + (" (superseded: the machine was shared; rerun)" if s.superseded else "")
         lines.append(f"| {index} | {s.name} | {s.tree} | {' / '.join(f'{v:.2f}' for v in s.load)} | {busy} "
-                     f"| {s.waited_s:.0f} | {s.wall_s:.0f} "
-                     f"| {'-' if s.duration_s is None else f'{s.duration_s:.0f}'} | {s.status} "
+                     f"| {s.waited_s:.0f} | {'-' if others is None else f'{others:.0%}'} | {s.wall_s:.0f} "
+                     f"| {'-' if s.duration_s is None else f'{s.duration_s:.0f}'} | {status} "
                      f"| {', '.join(f'{v} {n}' for v, n in sorted(counts.items())) or '-'} |")
     return lines
 
@@ -351,13 +388,20 @@ def summary_lines(sessions: Sequence[Session]) -> list[str]:
     failed = failed_sessions(sessions)
     lines.append("- sessions without results: " + ("none" if not failed else "; ".join(
         f"{s.tree} {s.name} ({s.status})" for s in failed)))
+    shared = [s for s in counted(sessions) if s.kind != "load" and s.shared()]
+    lines.append(f"- counted quiet sessions in which other processes still took more than {SHARED_CPU:.0%} of the "
+                 "CPUs in a window: " + ("none" if not shared else "; ".join(
+                     f"{s.tree} {s.name} ({s.others_cpu():.0%})" for s in shared)))
+    superseded = [s for s in sessions if s.superseded]
+    if superseded:
+        lines.append(f"- superseded (rerun: the machine was shared): {len(superseded)} session(s)")
     return lines
 
 
 def diagnosis_lines(sessions: Sequence[Session]) -> list[str]:
     """The first diagnosis of each regression under load, per tree."""
     lines = []
-    for s in sessions:
+    for s in counted(sessions):
         if s.kind != "load":
             continue
         for test, figures in sorted(s.records.items()):
@@ -547,6 +591,36 @@ def run_session(tree_name: str, tree: Path, name: str, out: Path, selection: Seq
                    busy, waited)
 
 
+def run_unshared(tree_name: str, tree: Path, name: str, out: Path, selection: Sequence[str], extra: Sequence[str],
+                 timeout_s: float, quiet: tuple[float, float], retries: int) -> list[Session]:
+    """:func:`run_session`, and for a recording or unchanged session that other processes shared
+    (:meth:`Session.shared`) up to ``retries`` reruns. Every try is returned, the earlier ones ``superseded``, their
+    results and logs kept under ``<name>-try<i>``; before rerunning a recording, the baseline folder is restored to
+    what it held before it, so its entries count each session once."""
+    kind = name.rstrip("0123456789")
+    folder = out / tree_name
+    baselines = folder / "baselines"
+    tries: list[Session] = []
+    for attempt in range(1, retries + 2):
+        kept = folder / f"baselines-before-{name}"
+        if kind == "record":
+            shutil.rmtree(kept, ignore_errors=True)
+            if baselines.exists():
+                shutil.copytree(baselines, kept)
+        session = run_session(tree_name, tree, name, out, selection, extra, timeout_s, quiet)
+        tries.append(session)
+        if kind == "load" or session.status != "ok" or not session.shared() or attempt > retries:
+            break
+        session.superseded = True
+        (folder / name).rename(folder / f"{name}-try{attempt}")
+        (folder / f"{name}.log").rename(folder / f"{name}-try{attempt}.log")
+        if kind == "record":
+            shutil.rmtree(baselines, ignore_errors=True)
+            if kept.exists():
+                shutil.copytree(kept, baselines)
+    return tries
+
+
 def session_plan(records: int, aa: int) -> list[tuple[str, str]]:
     """(tree, session name) in the order they run: each step's two sessions in balanced order (before then after,
     then after then before, ...)."""
@@ -570,6 +644,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "other work on a shared machine would be measured as the tier's)")
     parser.add_argument("--quiet-wait", type=float, default=900,
                         help="seconds to wait for --quiet before starting anyway (default 900)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help="reruns of a recording or unchanged session that other processes shared (default 2)")
     parser.add_argument("--render", type=Path, help="print the Markdown of a before_after.json and exit")
     args = parser.parse_args(argv)
     if args.render:
@@ -595,11 +671,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "selection": selections["before"], "extra": extra, "cpu_count": os.cpu_count(),
                               "sessions": []}
     for tree_name, name in session_plan(args.records, args.aa):
-        session = run_session(tree_name, trees[tree_name], name, args.out, selections[tree_name], extra, args.timeout,
-                              (args.quiet, args.quiet_wait))
-        report["sessions"].append(session.to_json())
-        print(f"{tree_name} {name}: {session.status}, {session.wall_s:.0f} s, load {session.load[0]:.2f}, "
-              f"CPUs busy before it {session.cpu_busy:.0%} (waited {session.waited_s:.0f} s)", flush=True)
+        for session in run_unshared(tree_name, trees[tree_name], name, args.out, selections[tree_name], extra,
+                                    args.timeout, (args.quiet, args.quiet_wait), args.retries):
+            report["sessions"].append(session.to_json())
+            others = session.others_cpu()
+            print(f"{tree_name} {name}: {session.status}, {session.wall_s:.0f} s, load {session.load[0]:.2f}, "
+                  f"CPUs busy before it {session.cpu_busy:.0%} (waited {session.waited_s:.0f} s), others' CPU in a "
+                  f"window up to {'-' if others is None else f'{others:.0%}'}"
+                  + (", superseded" if session.superseded else ""), flush=True)
         atomic_write_json(args.out / "before_after.json", report)  # each session kept as soon as it ends
     text = markdown(report)
     atomic_write_text(args.out / "before_after.md", text)

@@ -40,10 +40,11 @@ PARITY = "bench_tests/test_parity.py::test_output_parity[cpu-gpt2-fp32]"
 CONTENTION = "CPU contention: other processes took 48% of the cores during the window"
 
 
-def timed(test_id: str, verdict: Verdict, rounds: int, duration_s: float, diagnosis: list[str] | None = None
-          ) -> TestRecord:
+def timed(test_id: str, verdict: Verdict, rounds: int, duration_s: float, diagnosis: list[str] | None = None,
+          others: float = 0.005) -> TestRecord:
     return TestRecord(test_id=test_id, family="throughput", samples=[100.0] * rounds, rounds=rounds,
                       verdict=verdict, duration_s=duration_s, diagnosis=diagnosis or [],
+                      health={"other_cpu_fraction": others, "logical_cores": 2},
                       details={"extended_rounds": rounds - 10, "verdict_rounds": rounds - 10})
 
 
@@ -131,6 +132,19 @@ def test_timed_rounds_and_wall_time_ratios_over_the_clear_tests(sessions):
 def test_a_verdict_that_differs_is_named_with_its_session(sessions):
     changes = verdict_changes(sessions)
     assert [(c.session, c.test_id, c.before, c.after) for c in changes] == [("aa2", NET, "pass", "unstable")]
+
+
+def test_a_superseded_session_is_shown_and_left_out_of_the_comparison(sessions, tmp_path):
+    shared = session(tmp_path, "after", "aa1", [timed(GEMM, Verdict.REGRESSION, 100, 14.0, [CONTENTION], others=0.5),
+                                                timed(NET, Verdict.PASS, 10, 1.9)], 400.0)
+    assert shared.shared() and shared.others_cpu() == 0.5 and not sessions[1].shared()
+    shared.superseded = True
+    with_retry = [*sessions[:1], shared, *sessions[1:]]
+    assert verdict_changes(with_retry) == verdict_changes(sessions)
+    assert clear_tests(with_retry) == [GEMM] and wall_totals(with_retry)["aa"].after == 120
+    text = markdown({"trees": {"before": {"path": "/b", "commit": "abc"}, "after": {"path": "/a", "commit": "def"}},
+                     "selection": ["-m", "cpu"], "sessions": [s.to_json() for s in with_retry]})
+    assert "| 50% |" in text and "superseded: the machine was shared" in text
 
 
 def test_a_test_missing_from_one_tree_is_a_change(sessions):
