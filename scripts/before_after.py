@@ -239,6 +239,23 @@ def rounds_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str
     return totals
 
 
+def window_ratios(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str, list[float]]:
+    """Per judged kind (``aa``, ``load``), the timed rounds after / before of each window of ``tests``: a test in the
+    session of one name (``aa2``) in both trees, both finished. A sum over windows is led by the few long ones; these
+    show the typical window."""
+    sessions = counted(sessions)
+    ratios: dict[str, list[float]] = {kind: [] for kind in JUDGED_KINDS}
+    for name in dict.fromkeys(s.name for s in sessions if s.kind in JUDGED_KINDS):
+        pair = {s.tree: s for s in sessions if s.name == name}
+        if set(pair) != set(TREES) or any(s.status != "ok" for s in pair.values()):
+            continue
+        for test in tests:
+            before, after = (pair[tree].records.get(test) for tree in TREES)
+            if before is not None and after is not None and before.rounds and after.rounds is not None:
+                ratios[pair["before"].kind].append(after.rounds / before.rounds)
+    return ratios
+
+
 def duration_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str, Totals]:
     """Per-test wall time (``duration_s``, s) of ``tests`` summed per tree over the ``aa``, ``load`` and both."""
     sessions = counted(sessions)
@@ -369,6 +386,17 @@ def sessions_table(sessions: Sequence[Session]) -> list[str]:
     return lines
 
 
+def _spread(ratios: Sequence[float]) -> str:
+    """``median 0.417 (2 shorter, 0 the same, 0 longer)`` of per-window ratios."""
+    if not ratios:
+        return "no window"
+    ordered = sorted(ratios)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    shorter, same = sum(r < 1 for r in ratios), sum(r == 1 for r in ratios)
+    return f"median {median:.3f} ({shorter} shorter, {same} the same, {len(ratios) - shorter - same} longer)"
+
+
 def summary_lines(sessions: Sequence[Session]) -> list[str]:
     """The ratios after/before and the verdicts that differ, one bullet each."""
     clear, timed = clear_tests(sessions), timed_tests(sessions)
@@ -377,6 +405,9 @@ def summary_lines(sessions: Sequence[Session]) -> list[str]:
              f"**{_ratio(rounds['judged'])}** ({rounds['judged'].before:.0f} → {rounds['judged'].after:.0f}); "
              f"unchanged sessions {_ratio(rounds['aa'])} ({rounds['aa'].before:.0f} → {rounds['aa'].after:.0f}), "
              f"under load {_ratio(rounds['load'])} ({rounds['load'].before:.0f} → {rounds['load'].after:.0f})",
+             "- per window of a clear test, rounds after/before: " + "; ".join(
+                 f"{label}: {_spread(window_ratios(sessions, clear)[kind])}"
+                 for kind, label in (("aa", "unchanged sessions"), ("load", "under load"))),
              f"- per-test wall time (duration_s) after/before over the clear tests: {_ratio(seconds['judged'])}; "
              f"unchanged sessions {_ratio(seconds['aa'])}, under load {_ratio(seconds['load'])}",
              f"- session wall time (meta.duration_s) after/before: unchanged sessions {_ratio(walls['aa'])}, "

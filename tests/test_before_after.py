@@ -31,6 +31,7 @@ from scripts.before_after import (
     run_command,
     verdict_changes,
     wall_totals,
+    window_ratios,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,6 +128,14 @@ def test_timed_rounds_and_wall_time_ratios_over_the_clear_tests(sessions):
     assert totals["judged"].ratio == pytest.approx(50 / 124)
     walls = wall_totals(sessions)
     assert walls["aa"].ratio == pytest.approx(120 / 200) and walls["load"].ratio == pytest.approx(0.5)
+
+
+def test_each_window_of_a_clear_test_gives_its_own_ratio(sessions):
+    ratios = window_ratios(sessions, [GEMM])
+    assert ratios["aa"] == pytest.approx([5 / 12, 5 / 12]) and ratios["load"] == pytest.approx([0.4])
+    text = markdown({"trees": {"before": {"path": "/b", "commit": "abc"}, "after": {"path": "/a", "commit": "def"}},
+                     "selection": ["-m", "cpu"], "sessions": [s.to_json() for s in sessions]})
+    assert "unchanged sessions: median 0.417 (2 shorter, 0 the same, 0 longer)" in text
 
 
 def test_a_verdict_that_differs_is_named_with_its_session(sessions):
