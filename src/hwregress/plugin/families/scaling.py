@@ -22,6 +22,7 @@ from hwregress.plugin.matrix import (
     leads_its_kind,
     node_gpus,
 )
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.plugin.xdist import session_temp
 from hwregress.scaleout import figures
 from hwregress.store.baseline_file import entry_key
@@ -66,6 +67,19 @@ class Scaling:
         record = bench.start(self.name, device, workload, mode, batch_size, dtype)
         key_mode = _measure(DistributedJobs(bench), record, device, workload, world_size, batch_size, dtype)
         return bench.conclude(record, entry_key(self.name, workload, key_mode, batch_size, dtype))
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """A job of ``world_size`` ranks, each on a device of its own, profiled but not counted; above one rank, the
+        session's T(1) job first unless a W=1 test ran it."""
+        key = ("scaling-w1", case["device"], case["workload"], case["batch_size"], case["dtype"])
+
+        def rank(process: CostModel) -> Cost:
+            return process.model_window(case["workload"], case.get("mode", "train"), case["batch_size"],
+                                        case["device"], case["dtype"], count=False)
+
+        job = cost.job(rank)
+        reference = cost.once(key, job.total_s, per_session=True)
+        return job if case["world_size"] == 1 else job + Cost(reference)
 
 
 def scaling_models(selection: Selection, device: str) -> list[str]:

@@ -28,6 +28,7 @@ from hwregress.plugin.matrix import (
     variant_suffix,
 )
 from hwregress.plugin.record import skip_with
+from hwregress.plugin.tier_costs import Cost, CostModel, not_estimated
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import LlmFigures
 from hwregress.store.results import TestRecord
@@ -83,6 +84,17 @@ class Throughput:
                                                   settled=bench.window_check(record, key)))
             bench.benchmark_extra_info(record)
         return bench.conclude(record, key)
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """A step mode's model window, profiled and counted, or a prefill or decode window (eager, numeric batches)."""
+        if case.get("compiler", "eager") != "eager" or case["batch_size"] == MAX_BATCH:
+            raise not_estimated(case, "compilation and the max-batch search are not costed; leave out --compile and "
+                                      "--batch-sizes max")
+        if case["mode"] in LLM_MODES:
+            return cost.serving(case["workload"], case["mode"], case["batch_size"], case["device"], case["dtype"],
+                                case.get("context"))
+        return cost.model_window(case["workload"], case["mode"], case["batch_size"], case["device"], case["dtype"],
+                                 case.get("context"))
 
 
 def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
