@@ -9,7 +9,8 @@ from typing import Any
 
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge import stats
-from hwregress.store.figures import CompileComparison, CompileFigures
+from hwregress.judge.looks import look_alpha
+from hwregress.store.figures import CompileComparison, CompileFigures, LookFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -90,6 +91,7 @@ class Measured:
     latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where judges_latency says so
     compile_s: float | None = None  # a compiled model's compile time (s) and the cache state it was measured in
     compile_cache: str | None = None
+    looks: LookFigures | None = None  # the planned looks at the window and those taken (None: no baseline steered it)
 
 
 # (family, mode) of the records whose latency is judged against the baseline: a stream's median latency is what
@@ -113,7 +115,12 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     in a field that changes performance, nothing is judged: verdict ``other-hardware`` with the fields that
     differ, unless ``accept_identity`` (then the differences are a note and the figures are judged).
 
-    Throughput: see :func:`hwregress.judge.stats.compare`. Memory: fails when current peak >
+    Throughput: see :func:`hwregress.judge.stats.compare`, at the significance level of the last look the window took
+    (:func:`hwregress.judge.looks.look_alpha`; ``tolerances.alpha`` for a window without looks), written to
+    ``record.alpha``; a window looked at is ``unstable`` when its rounds show neither a regression, nor an
+    improvement, nor a pass (the lower confidence bound of the ratio above ``1 - threshold``: no slowdown of the
+    threshold or more), whatever its noise; one without looks is ``unstable`` when no direction was found and its
+    rounds stayed noisy. Memory: fails when current peak >
     baseline peak * (1 + memory tolerance) (+ slack for sampled, inexact memory). Accuracy: fails when current <
     baseline - margin.
     Speedup: fails when current speedup < baseline speedup * (1 - threshold). Efficiency (scaling, co-location)
@@ -157,7 +164,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 # the record fields a judgement writes (besides record.compile.vs_baseline): None or empty until judged
 JUDGED_FIELDS = ("ratio", "threshold", "p_value", "memory_ratio", "baseline_throughput", "baseline_peak_memory_bytes",
                  "baseline_accuracy", "baseline_speedup", "baseline_efficiency", "baseline_latency_ms",
-                 "wanted_threshold")
+                 "wanted_threshold", "alpha")
 
 
 def _reset_judged(record: TestRecord) -> TestRecord:
@@ -199,12 +206,15 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     tolerance, provisional = starting_tolerance(baseline, measured.on_cpu, tolerances)
     if provisional:
         judgement.notes.append(provisional)
+    looks = measured.looks
+    alpha = tolerances.alpha if looks is None else look_alpha(len(looks.rounds), len(looks.planned), tolerances.alpha)
     comparison = stats.compare(measured.samples, baseline["samples"], tolerance,
-                               alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()),
+                               alpha=alpha, z=tolerances.z, history=baseline.get("history", ()),
                                max_threshold=tolerances.max_threshold)
     baseline_median = summarize(baseline["samples"]).median
     record = judgement.record
     record.ratio, record.threshold, record.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
+    record.alpha = alpha
     record.baseline_throughput = baseline_median
     record.wanted_threshold = comparison.wanted_threshold
     if comparison.wanted_threshold is not None:
@@ -214,8 +224,8 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     current_median = summarize(measured.samples).median
     if comparison.direction == "regression":
         judgement.verdict = Verdict.REGRESSION
-        why = (f"tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g}"
-               if comparison.p_slower < tolerances.alpha else
+        why = (f"tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g} < alpha {alpha:.2g}"
+               if comparison.p_slower < alpha else
                f"a drop beyond the {comparison.threshold:.1%} cap counts whatever its significance: Mann-Whitney "
                f"p={comparison.p_slower:.2g} against a baseline that holds slow sessions too")
         judgement.failures.append(
@@ -229,7 +239,14 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
             f"faster than the baseline: ratio {comparison.ratio:.3f} > {1 + comparison.threshold:.3f}; "
             "refresh it with --update-baselines"
         )
-    elif not measured.stable:
+    elif looks is not None and comparison.p_no_slowdown >= alpha:
+        judgement.verdict = Verdict.UNSTABLE
+        judgement.notes.append(
+            f"undecided after {len(looks.rounds)} looks ({len(measured.samples)} rounds): ratio "
+            f"{comparison.ratio:.3f} shows no regression, nor that no slowdown of {comparison.threshold:.1%} or more "
+            f"is hidden (Mann-Whitney p={comparison.p_no_slowdown:.2g} against {1 - comparison.threshold:.3f} x the "
+            f"baseline, alpha {alpha:.2g}); more rounds (--time-budget) or a quieter machine would decide")
+    elif looks is None and not measured.stable:
         judgement.verdict = Verdict.UNSTABLE
         judgement.notes.append("the window stayed noisy after extending its rounds; the verdict is not trustworthy")
 

@@ -32,7 +32,7 @@ from hwregress.scaleout.session_store import NodeMismatch, SessionStore, Session
 from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
 from hwregress.store.atomic import safe_file_name
 from hwregress.store.baseline_file import entry_key
-from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
+from hwregress.store.figures import AllreduceFigures, ColocatedFigures, LookFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -54,7 +54,11 @@ class DistributedBench:
         """Measure DDP training at ``world_size`` ranks and fill ``record``; returns the baseline entry's mode."""
         record.unit = workloads.get(model).unit
         per_node = self._ranks_per_node(world_size, device)
-        spec = self._spec("scaling", device, world_size, per_node, [model], batch_size, dtype)
+        nodes = f"-n{self.topology.nnodes}" if self.topology.multi_node else ""
+        mode = f"train-w{world_size}{nodes}"
+        key = entry_key("scaling", model, mode, batch_size, dtype)  # as judged: its looks judge against it too
+        spec = dataclasses.replace(self._spec("scaling", device, world_size, per_node, [model], batch_size, dtype),
+                                   verdict=self.bench.window_terms(record, key))
         spec, ranks = self._launch(record, spec, joint=True)
         scaling = record.scaling = ScalingFigures.of(figures.scaling_details(ranks, spec.nnodes, spec.backend))
         self._participants_stop_here(record, spec)
@@ -71,8 +75,7 @@ class DistributedBench:
         record.reference_samples = reference
         scaling.update(efficiency=record.efficiency, reference_throughput=reference_median,
                        per_device_throughput=(record.throughput or 0.0) / world_size)
-        nodes = f"-n{self.topology.nnodes}" if self.topology.multi_node else ""
-        return f"train-w{world_size}{nodes}"
+        return mode
 
     def allreduce(self, record: TestRecord, device: str) -> str:
         """Sweep all-reduce message sizes over every rank of the node(s); fill ``record`` with the bus bandwidth at
@@ -93,7 +96,6 @@ class DistributedBench:
         self._participants_stop_here(record, spec)
         _fill_samples(record, ranks[0]["busbw_samples"], ranks)
         record.stable = ranks[0].get("stable")  # the sweep's ranks time one collective together: rank 0 speaks for it
-        record.details.update({name: ranks[0].get(name) for name in ("extended_rounds", "verdict_rounds")})
         roof = None if self.topology.multi_node else interconnect.published_roof("allreduce", device,
                                                                                   record.device_name or "")
         if roof is not None:
@@ -261,7 +263,8 @@ class DistributedBench:
 
 def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str, Any]]) -> None:
     """The record's throughput figures from per-round samples, the largest rank's peak memory, and the window's
-    facts: stable when every rank's window was, the most rounds any rank extended by, rank 0's warmup steps."""
+    facts: stable when every rank's window was, the most rounds any rank extended by, rank 0's warmup steps, rounds
+    run while a look was undecided and looks."""
     summary = summarize(samples)
     record.samples = samples
     record.throughput, record.throughput_iqr = summary.median, summary.iqr
@@ -271,7 +274,9 @@ def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str
     record.peak_memory_bytes = max(peaks) if peaks else None
     record.stable = all(r.get("stable", True) for r in ranks)
     record.details.update(extended_rounds=max((r.get("extended_rounds", 0) for r in ranks), default=0),
-                          warmup_steps=ranks[0].get("warmup_steps"))
+                          verdict_rounds=ranks[0].get("verdict_rounds", 0), warmup_steps=ranks[0].get("warmup_steps"))
+    looks = ranks[0].get("looks")  # the ranks took every look's decision together: rank 0's looks are the job's
+    record.looks = LookFigures.of(looks) if looks else None
     _fill_telemetry(record, ranks)
 
 

@@ -73,7 +73,7 @@ class HwBench:
         if batch_size == MAX_BATCH:
             batch_size = record.batch_size = self._max_batch(record, model, device, mode, dtype, context, memory_format)
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
-            self._llm(record, model, device, mode, batch_size, dtype, context or workload.seq_len or 1)
+            self._llm(record, model, device, mode, batch_size, dtype, context or workload.seq_len or 1, key)
         else:
             fill_measurement(record,
                              self._run_model(record, model, device, mode, batch_size, dtype, self._round_driver(),
@@ -98,13 +98,14 @@ class HwBench:
         return found.batch_size
 
     def _llm(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
-             context: int) -> None:
+             context: int, key: str) -> None:
         """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode
         steps' tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
-        ``record.llm``."""
+        ``record.llm``. Its looks judge against the baseline entry ``key``."""
         try:
             result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, self.settings.plan,
-                             self.settings.telemetry_interval_s, profile=self.settings.profile_steps > 0)
+                             self.settings.telemetry_interval_s, profile=self.settings.profile_steps > 0,
+                             settled=self._window_check(record, key))
         except OutOfMemory as error:
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
@@ -265,8 +266,8 @@ class HwBench:
         return self.config.hook.pytest_hwregress_round_timer(config=self.config, device=device) or default_timer(device)
 
     def _window_check(self, record: TestRecord, key: str) -> VerdictCheck | None:
-        """What keeps the timed window open while its verdict against the baseline entry ``key`` is undecided
-        (:func:`hwregress.judge.window_verdict.window_check`); None without a trustworthy entry (judged after the
+        """What the timed window's looks decide against the baseline entry ``key``
+        (:func:`hwregress.judge.window_verdict.look_decision`); None without a trustworthy entry (judged after the
         window)."""
         return check_from_terms(self.window_terms(record, key))
 
@@ -279,8 +280,7 @@ class HwBench:
         except BaselineError:
             return None  # the judgement after the window fails the test with the file's error
         policy = self.session.policy
-        return window_terms(entry, record.identity, policy.tolerances,
-                            device_kind(record.device or "cpu") == "cpu", self.settings.plan.confirm_s,
+        return window_terms(entry, record.identity, policy.tolerances, device_kind(record.device or "cpu") == "cpu",
                             policy.accept_identity)
 
     def _run_model(self, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,

@@ -1,5 +1,6 @@
 """Family-specific figures of a :class:`hwregress.store.results.TestRecord`, as typed sub-records: data-parallel
-scaling, the all-reduce sweep, co-located processes, Spark, LLM prefill/decode and compilation.
+scaling, the all-reduce sweep, co-located processes, Spark, LLM prefill/decode, compilation and the looks at a timed
+window.
 
 Each field carries its description (unit first) in ``metadata["doc"]``: the JSON Schema of ``results.json`` takes
 its descriptions from there (:mod:`hwregress.store.schemas.generate`). Every field has a default, so a record of
@@ -266,6 +267,22 @@ class LlmFigures(Figures):
                                      "bf16/fp16)")
 
 
+# --- the planned looks at a timed window (hwregress.measure.timing, hwregress.judge.looks) --------------------------
+
+@dataclass
+class LookFigures(Figures):
+    """The planned looks at a window judged against a baseline, and those taken: the window stopped at the first look
+    that decided, or ran to its last (the verdict is judged with the level of the last look taken: the record's
+    ``alpha``)."""
+
+    planned: list[int] = doc("cumulative timed rounds at each planned look", factory=list)
+    rounds: list[int] = doc("timed rounds at each look taken (the last may hold fewer than planned where the time "
+                            "budget ended the window first)", factory=list)
+    decision: str | None = doc("what the last look taken decided: regression, pass, new (nothing to judge against), "
+                               "or null (undecided: the verdict is unstable unless the window's rounds show a "
+                               "regression or an improvement)")
+
+
 # --- compilation (hwregress.measure.compilation, judge/compare.py compare_compile) --------------------------------
 
 @dataclass
@@ -299,7 +316,7 @@ class CompileFigures(Figures):
 
 SUB_RECORDS: dict[str, type[Figures]] = {
     "scaling": ScalingFigures, "allreduce": AllreduceFigures, "colocated": ColocatedFigures, "spark": SparkFigures,
-    "llm": LlmFigures, "compile": CompileFigures}
+    "llm": LlmFigures, "compile": CompileFigures, "looks": LookFigures}
 """The record's sub-record fields by name, each its class."""
 
 LEGACY_COMPILE_KEYS = {"compile_s": "compile_s", "compile_setup_s": "setup_s", "compile_backend": "backend",

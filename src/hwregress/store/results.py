@@ -8,6 +8,12 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **5** (hwregress 0.5): a window judged against a baseline is looked at at planned round counts; the record keeps
+  them (``looks``: :class:`hwregress.store.figures.LookFigures`, the planned looks, those taken and the last one's
+  decision; null where no baseline steered the window) and the significance level its throughput verdict was judged
+  at (``alpha``: the level of the last look taken, or the plain alpha without looks; null where not judged). Files of
+  versions 1 to 4 read with both null.
+
 - **4** (hwregress 0.4): the hardware a record was measured on and the inputs its verdict was judged with are typed
   fields: ``identity``, ``device_facts``, ``stable`` and ``reference_samples`` instead of ``details["identity"]``,
   ``details["device_facts"]``, ``details["stable"]`` and ``details["cpu_samples"]`` /
@@ -47,6 +53,7 @@ from hwregress.store.figures import (
     CompileFigures,
     Figures,
     LlmFigures,
+    LookFigures,
     ScalingFigures,
     SparkFigures,
     doc,
@@ -54,8 +61,8 @@ from hwregress.store.figures import (
 )
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 4
-READABLE_RESULTS_VERSIONS = (1, 2, 3, 4)
+RESULTS_SCHEMA_VERSION = 5
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5)
 
 
 @dataclass
@@ -63,7 +70,8 @@ class TestRecord:
     """One test's measurements and verdict (a row of ``results.json``).
 
     Family figures live in typed sub-records (:mod:`hwregress.store.figures`; None where the family does not apply):
-    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``. ``details`` holds the rest, the
+    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``; the looks at the timed window in
+    ``looks``. ``details`` holds the rest, the
     open-ended facts a view or a plugin may add: ``worker``, the variant (``compiler``, ``memory_format``,
     ``context``), the window's ``extended_rounds``, ``verdict_rounds``, ``warmup_steps`` and ``telemetry_series``,
     ``profile_steps``, ``max_batch``, ``quantized_layers``/``quantized_base_dtype``, ``samples_per_s``/
@@ -112,6 +120,8 @@ class TestRecord:
     ratio: float | None = doc("throughput / baseline throughput")
     threshold: float | None = doc("the ratio below which the throughput is a regression")
     p_value: float | None = doc("p-value of the test of samples against the baseline's")
+    alpha: float | None = doc("the significance level the throughput verdict was judged at: the level of the last "
+                              "look taken (looks), else the session's alpha")
     memory_ratio: float | None = doc("peak memory / baseline peak memory")
     wanted_threshold: float | None = doc("what the noise/history bounds asked for when the cap cut it")
     verdict: Verdict = field(default=Verdict.NEW, metadata={"doc": "the test's verdict"})
@@ -155,6 +165,8 @@ class TestRecord:
     spark: SparkFigures | None = doc("Spark engine and pipeline figures (family spark)")
     llm: LlmFigures | None = doc("prefill and decode windows of a causal LM (hwregress.measure.llm)")
     compile: CompileFigures | None = doc("the compiling first call, or the compile error (compiled variants)")
+    looks: LookFigures | None = doc("the planned looks at the timed window and those taken (null: no baseline "
+                                    "steered the window)")
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types (the verdict as its string, sub-records as objects)."""
