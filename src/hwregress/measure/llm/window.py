@@ -51,6 +51,12 @@ from hwregress.workloads import Workload, build_on, make_batch
 # percentiles. CUDA generated 64 until the GPU tier had to fit 10 minutes: a Llama 3.2 1B generation is launch-bound
 # (~1,200 operators per token), and 32 tokens halve its decode tests (hwregress.plugin.tier_estimate)
 NEW_TOKENS = {"cpu": 16, "cuda": 32, "mps": 32}
+# untimed generations before a decode window, whatever --warmup says, and the record's warmup_steps: a decode round
+# is a whole generation (a prompt pass and new_tokens - 1 cached steps), so one already runs every shape the timed
+# rounds run (each KV length once) and grows the allocator to their peak; --warmup counts the steps of a step window
+# (3 by default), and as many generations would triple a decode test's warmup on the GPU tier (a Llama 3.2 1B
+# generation: 32 tokens of ~1,200 launch-bound operators each) for no shape it had not run
+DECODE_WARMUP_GENERATIONS = 1
 
 
 @dataclass
@@ -70,9 +76,10 @@ def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: 
             plan: TimingPlan, telemetry_interval_s: float = 0.1, profile: bool = True,
             clock: Clock = time.perf_counter, settled: VerdictCheck | None = None) -> LlmMeasurement:
     """Measure ``mode`` (``prefill`` or ``decode``) of ``workload`` at ``batch_size`` sequences of ``context``
-    prompt tokens: ``plan.warmup_steps`` untimed rounds (decode: one), then ``plan.rounds`` timed ones and more at
-    the looks ``settled`` takes on the throughput samples so far (:func:`hwregress.measure.timing.run_rounds`; None:
-    no baseline, more rounds only while noisy).
+    prompt tokens. ``plan.rounds`` timed rounds after untimed ones: ``plan.warmup_steps`` prompt passes (prefill),
+    :data:`DECODE_WARMUP_GENERATIONS` whole generations (decode); the record's ``warmup_steps`` is the count run.
+    Then more at the looks ``settled`` takes on the throughput samples so far
+    (:func:`hwregress.measure.timing.run_rounds`; None: no baseline, more rounds only while noisy).
 
     Returns:
         the measurement (prefill: prompt tokens/s per pass; decode: tokens/s of the decode steps per round, FLOPs of
@@ -107,17 +114,21 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     rounds: list[Rounds] = []
 
     def driver(run_round: Callable[[], float], warmup_round_s: float | None) -> None:
-        rounds.append(run_rounds(run_round, plan, round_s=warmup_round_s,
-                                 settled=in_work_units(settled, work_per_round)))
+        # the looks are planned with the warmup round's time, at most min_round_s: a decode warmup is the process's
+        # first generation and may carry one-time costs, and a slow estimate would leave the window too few looks
+        # (more looks than the budget allows only spend alpha more thinly: the budget cuts them short)
+        round_s = min(warmup_round_s or plan.min_round_s, plan.min_round_s)
+        rounds.append(run_rounds(run_round, plan, round_s=round_s, settled=in_work_units(settled, work_per_round)))
 
     # a CPU batch that cannot fit ends as oom before the kernel's OOM killer can end the session; the prompt pass
     # is the footprint (the KV cache of a few dozen new tokens adds little to it)
     guard_host_memory(workload, device, "infer", batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
         model = model_for_mode(build_on(workload, device).eval(), workload.task, mode, dtype)
-        model, quantized = quantization.prepare(model, dtype, device, mode)
         inputs, _ = make_batch(workload, batch_size, device, seq_len=context)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        model, quantized = quantization.prepare(model, dtype, device, mode,
+                                                probe=quantization_probe(mode, ids, mask))
         sampler = TelemetrySampler(device, telemetry_interval_s)
         with forward_precision(device, dtype, runs_in_dtype(workload.task, mode, dtype)):
             if mode == "prefill":
@@ -128,23 +139,34 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
                 per_sample = context
             else:
                 with sampler:
-                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock, warmup=1,
-                                           after_warmup=memory.settle, driver=driver)
+                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock,
+                                           warmup=DECODE_WARMUP_GENERATIONS, after_warmup=memory.settle, driver=driver)
                 seconds = [sum(steps) for steps in timing.step_s]  # the decode steps alone: the judged window
                 latency = _decode_latency(timing)
                 per_sample = new_tokens - 1
-    window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=plan.warmup_steps,
+    warmup = plan.warmup_steps if mode == "prefill" else DECODE_WARMUP_GENERATIONS
+    window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=warmup,
                     stable=relative_iqr(seconds) <= plan.max_rel_iqr, extended_rounds=rounds[0].extended,
                     verdict_rounds=rounds[0].verdict_rounds, looks=rounds[0].looks)
     measurement = Measurement(window, work_per_round, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
                               health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized,
-                              quantized_base_dtype=quantization.base_dtype_name(dtype, device))
+                              quantized_base_dtype=quantization.base_dtype_name(dtype, device),
+                              quantization=quantization.algorithm(dtype, device, mode))
     if profile:
         in_dtype = runs_in_dtype(workload.task, mode, dtype)
         measurement.flops_per_sample = _flops(model, ids, mask, mode, new_tokens, device, dtype, in_dtype) / batch_size
     synchronize(device)
     latency.update(context=context, new_tokens=new_tokens if mode == "decode" else None)
     return LlmMeasurement(measurement, latency)
+
+
+def quantization_probe(mode: str, ids: torch.Tensor, mask: torch.Tensor) -> Callable[[torch.nn.Module], Any]:
+    """One forward shaped like the judged step of ``mode``, for :func:`hwregress.measure.precision.quantization.prepare`
+    to count the rows each Linear multiplies: the prompt pass (prefill: ``batch x context`` rows), or one token per
+    sequence (decode: each cached step multiplies ``batch`` rows, whatever the prompt pass does)."""
+    if mode == "decode":
+        ids, mask = ids[:, :1], mask[:, :1]
+    return lambda model: model(input_ids=ids, attention_mask=mask, use_cache=False)
 
 
 def _decode_latency(timing: DecodeTiming) -> dict[str, Any]:
