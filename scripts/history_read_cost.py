@@ -39,7 +39,7 @@ READ_ONLY = ("import sys; from hwregress.store.history import read_history; "
 
 
 def row(session: int, test: int, median: float) -> dict[str, Any]:
-    """One history row as a CPU session writes it (``hwregress.store.history.row_from_record``)."""
+    """One history row as a CPU session writes it (``hwregress.store.history_row.row_from_record``)."""
     spread = median * 0.02
     return {
         "v": 1, "session": f"runner-{session:05d}-20240101T020000Z", "test_id":

@@ -18,6 +18,9 @@ pytest_plugins = ["pytester"]  # the self-tests only: never in the hardware suit
 
 REPO = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).resolve().parent / "support" / "selftest_support.py"
+# loaded first by every pytest session a self-test starts in a subprocess (see its docstring): "-p", "selftest_gc"
+EARLY_GC = Path(__file__).resolve().parent / "support" / "selftest_gc.py"
+SUBPROCESS_ARGS = ["-p", "selftest_gc"]
 
 # fast, deterministic settings for end-to-end runs of the plugin
 FAST = ["-p", "no:cacheprovider", "--devices", "cpu", "--models", "tiny", "--batch-sizes", "4",
@@ -37,6 +40,7 @@ class HwProject:
         shutil.copy(REPO / "bench_tests" / "test_throughput.py", self.path / "bench_tests")
         shutil.copy(REPO / "pyproject.toml", self.path)
         shutil.copy(SUPPORT, self.path)
+        shutil.copy(EARLY_GC, self.path)
         conftest = (REPO / "conftest.py").read_text()
         (self.path / "conftest.py").write_text(conftest + '\npytest_plugins.append("selftest_support")\n')
 
@@ -47,6 +51,7 @@ class HwProject:
                     "HWREGRESS_SELFTEST_ENOSPC",
                     "HWREGRESS_SELFTEST_BUSY", "HWREGRESS_SELFTEST_HOST_BYTES", "HWREGRESS_SELFTEST_TORCH",
                     "HWREGRESS_SELFTEST_COMPILE_FAIL", "HWREGRESS_SELFTEST_SLEEP_S",
+                    "HWREGRESS_SELFTEST_STREAM_SLEEP_S", "HWREGRESS_SELFTEST_FREEZE",
                     # an outer -n run's worker variables would make the inner session think it is a worker
                     "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
                     "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
@@ -56,7 +61,7 @@ class HwProject:
         full = [*(FAST if fast else []), *args]
         if inprocess:  # cheap, for runs that stop before any test (usage errors)
             return self.pytester.runpytest_inprocess(*full)
-        return self.pytester.runpytest_subprocess(*full, timeout=timeout)
+        return self.pytester.runpytest_subprocess(*SUBPROCESS_ARGS, *full, timeout=timeout)
 
     @property
     def results(self) -> dict:
@@ -81,6 +86,10 @@ SELFTEST_MARKERS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the ~150 pytest sessions, CLI runs and ranks the self-tests start import the same modules: where the environment
+    # forbids bytecode caches (PYTHONDONTWRITEBYTECODE, set in some CI images), each of them compiled every module of
+    # hwregress and pytest rewrote its asserts again (~1 s a session); the first one now writes the caches
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     for name, description in SELFTEST_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
 

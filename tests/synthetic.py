@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from hwregress.store.figures import SUB_RECORDS, migrate_legacy_details
-from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
+from hwregress.store.history import HistoryStore
+from hwregress.store.history_row import HISTORY_ROW_VERSION
 from hwregress.store.results import SessionResults, TestRecord, record_problem
 from hwregress.store.verdicts import Verdict
 
@@ -72,7 +73,7 @@ def synthetic_session(tests: int = 120, seed: int = 0, slowdowns: Mapping[int, f
             latency_ms=1000.0 / level, verdict=Verdict.PASS, environment={"torch": torch, "python": "3.11.9"},
             energy_j_per_sample=power_w / level,
             telemetry={"metrics": {"power_w": {"mean": power_w}, "cpu_util_pct": {"mean": 95.0}}},
-            details={"identity": dict(identity), "stable": True}))
+            identity=dict(identity), stable=True))
     meta = {"hostname": f"host-{machine}", "finished_at": f"2026-03-0{1 + seed % 9}T03:00:00+00:00", "python": "3.11.9",
             "hardware": [{"device": device, "name": name, "hardware_key": key, "environment": {"torch": torch},
                           "facts": {}, "total_memory_bytes": 2**36}]}

@@ -3,12 +3,16 @@
 cannot hide a circle or a heavy dependency.
 
 - no import circles;
-- each room imports only the rooms below it (:data:`MAY_IMPORT`);
+- each room imports only the rooms below it (:data:`MAY_IMPORT`) and the floor (:data:`FLOOR`: modules that
+  import nothing of hwregress, which every room may import);
 - ``judge/``, ``store/``, ``report/`` and ``cli/`` reach neither torch nor pytest, however indirectly;
 - only ``plugin/`` and the shipped suite import pytest;
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
 - no module is longer than :data:`MAX_LINES`;
+- docs/development.md's Layout section describes every room and names only modules that exist;
+- a name is imported from the module that defines it, never through another module's import of it (no
+  compatibility re-exports), in ``src/``, ``tests/`` and ``scripts/`` alike; :data:`FACES` aside;
 - ``python -m hwregress baselines``/``history``/``report`` never import torch (a subprocess, ``sys.modules`` at exit).
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -31,21 +36,28 @@ MAX_LINES = 400
 HEAVY = {"torch", "torchvision", "transformers", "torchao", "pytest", "_pytest", "xdist", "pytest_benchmark", "pyspark"}
 TORCH_FREE_ROOMS = ("judge", "store", "report", "cli")
 PYTEST_ROOMS = ("plugin", "suite")
-# room -> the rooms (or single modules, as dotted names under hwregress) it may import besides itself
+# the floor: single modules of hwregress that import nothing of it, so that every room may import them
+FLOOR = ("summary",)
+# room -> the rooms (or single modules, as dotted names under hwregress) it may import besides itself and the floor
 MAY_IMPORT: dict[str, set[str]] = {
-    "store": {"judge.stats", "judge.changepoints"},
+    "summary": set(),
+    "store": set(),
     "judge": {"store", "hardware.facts", "hardware.roofline", "hardware.health"},
     "hardware": set(),
     "workloads": {"hardware"},
-    "measure": {"hardware", "workloads", "judge", "store"},
-    "scaleout": {"measure", "hardware", "workloads", "judge", "store"},
-    "spark": {"measure", "hardware", "workloads", "judge", "store"},
+    "measure": {"hardware", "workloads", "store"},
+    "scaleout": {"measure", "hardware", "workloads", "judge.window_verdict", "store"},
+    "spark": {"measure", "hardware", "workloads", "store"},
+    "check": {"measure", "hardware", "workloads", "store"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge"},
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark"},
     "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
 }
 INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}
+# modules whose documented purpose is to hand on names defined elsewhere: the workloads API a plugin imports
+FACES = {"hwregress.workloads"}
+REPO = SRC.parent
 
 
 def module_name(path: Path) -> str:
@@ -98,8 +110,12 @@ def graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
 
 
 def room(module: str) -> str | None:
+    """The room of ``module``: its folder under hwregress, or the floor module it is; None for the package root
+    and its other single modules (``__main__``)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+    if len(parts) > 1 and ((PACKAGE / parts[1]).is_dir() or parts[1] in FLOOR):
+        return parts[1]
+    return None
 
 
 def closure(module: str) -> set[str]:
@@ -180,7 +196,7 @@ def test_each_room_imports_only_the_rooms_below_it():
         home = room(module)
         if home is None:
             continue
-        allowed = MAY_IMPORT[home] | {home}
+        allowed = MAY_IMPORT[home] | {home} | (set() if home in FLOOR else set(FLOOR))
         for target in targets:
             if target == "hwregress":
                 continue  # the package root: __version__
@@ -188,6 +204,19 @@ def test_each_room_imports_only_the_rooms_below_it():
             if not any(inside == rule or inside.startswith(rule + ".") for rule in allowed):
                 wrong.append(f"{module} imports {target}")
     assert wrong == []
+
+
+@pytest.mark.parametrize("floor", FLOOR)
+def test_the_floor_imports_nothing_of_hwregress(floor):
+    internal, external = graph()
+    module = f"hwregress.{floor}"
+    assert module in modules(), f"the floor module {module} is missing"
+    assert sorted(internal[module]) == []
+    assert external[module] & HEAVY == set()
+
+
+def test_the_floor_is_a_room_that_imports_nothing():
+    assert all(MAY_IMPORT[floor] == set() and room(f"hwregress.{floor}") == floor for floor in FLOOR)
 
 
 @pytest.mark.parametrize("home", TORCH_FREE_ROOMS)
@@ -220,6 +249,108 @@ def test_no_module_is_longer_than_the_limit():
     lengths = {m: len(path.read_text(encoding="utf-8").splitlines()) for m, path in modules().items()}
     long = {m: n for m, n in lengths.items() if n > MAX_LINES}
     assert long == {}
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The names a module defines itself: its functions, classes and assigned names, at module level or under a
+    module-level ``if``/``try`` (what it imports is not counted)."""
+    names: set[str] = set()
+    for statement in ast.parse(path.read_text(encoding="utf-8")).body:
+        nodes = ast.walk(statement) if isinstance(statement, (ast.If, ast.Try)) else [statement]
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def imports_through_another_module(path: Path) -> list[str]:
+    """``file:line: module.name`` for each ``from hwregress.<module> import name`` in ``path`` where ``module`` neither
+    defines ``name`` nor has it as a submodule (it only imported it), :data:`FACES` aside."""
+    found, shown = [], path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module not in modules():
+            continue
+        if node.module in FACES:
+            continue
+        defined = top_level_names(modules()[node.module])
+        found += [f"{shown}:{node.lineno}: {node.module}.{alias.name}" for alias in node.names
+                  if alias.name not in defined and f"{node.module}.{alias.name}" not in modules()]
+    return found
+
+
+def test_a_re_export_is_found(tmp_path):
+    importer = tmp_path / "importer.py"
+    importer.write_text("from hwregress.judge.stats import summarize, compare\nfrom hwregress.store import atomic\n")
+    assert [line.split(": ", 1)[1] for line in imports_through_another_module(importer)] == [
+        "hwregress.judge.stats.summarize"]
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    files = [path for folder in (SRC, REPO / "tests", REPO / "scripts") for path in sorted(folder.rglob("*.py"))]
+    assert [line for path in files for line in imports_through_another_module(path)] == []
+
+
+LAYOUT_PAGE = REPO / "docs" / "development.md"
+LAYOUT_ENTRY = re.compile(r"^(?P<indent>(?:  )+)(?P<name>[A-Za-z_]\w*(?:/|\.py)?)(?:  +(?P<what>\S.*))?$")
+
+
+def layout_entries(text: str) -> tuple[list[tuple[Path, str]], list[str]]:
+    """The entries under ``src/hwregress/`` in the code block of the page's "## Layout" section, and the lines there
+    that are no entry. An entry is ``<2 spaces per level><name>  <what it is>``: ``name/`` a folder, ``name.py`` or
+    a bare module name a file of the folder above it. Returns ([(path under src/hwregress, what)], [bad lines])."""
+    section = text.partition("\n## Layout\n")[2].partition("\n## ")[0]
+    block = section.split("```")[1] if section.count("```") >= 2 else ""
+    entries: list[tuple[Path, str]] = []
+    bad: list[str] = []
+    inside, folders = False, []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            inside = line.split()[0] == "src/hwregress/"
+            continue
+        match = LAYOUT_ENTRY.match(line) if inside else None
+        depth = len(match["indent"]) // 2 if match else 0
+        if inside and (match is None or depth > len(folders) + 1):
+            bad.append(line)
+            continue
+        if not inside:
+            continue
+        folders = folders[: depth - 1]
+        name = match["name"]
+        entries.append((Path(*folders, name if name.endswith(("/", ".py")) else f"{name}.py"), match["what"] or ""))
+        if name.endswith("/"):
+            folders.append(name.removesuffix("/"))
+    return entries, bad
+
+
+def test_the_layout_reader_follows_folders_and_finds_bad_lines():
+    text = ("# Dev\n\n## Layout\n\n```\ntests/  self-tests\n  ignored  outside src\nsrc/hwregress/\n"
+            "  summary.py     the floor\n  store/         on disk\n    atomic       atomic writes\n    schemas/\n"
+            "      generate   the schemas\n  cli/           the CLI\n    common\n                 a continuation\n"
+            "```\n\n## Next\n")
+    entries, bad = layout_entries(text)
+    assert entries == [(Path("summary.py"), "the floor"), (Path("store/"), "on disk"),
+                       (Path("store/atomic.py"), "atomic writes"), (Path("store/schemas/"), ""),
+                       (Path("store/schemas/generate.py"), "the schemas"), (Path("cli/"), "the CLI"),
+                       (Path("cli/common.py"), "")]
+    assert bad == ["                 a continuation"]
+
+
+def test_the_layout_names_only_modules_that_exist():
+    entries, bad = layout_entries(LAYOUT_PAGE.read_text(encoding="utf-8"))
+    assert bad == [], "docs/development.md, Layout: lines that are no '<name>  <what it is>' entry"
+    assert entries, "docs/development.md has no Layout section with a src/hwregress/ block"
+    assert [str(path) for path, _ in entries if not (PACKAGE / path).exists()] == []
+
+
+def test_the_layout_describes_every_room():
+    entries, _ = layout_entries(LAYOUT_PAGE.read_text(encoding="utf-8"))
+    described = {path.stem for path, what in entries if len(path.parts) == 1 and what}
+    assert sorted(set(MAY_IMPORT) - described) == []
 
 
 _PROBE = """

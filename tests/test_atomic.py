@@ -9,7 +9,6 @@ import stat
 
 import pytest
 
-from hwregress.store import baselines
 from hwregress.store.atomic import (
     NotARegularFileError,
     atomic_write_json,
@@ -32,7 +31,7 @@ def umask_022():
 
 def test_new_file_gets_the_umask_mode_not_0600(tmp_path, umask_022):
     path = tmp_path / "new.json"
-    baselines.atomic_write_json(path, {"a": 1})  # the re-export report/__init__.py imports
+    atomic_write_json(path, {"a": 1})
     assert _mode(path) == 0o644
     atomic_write_text(tmp_path / "new.html", "<p>")
     assert _mode(tmp_path / "new.html") == 0o644

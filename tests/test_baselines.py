@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import re
 from pathlib import Path
 
@@ -13,8 +12,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hwregress import __version__
-from hwregress.store import baselines as baselines_module
-from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore, check_entry, merge, parse
+from hwregress.store.baseline_file import BaselineError, BaselineFile, check_entry, merge, parse
+from hwregress.store.baselines import BaselineStore
 
 CHECKED_FIELDS = {"family", "model", "mode", "dtype", "device_name", "unit", "recorded_at", "hwregress_version",
                   "batch_size", "steps_per_round", "n", "median", "iqr", "latency_ms", "peak_memory_bytes",
@@ -258,10 +257,3 @@ def test_any_bytes_load_or_fail_with_one_error_naming_the_file(tmp_path, raw):
     store.write_entries("any", "d", {"new": GOOD})
     after = json.loads(path.read_text())["entries"]
     assert after == {**before, "new": GOOD}  # nothing lost, bad entries included
-
-
-def test_report_import_of_atomic_write_json_still_works():
-    from hwregress.report import write_outputs  # imports hwregress.store.baselines.atomic_write_json
-
-    assert callable(write_outputs) and baselines_module.atomic_write_json.__module__ == "hwregress.store.atomic"
-    assert os.path.exists(baselines_module.__file__)

@@ -16,7 +16,8 @@ import pytest
 from hwregress.cli import main
 from hwregress.report import write_outputs
 from hwregress.store.baselines import BaselineStore
-from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
+from hwregress.store.history import HistoryStore
+from hwregress.store.history_row import HISTORY_ROW_VERSION
 from hwregress.store.results import SessionResults, TestRecord
 
 

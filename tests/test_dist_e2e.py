@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from conftest import REPO, HwProject
+from conftest import REPO, SUBPROCESS_ARGS, HwProject
 from hwregress.scaleout.launch import JOB_VARIABLE
 from hwregress.scaleout.topology import usable_cores
 
@@ -145,10 +145,10 @@ def _two_nodes(project: HwProject, *extra: str, env: dict[str, str] | None = Non
     port = _free_port()
     for node in (0, 1):
         (project.path / f"node{node}").mkdir()
-    common = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--devices", "cpu", "--rounds", "5",
-              "--warmup", "1", "--min-round-time", "0.02", "--time-budget", "1", "-m", "cpu and scaling",
-              "--world-sizes", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--dist-timeout", "120",
-              *DIST, *extra]
+    common = [sys.executable, "-m", "pytest", *SUBPROCESS_ARGS, "-p", "no:cacheprovider", "--devices", "cpu",
+              "--rounds", "5", "--warmup", "1", "--min-round-time", "0.02", "--time-budget", "1",
+              "-m", "cpu and scaling", "--world-sizes", "2", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+              "--dist-timeout", "120", *DIST, *extra]
     environment = {**os.environ, **(env or {})}
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         environment.pop(name, None)

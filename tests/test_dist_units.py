@@ -15,8 +15,9 @@ from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.scaleout import figures
 from hwregress.scaleout.collectives import bus_bandwidth_gbps, message_sizes
 from hwregress.scaleout.comm_profile import communication_share, is_communication, union_us
+from hwregress.scaleout.failure_text import describe_failures
 from hwregress.scaleout.job import JobSpec, read_statuses, write_status
-from hwregress.scaleout.launch import describe_failures, stalled_ranks
+from hwregress.scaleout.launch import stalled_ranks
 from hwregress.scaleout.topology import (
     Topology,
     default_world_sizes,
@@ -245,7 +246,7 @@ def test_a_drop_in_scaling_efficiency_is_a_regression_even_at_unchanged_throughp
     judgement = judge(_measured(0.6), BASELINE, Tolerances())
     assert judgement.verdict == Verdict.REGRESSION
     assert "efficiency 0.600 < baseline 0.900" in judgement.failures[0]
-    assert judgement.figures.baseline_efficiency == 0.9
+    assert judgement.record.baseline_efficiency == 0.9
 
 
 def test_efficiency_within_the_threshold_passes_and_a_noisy_reference_widens_it():
@@ -298,3 +299,19 @@ def test_the_energy_per_sample_counts_each_device_once():
     unknown = TestRecord("t")
     _fill_telemetry(unknown, [rank("cpu", None), rank("cpu", None)])
     assert unknown.energy_j_per_sample is None and unknown.health == {"other_cpu_fraction": 0.0}
+
+
+def test_a_cpu_job_whose_rank_was_noisy_is_not_stable():
+    # the window facts were written after the energy figures, which a CPU job (no energy counter) returned before:
+    # a CPU scaling or co-located record was then judged as stable however noisy its ranks were
+    from hwregress.plugin.distributed import _fill_samples
+    from hwregress.store.results import TestRecord
+
+    def rank(stable, extended):
+        return {"device": "cpu", "telemetry": {}, "health": {}, "stable": stable, "extended_rounds": extended,
+                "warmup_steps": 3, "steps_per_round": 2, "peak_memory_bytes": 100}
+
+    record = TestRecord("t")
+    _fill_samples(record, [10.0, 11.0, 9.0], [rank(True, 0), rank(False, 4)])
+    assert record.stable is False
+    assert record.details["extended_rounds"] == 4 and record.details["warmup_steps"] == 3

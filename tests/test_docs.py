@@ -1,5 +1,6 @@
 """The README and the docs/ pages hold together: every relative link (images included) reaches a file, every
-anchor a heading, every page is reachable from the README or docs/index.md, and the README stays short."""
+anchor a heading, every page is reachable from the README or docs/index.md, the README stays short, and every
+pointer of the code to a docs section (``(docs/measured.md, 'Memory')``) names a heading of that page."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ INLINE_CODE = re.compile(r"`[^`\n]*`")
 MARKDOWN_LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HTML_LINK = re.compile(r"<(?:a|img)\b[^>]*?\b(?:href|src)=\"([^\"]+)\"", re.IGNORECASE)
 SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+SECTION_POINTER = re.compile(r"docs/([\w.-]+\.md), '([^'\n]+)'")
+SRC = REPO / "src" / "hwregress"
 
 
 def pages() -> list[Path]:
@@ -64,6 +67,17 @@ def heading_anchors(path: Path) -> set[str]:
     return anchors
 
 
+def headings(path: Path) -> set[str]:
+    """The text of every heading of a Markdown page (outside fenced code), backticks dropped."""
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return {match.group(1).replace("`", "") for match in re.finditer(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, re.MULTILINE)}
+
+
+def section_pointers(text: str) -> list[tuple[str, str]]:
+    """(page, heading) of every ``docs/<page>.md, '<heading>'`` in ``text``, each written on one line."""
+    return SECTION_POINTER.findall(text)
+
+
 def name(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
@@ -85,6 +99,20 @@ def test_the_link_finder_sees_links_and_images_but_not_code(tmp_path):
 def test_heading_anchors_follow_github():
     assert heading_anchors(DOCS / "measured.md") >= {"measured-figures", "measured-on-an-h100",
                                                      "measured-on-the-development-machine-cpu-only"}
+
+
+def test_section_pointers_are_read_on_one_line():
+    assert section_pointers("x (docs/measured.md, 'CPU ceilings'), docs/running.md, 'Tier\n# times'") == [
+        ("measured.md", "CPU ceilings")]
+
+
+@pytest.mark.parametrize("module", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_every_pointer_of_the_code_names_a_docs_heading(module):
+    text = module.read_text(encoding="utf-8")
+    broken = [f"docs/{page}, '{heading}'" for page, heading in section_pointers(text)
+              if not (DOCS / page).is_file() or heading not in headings(DOCS / page)]
+    wrapped = [line.strip() for line in text.splitlines() if re.search(r"docs/[\w.-]+\.md, '[^']*$", line)]
+    assert broken == [] and wrapped == [], f"{name(module)}: pointers to no docs heading: {broken}, wrapped: {wrapped}"
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda p: name(p))

@@ -25,6 +25,7 @@ from hwregress.measure.timing import Timing, TimingPlan, in_work_units, measure
 from hwregress.store.baselines import BaselineStore
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 KEY = "throughput/tiny/infer/bs8/fp32"
 IDENTITY = {"cpu_vendor": "AuthenticAMD", "cpu_brand": "AMD EPYC", "cpu_family": 25, "cpu_model": 17,
@@ -38,7 +39,7 @@ def _record(samples: list[float], torch_version: str = "2.13.0", latency_ms: flo
                         mode=mode, batch_size=8, dtype="fp32", samples=list(samples), unit="samples/s",
                         throughput=float(np.median(samples)), environment={"torch": torch_version},
                         latency_ms=latency_ms)
-    record.details.update(identity=dict(IDENTITY), device_facts={})
+    record.identity, record.device_facts = dict(IDENTITY), {}
     return record
 
 
@@ -74,9 +75,9 @@ def _record_history(folder: Path, sessions: list[tuple[float, float, str, bool, 
 def test_a_drop_beyond_the_cap_is_red_for_any_recorded_history(sessions, drop, noise, rounds):
     with tempfile.TemporaryDirectory() as folder:
         entry = _record_history(Path(folder), sessions)
-        baseline_median = stats.summarize(entry["samples"]).median
+        baseline_median = summarize(entry["samples"]).median
         samples = _session_samples(baseline_median * drop, noise, 99, rounds)
-        if stats.summarize(samples).median >= baseline_median * (1 - Tolerances().max_threshold):
+        if summarize(samples).median >= baseline_median * (1 - Tolerances().max_threshold):
             return  # the noise lifted this draw's median back above the cap: not a gross drop
         record = _record(samples, f"2.{sum(changed for *_, changed, _ in sessions)}.0")
         failures = BenchSession(BaselineStore(Path(folder)), Policy()).conclude(record, KEY)
@@ -186,7 +187,7 @@ def test_a_slow_phase_of_the_host_is_outlasted_and_the_session_passes():
 
     judged = judge(Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=True), BASELINE,
                    Tolerances())
-    assert judged.verdict == Verdict.PASS, (judged.figures.ratio, record)
+    assert judged.verdict == Verdict.PASS, (judged.record.ratio, record)
 
 
 def test_a_real_slowdown_stays_red_after_the_confirmation_and_costs_only_the_confirmation_time():
@@ -288,7 +289,7 @@ def test_the_all_reduce_ceiling_outlasts_a_slow_phase_instead_of_judging_ten_sho
     assert len(times) > 10  # extended past the ten planned rounds while the verdict leaned to a regression
     judged = judge(Measured("t", samples, "GB/s", True, {}, identity=IDENTITY, on_cpu=True), ALLREDUCE_BASELINE,
                    Tolerances())
-    assert judged.verdict == Verdict.PASS, judged.figures.ratio
+    assert judged.verdict == Verdict.PASS, judged.record.ratio
 
 
 def test_the_all_reduce_ceiling_stays_red_when_the_link_really_slowed(scripted_job):

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from hwregress import __version__
 from hwregress.judge.trends import load_trends
 from hwregress.store import history as history_module
-from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore, package_hash, row_from_record
+from hwregress.store.history import HistoryStore, package_hash
+from hwregress.store.history_row import HISTORY_ROW_VERSION, row_from_record
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -48,7 +49,7 @@ def measured_record(**overrides: Any) -> TestRecord:
         "device_name": "AMD EPYC 7B13", "unit": "samples/s", "samples": [5.0, 1.0, 4.0, 2.0, 3.0],
         "verdict": Verdict.REGRESSION, "ratio": 0.9, "threshold": 0.05, "baseline_throughput": 3.3,
         "baseline_recorded_at": "2026-02-01T00:00:00+00:00", "environment": {"torch": "2.4.0"},
-        "details": {"identity": {"cpu_family": 25}},
+        "identity": {"cpu_family": 25},
         "telemetry": {"metrics": {"power_w": {"mean": 250.0, "max": 300.0}, "sm_clock_mhz": {"mean": 1800},
                                   "temperature_c": {"mean": float("nan")}, "fan_pct": {"mean": 40.0}}},
     }
@@ -97,7 +98,7 @@ def test_row_from_record_keeps_cpu_health_shares_and_the_first_two_causes():
 
 
 def test_row_from_record_without_telemetry_or_baseline():
-    record = measured_record(telemetry=None, baseline_throughput=float("nan"), ratio=None, details={})
+    record = measured_record(telemetry=None, baseline_throughput=float("nan"), ratio=None, identity={})
     row = row_from_record(record, "s", TIME, "abcd")
     assert row is not None
     assert row["telemetry"] == {}

@@ -19,7 +19,8 @@ from test_history_rows import ROW_SCHEMA, wrong_values
 
 from hwregress.cli import main
 from hwregress.report.history_table import CHANGE_MARK
-from hwregress.store.history import HISTORY_ROW_VERSION, HistoryStore
+from hwregress.store.history import HistoryStore
+from hwregress.store.history_row import HISTORY_ROW_VERSION
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import Verdict
 

@@ -32,8 +32,9 @@ def test_injected_step_is_a_change_point_the_history_command_gates_on_and_the_re
     hw_project.run("--update-baselines").assert_outcomes(passed=2)
     hw_project.run().assert_outcomes(passed=2)
     hw_project.run(*xdist).assert_outcomes(passed=2)
-    for args in ([], [], xdist):
-        hw_project.run(*args, env=SLOW).assert_outcomes(failed=2)
+    for args in ([], xdist, []):
+        slow = hw_project.run(*args, env=SLOW)
+        slow.assert_outcomes(failed=2)
 
     rows = _history_rows(hw_project)
     assert len(rows) == 12 and len({r["session"] for r in rows}) == 6  # 6 sessions x 2 tests, none lost
@@ -55,7 +56,7 @@ def test_injected_step_is_a_change_point_the_history_command_gates_on_and_the_re
     jsonschema.validate(hw_project.results, schemas.schema("results"))
     assert ({t["status"] for t in meta["trends"]} == {"regression"}
             and all(t["change_points"] == 1 for t in meta["trends"]))
-    terminal = hw_project.run(env=SLOW).stdout.str()
+    terminal = slow.stdout.str()  # the last session's, which found the change point
     assert any(line.lstrip().startswith("history regression") and TRAIN in line for line in terminal.splitlines())
 
 

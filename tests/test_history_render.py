@@ -28,7 +28,7 @@ from hwregress.judge.trends import analyze, analyze_all, has_changed
 from hwregress.report import charts, trend_chart
 from hwregress.report import legend as legend_module
 from hwregress.report.dashboard import build_dashboard, facets_of, render_dashboard, session_ratios
-from hwregress.store.history import HISTORY_ROW_VERSION
+from hwregress.store.history_row import HISTORY_ROW_VERSION
 
 CPU_KEY, H100_KEY, H200_KEY = (machine[0] for machine in MACHINES)
 

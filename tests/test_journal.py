@@ -20,16 +20,9 @@ from hypothesis import strategies as st
 
 from hwregress import __version__
 from hwregress.store.history import HistoryStore, read_history
-from hwregress.store.journal import (
-    LEGACY_NAME,
-    Journal,
-    JournalError,
-    journal_paths,
-    load_journal,
-    record_problem,
-)
+from hwregress.store.journal import LEGACY_NAME, Journal, JournalError, journal_paths, load_journal
 from hwregress.store.recovery import archive_dead_journals
-from hwregress.store.results import SessionResults, TestRecord
+from hwregress.store.results import SessionResults, TestRecord, record_problem
 
 # A child session driven line by line over stdin/stdout: no sleeps, no timing assumptions.
 CHILD = textwrap.dedent("""

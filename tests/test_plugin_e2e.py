@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import FAST as FAST_ARGS
+from conftest import SUBPROCESS_ARGS
 
 THROUGHPUT_IDS = {
     "bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs4-fp32]",
@@ -194,8 +195,9 @@ def test_a_killed_sessions_records_go_to_its_own_history_never_to_the_next_sessi
 
 
 def test_two_sessions_sharing_a_report_folder_keep_each_others_journal_and_archive(hw_project):
-    first = hw_project.pytester.popen([sys.executable, "-m", "pytest", *FAST_ARGS, "--batch-sizes", "1,2,3,4,5,6",
-                                       "--min-round-time", "0.3"], stdin=subprocess.DEVNULL)
+    first = hw_project.pytester.popen([sys.executable, "-m", "pytest", *SUBPROCESS_ARGS, *FAST_ARGS,
+                                       "--batch-sizes", "1,2,3,4,5,6", "--min-round-time", "0.3"],
+                                      stdin=subprocess.DEVNULL)
     reports = hw_project.path / "reports"
     _wait_for(lambda: list(reports.glob(".results.*.partial.jsonl")), first)
     second = hw_project.run("--modes", "infer")

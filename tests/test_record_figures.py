@@ -145,7 +145,8 @@ def test_a_version_2_file_loads_with_its_details_moved_into_the_sub_records(tmp_
                                            cache="cold", cache_counts={"fxgraph_cache_miss": 3},
                                            vs_baseline=CompileComparison(compared=True, cache="cold",
                                                                          baseline_compile_s=20.0, ratio=1.23))
-    assert first.details == {"identity": {"uuid": "GPU-1"}, "stable": True}  # what stays open-ended
+    assert first.details == {}  # version 4 types the rest too
+    assert first.identity == {"uuid": "GPU-1"} and first.stable is True
     assert second.compile == CompileFigures(error=["RuntimeError: boom"])
     assert "'scaling.world_size'" in str(_load_error(tmp_path, {"scaling": {"world_size": "two"}}))
 
@@ -163,6 +164,30 @@ def test_an_old_journal_line_keeps_its_figures():
     assert record is not None and record.llm == LlmFigures(ttft_ms=12.0)
     assert record.compile == CompileFigures(compile_s=1.5)
     assert record.details == {}
+
+
+V3_DETAILS = {"identity": {"cpu_family": 25}, "device_facts": {"multiprocessors": 132}, "stable": False,
+              "cpu_samples": [10.0, 11.0], "cpu_throughput": 10.5, "worker": "gw0"}
+
+
+def test_a_version_3_record_reads_its_judged_inputs_into_the_typed_fields(tmp_path):
+    # a results file and a journal line of version 3 kept the hardware and the judged inputs in details by string
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"schema_version": 3, "meta": {}, "records": [{"test_id": "t", "details": V3_DETAILS},
+        {"test_id": "u", "details": {"efficiency_reference_samples": [5.0, 6.0]}}]}))
+    journal_line = record_from_json({"test_id": "t", "details": dict(V3_DETAILS)})
+    for first in (load(path).records[0], journal_line):
+        assert first is not None
+        assert (first.identity, first.device_facts) == ({"cpu_family": 25}, {"multiprocessors": 132})
+        assert first.stable is False
+        assert first.reference_samples == [10.0, 11.0]
+        assert first.details == {"cpu_throughput": 10.5, "worker": "gw0"}  # what stays open-ended
+    assert load(path).records[1].reference_samples == [5.0, 6.0]
+
+
+def test_a_typed_field_already_set_wins_over_a_legacy_detail():
+    record = record_from_json({"test_id": "t", "identity": {"cpu_family": 26}, "details": {"identity": {"old": 1}}})
+    assert record is not None and record.identity == {"cpu_family": 26} and record.details == {}
 
 
 def _record(test_id: str, family: str, model: str = "m", **fields: Any) -> TestRecord:

@@ -531,7 +531,7 @@ def _stream_baseline(latency_ms: float = 100.0, history=(100.0, 100.0, 100.0, 10
 def test_the_same_stream_latency_passes_and_is_reported():
     judgement = judge(_stream_measured(100.0), _stream_baseline(), Tolerances())
     assert judgement.verdict == Verdict.PASS and not judgement.failures
-    assert judgement.figures.baseline_latency_ms == 100.0
+    assert judgement.record.baseline_latency_ms == 100.0
 
 
 def test_a_lower_latency_passes():
@@ -867,6 +867,17 @@ def test_a_cuda_out_of_memory_in_a_stream_worker_is_an_oom(monkeypatch, tmp_path
         bench.measure(record, "cuda:0", "mobilenet_v3_small", "stream", 256, "fp32")
     assert skipped.value.verdict == Verdict.OOM
     assert record.message.startswith("out of memory at batch 256 on cuda:0 in a Spark Python worker (master local[1])")
+
+
+def test_a_query_that_fails_while_the_driver_polls_it_is_reported_with_its_error_not_as_stopped_by_itself():
+    # the OOM of a stream's first micro-batch can land between the two reads of a poll (seen on a loaded 2-core VM:
+    # "the streaming query stopped by itself" instead of the out-of-memory)
+    query = fake_spark.QueryFailingBetweenReads(fake_spark.PythonException(fake_spark.STREAM_CUDA_OOM))
+    with pytest.raises(stream.StreamFailed) as failed:
+        for _ in range(2):  # the poll during which it fails, then the next one
+            stream._check(query, None)
+    assert "stopped by itself" not in str(failed.value)
+    assert failed.value.__cause__ is query.pending
 
 
 def test_the_stream_gets_the_sessions_live_lines_through_its_spec_and_none_without_a_terminal(monkeypatch, tmp_path):

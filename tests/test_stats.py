@@ -1,4 +1,4 @@
-"""Statistics: summaries, the noise-aware comparison, and its measured detection quality."""
+"""Statistics: summaries (hwregress.summary), the noise-aware comparison, and its measured detection quality."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwregress.judge import stats
+from hwregress.summary import summarize
 
 samples_strategy = st.lists(st.floats(min_value=1.0, max_value=1e6, allow_nan=False), min_size=5, max_size=30)
 
 
 def test_summary_of_known_values():
-    summary = stats.summarize([1, 2, 3, 4, 5])
+    summary = summarize([1, 2, 3, 4, 5])
     assert (summary.median, summary.q1, summary.q3, summary.iqr, summary.n) == (3, 2, 4, 2, 5)
     assert summary.rel_iqr == pytest.approx(2 / 3)
 
@@ -21,7 +22,7 @@ def test_summary_of_known_values():
 @pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
 def test_summary_rejects_empty_and_non_finite(bad):
     with pytest.raises(ValueError):
-        stats.summarize(bad)
+        summarize(bad)
 
 
 def test_compare_rejects_bad_tolerance():

@@ -119,3 +119,19 @@ class FakeStreamingQuery:
 
     def processAllAvailable(self) -> None:
         self.drained = True
+
+
+class QueryFailingBetweenReads(FakeStreamingQuery):
+    """A streaming query that fails with ``error`` just after a caller has read ``exception()`` (None) and before it
+    reads ``isActive``: Spark's query thread records the error, then marks the query terminated
+    (``StreamExecution.runStream``: ``streamDeathCause`` is set before ``state`` becomes ``TERMINATED``), on its own
+    thread, at any moment of the driver's poll."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(None)
+        self.pending = error
+
+    def exception(self) -> BaseException | None:
+        seen, self.error = self.error, self.error or self.pending
+        self.isActive = False
+        return seen

@@ -18,9 +18,13 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_COMPILE_FAIL  every compiled model's backend raises (a compiler bug), for --compile
     HWREGRESS_SELFTEST_SLEEP_S    every forward of the tiny model sleeps this long (a real slowdown, also inside
                                   Spark's Python workers, which inherit the environment)
+    HWREGRESS_SELFTEST_STREAM_SLEEP_S  instead, the forwards inside the tasks of a Spark streaming query sleep this
+                                  long (one session slows a batch pass and a stream's micro-batch each by what it
+                                  needs)
 """
 
 import errno
+import gc
 import os
 import signal
 import time
@@ -48,8 +52,24 @@ class _MaybeOom(nn.Module):
         crash = os.environ.get("HWREGRESS_SELFTEST_CRASH_AT")
         if crash and x.shape[0] == int(crash):
             raise ValueError("injected crash inside the model")
-        time.sleep(float(os.environ.get("HWREGRESS_SELFTEST_SLEEP_S", "0")))
+        time.sleep(_sleep_seconds())
         return self.body(x)
+
+
+def _sleep_seconds() -> float:
+    stream = os.environ.get("HWREGRESS_SELFTEST_STREAM_SLEEP_S")
+    if stream and _in_a_streaming_task():
+        return float(stream)
+    return float(os.environ.get("HWREGRESS_SELFTEST_SLEEP_S", "0"))
+
+
+def _in_a_streaming_task() -> bool:
+    """Whether this forward runs in a Spark task of a streaming query: Structured Streaming sets the local property
+    ``sql.streaming.queryId`` on the jobs of each micro-batch, and the Python worker's TaskContext carries it."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return bool(context and context.getLocalProperty("sql.streaming.queryId"))
 
 
 workloads.register(workloads.Workload("tiny", _MaybeOom, input_shape=(3, 8, 8), num_classes=10), replace=True)
@@ -148,3 +168,8 @@ def _tiny_lm():
 # a causal LM small enough for end-to-end runs of train, infer, prefill and decode (random weights, no download)
 workloads.register(workloads.Workload("tiny_lm", _tiny_lm, num_classes=97, loss=workloads.causal_lm_loss,
                                       input_kind="tokens", seq_len=16, vocab_size=97, task="causal-lm"), replace=True)
+
+# a rank of a distributed test or a Spark Python worker, started by a session that loaded selftest_gc (see there):
+# what it has imported never becomes garbage
+if os.environ.get("HWREGRESS_SELFTEST_FREEZE"):
+    gc.freeze()

@@ -14,6 +14,8 @@
                                 [--format text|json]
     python -m hwregress history append ARCHIVED.jsonl... [--dir reports/history]
                                 (the finished records of dead sessions' journals, marked interrupted, once)
+    python -m hwregress check [--devices cuda:0,cpu|all] [--only NAME,...] [--json FILE]
+                                (does hwregress measure this machine right? hwregress.check.command)
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
@@ -34,7 +36,7 @@ from collections.abc import Sequence
 
 from hwregress.cli import baselines, history, report
 from hwregress.cli.common import CliError
-from hwregress.store.baselines import BaselineError
+from hwregress.store.baseline_file import BaselineError
 
 # One module per subcommand (baselines, report, history), each adding its own arguments to the parser built here;
 # what they share is in common. None of them imports torch (tests/test_architecture.py checks it).

@@ -10,9 +10,11 @@ from typing import Any
 
 from hwregress.cli.common import CliError, fmt, fraction, is_results_file, load_results, report_errors
 from hwregress.judge.compare import Tolerances, is_cpu_entry, starting_tolerance
-from hwregress.judge.stats import compare, summarize
+from hwregress.judge.stats import compare
 from hwregress.store import results as results_module
-from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore, entry_key, load_file
+from hwregress.store.baseline_file import BaselineError, BaselineFile, entry_key, load_file
+from hwregress.store.baselines import BaselineStore
+from hwregress.summary import summarize
 
 FAIL_ON = {"regression": {"regression"}, "improvement": {"improvement"}, "any": {"regression", "improvement"}}
 

@@ -24,7 +24,8 @@ from hwregress.store.atomic import (
     replaceable_target,
 )
 from hwregress.store.history import HistoryStore
-from hwregress.store.journal import dataclass_values, record_problem
+from hwregress.store.journal import dataclass_values
+from hwregress.store.results import record_problem
 
 RESULTS_FIX = "give a results.json written by hwregress, or re-run the session that wrote it"
 OUTPUT_KIND_FIX = "give a new file or a regular file to replace, e.g. -o report.html"

@@ -1,10 +1,10 @@
 """Machine health before and during a measured window, as evidence: nothing here raises.
 
-A timing is only as good as the machine was quiet. Two busy loops on a 2-core VM made a test 11x slower;
-the verdict must be able to say so. :class:`CpuHealthProbe` measures the host over a window (psutil),
-:func:`hwregress.hardware.gpu_health.gpu_health` reads a GPU's state (NVML), and :func:`findings` turns either
-dict into sentences for what is abnormal. Every read is guarded on its own: a failure leaves that field None and
-its error in ``errors``.
+A timing is only as good as the machine was quiet. Contention can make a test many times slower
+(docs/measured.md, 'Noise between sessions'); the verdict must be able to say so. :class:`CpuHealthProbe`
+measures the host over a window (psutil), :func:`hwregress.hardware.gpu_health.gpu_health` reads a GPU's state
+(NVML), and :func:`findings` turns either dict into sentences for what is abnormal. Every read is guarded on its
+own: a failure leaves that field None and its error in ``errors``.
 
 CPU time accounting (psutil ``cpu_times``, i.e. Linux ``/proc/stat``, in seconds summed over cores):
 

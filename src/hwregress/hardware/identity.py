@@ -1,15 +1,15 @@
 """What tells machines apart: a flat identity of the CPU and of each GPU, and what changed between two.
 
-A hardware key is a name, not an identity: two 2-core cloud VMs both called "AMD EPYC" ran the same tests
-2x apart (CPU family 25 vs 26). A :data:`HardwareIdentity` is a flat ``dict`` of facts (str, int, float,
+A hardware key is a name, not an identity: two machines of one name can run the same tests 2x apart
+(docs/measured.md, 'Machine identity'). A :data:`HardwareIdentity` is a flat ``dict`` of facts (str, int, float,
 bool or None where unreadable) stored beside a baseline and checked before judging against it.
 
 CPU sources, in order, each field taken from the first that knows it: ``/proc/cpuinfo`` (Linux: vendor,
 brand, family/model/stepping, ISA flags), ``lscpu`` (L2/L3 sizes, max MHz), then py-cpuinfo
 (``cpuinfo.get_cpu_info()``, macOS/Windows and whatever Linux left unknown). py-cpuinfo comes last
-because on the development VM its ``l3_cache_size`` is /proc's per-core "cache size" (1 MiB, while lscpu
-says 32 MiB) and it costs ~1.1 s per process (it runs CPUID in a child process); identities compared
-across Linux machines must come from the same source.
+because its ``l3_cache_size`` can be /proc's per-core "cache size" rather than the L3's, and it runs CPUID in a
+child process, a second per process (docs/measured.md, 'Machine identity'); identities compared across Linux
+machines must come from the same source.
 
 GPU fields come from ``torch.cuda.get_device_properties`` and NVML (NVIDIA NVML API Reference Guide,
 "Device Queries"); every NVML read is guarded on its own: an error gives None for that field.

@@ -9,7 +9,10 @@ from typing import Any
 
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge import stats
+from hwregress.store.figures import CompileComparison, CompileFigures
+from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 # Sessions a baseline must hold before thresholds tighten below the cap: one session says nothing about how far
 # the next process's median may move (2-core development VM: up to 28% between processes, 2-5% within one).
@@ -47,39 +50,6 @@ class Tolerances:
 
 
 @dataclass
-class Figures:
-    """The numbers a judgement produced, for the test's record (None where not judged).
-
-    Attributes:
-        ratio: median(current) / median(baseline) throughput.
-        threshold: relative change that counted (fraction).
-        p_value: one-sided Mann-Whitney p-value that current is slower.
-        memory_ratio: current / baseline peak memory.
-        baseline_*: the baseline entry's figures.
-        wanted_threshold: what the noise and history bounds asked for when ``max_threshold`` cut it.
-        env_changes: ``"torch 2.4.0 -> 2.5.1"`` lines.
-        identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.hardware.facts.identity_changes`).
-        compile_comparison: the compile time against the baseline's (:func:`compare_compile`), None where either
-            has none.
-    """
-
-    ratio: float | None = None
-    threshold: float | None = None
-    p_value: float | None = None
-    memory_ratio: float | None = None
-    baseline_throughput: float | None = None
-    baseline_peak_memory_bytes: int | None = None
-    baseline_accuracy: float | None = None
-    baseline_speedup: float | None = None
-    baseline_efficiency: float | None = None
-    baseline_latency_ms: float | None = None
-    wanted_threshold: float | None = None
-    env_changes: list[str] = field(default_factory=list)
-    identity_changes: list[str] = field(default_factory=list)
-    compile_comparison: dict[str, Any] | None = None
-
-
-@dataclass
 class Judgement:
     """The verdict of one test and why.
 
@@ -87,13 +57,15 @@ class Judgement:
         verdict: see :class:`hwregress.store.verdicts.Verdict`.
         failures: sentences that make the test fail (empty: the test passes).
         notes: sentences shown beside the verdict.
-        figures: the numbers for the results record.
+        record: the record the judgement wrote its figures onto (:func:`judge`'s ``onto``): the ratio, threshold,
+            p-value, memory ratio, the baseline entry's figures, the environment and identity changes and the compile
+            time against the baseline's (``record.compile.vs_baseline``); a field left None was not judged.
     """
 
+    record: TestRecord
     verdict: Verdict = Verdict.PASS
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    figures: Figures = field(default_factory=Figures)
 
 
 @dataclass(frozen=True)
@@ -132,8 +104,10 @@ def judges_latency(family: str | None, mode: str | None) -> bool:
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
-          strict_env: bool = False, accept_identity: bool = False) -> Judgement:
-    """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``).
+          strict_env: bool = False, accept_identity: bool = False, onto: TestRecord | None = None) -> Judgement:
+    """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``), writing the figures
+    onto ``onto`` (the measured test's record; None: a new blank record of ``measured.test_id``), which the judgement
+    returns as its ``record``. The record's judged fields are reset first, so a figure not judged reads None.
 
     Identity first: when the entry was recorded on hardware whose identity differs from ``measured.identity``
     in a field that changes performance, nothing is judged: verdict ``other-hardware`` with the fields that
@@ -151,12 +125,13 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     Compile time is compared, never judged, and only with a baseline compile time of the same cache state
     (:func:`compare_compile`).
     """
+    record = _reset_judged(onto if onto is not None else TestRecord(measured.test_id))
     if baseline is None:
-        return Judgement(Verdict.NEW,
+        return Judgement(record, Verdict.NEW,
                          notes=["no baseline for this test on this hardware; record one with --update-baselines"])
-    judgement = Judgement()
+    judgement = Judgement(record)
     changes = identity_changes(baseline.get("identity") or {}, measured.identity)
-    judgement.figures.identity_changes = changes
+    record.identity_changes = changes
     if changes and not accept_identity:
         judgement.verdict = Verdict.OTHER_HARDWARE
         judgement.notes.append(f"baseline recorded on other hardware ({'; '.join(changes)}): not judged; record this "
@@ -177,6 +152,23 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
                                                      Verdict.UNSTABLE):
         judgement.verdict = Verdict.REGRESSION
     return judgement
+
+
+# the record fields a judgement writes (besides record.compile.vs_baseline): None or empty until judged
+JUDGED_FIELDS = ("ratio", "threshold", "p_value", "memory_ratio", "baseline_throughput", "baseline_peak_memory_bytes",
+                 "baseline_accuracy", "baseline_speedup", "baseline_efficiency", "baseline_latency_ms",
+                 "wanted_threshold")
+
+
+def _reset_judged(record: TestRecord) -> TestRecord:
+    """``record`` with the figures of an earlier judgement cleared (a record is judged once per session; a record
+    read back and judged again, as ``report compare`` may, must not keep figures the new judgement did not write)."""
+    for name in JUDGED_FIELDS:
+        setattr(record, name, None)
+    record.env_changes, record.identity_changes = [], []
+    if record.compile is not None:
+        record.compile.vs_baseline = None
+    return record
 
 
 def starting_tolerance(baseline: Mapping[str, Any], on_cpu: bool, tolerances: Tolerances,
@@ -210,16 +202,16 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     comparison = stats.compare(measured.samples, baseline["samples"], tolerance,
                                alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()),
                                max_threshold=tolerances.max_threshold)
-    baseline_median = stats.summarize(baseline["samples"]).median
-    figures = judgement.figures
-    figures.ratio, figures.threshold, figures.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
-    figures.baseline_throughput = baseline_median
-    figures.wanted_threshold = comparison.wanted_threshold
+    baseline_median = summarize(baseline["samples"]).median
+    record = judgement.record
+    record.ratio, record.threshold, record.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
+    record.baseline_throughput = baseline_median
+    record.wanted_threshold = comparison.wanted_threshold
     if comparison.wanted_threshold is not None:
         judgement.notes.append("noise-limited: the baseline's noise and history asked for a "
                                f"{comparison.wanted_threshold:.1%} threshold, capped at "
                                f"{comparison.threshold:.1%} (--max-threshold)")
-    current_median = stats.summarize(measured.samples).median
+    current_median = summarize(measured.samples).median
     if comparison.direction == "regression":
         judgement.verdict = Verdict.REGRESSION
         why = (f"tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g}"
@@ -247,8 +239,8 @@ def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: T
     base_peak = baseline.get("peak_memory_bytes")
     if measured.peak_memory_bytes is None or base_peak is None:
         return
-    judgement.figures.baseline_peak_memory_bytes = base_peak
-    judgement.figures.memory_ratio = measured.peak_memory_bytes / base_peak if base_peak else None
+    judgement.record.baseline_peak_memory_bytes = base_peak
+    judgement.record.memory_ratio = measured.peak_memory_bytes / base_peak if base_peak else None
     slack = 0 if measured.exact_memory else tolerances.memory_slack_bytes
     ceiling = base_peak * (1 + tolerances.memory) + slack
     if measured.peak_memory_bytes > ceiling:
@@ -265,7 +257,7 @@ def _judge_accuracy(measured: Measured, baseline: Mapping[str, Any], tolerances:
     base_accuracy = baseline.get("accuracy")
     if measured.accuracy is None or base_accuracy is None:
         return
-    judgement.figures.baseline_accuracy = base_accuracy
+    judgement.record.baseline_accuracy = base_accuracy
     if measured.accuracy < base_accuracy - tolerances.accuracy_margin:
         judgement.failures.append(
             f"{measured.test_id}: accuracy {measured.accuracy:.4f} < baseline {base_accuracy:.4f} - margin "
@@ -278,7 +270,7 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     base_speedup = baseline.get("speedup")
     if measured.speedup is None or base_speedup is None:
         return
-    judgement.figures.baseline_speedup = base_speedup
+    judgement.record.baseline_speedup = base_speedup
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)  # the CPU side's noise counts too
     if measured.speedup < base_speedup * (1 - threshold):
         judgement.failures.append(
@@ -292,7 +284,7 @@ def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerance
     base_efficiency = baseline.get("efficiency")
     if measured.efficiency is None or base_efficiency is None:
         return
-    judgement.figures.baseline_efficiency = base_efficiency
+    judgement.record.baseline_efficiency = base_efficiency
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)
     drift = stats.history_bound(baseline.get("efficiency_history") or ())  # how far it moved between sessions
     threshold = max(threshold, min(drift, tolerances.max_threshold))
@@ -308,8 +300,8 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     base_latency = baseline.get("latency_ms")
     if measured.latency_ms is None or not base_latency:
         return
-    judgement.figures.baseline_latency_ms = base_latency
-    threshold = judgement.figures.threshold
+    judgement.record.baseline_latency_ms = base_latency
+    threshold = judgement.record.threshold
     if threshold is None:  # no throughput was judged: the tolerance a throughput comparison would start from
         threshold = starting_tolerance(baseline, measured.on_cpu, tolerances)[0]
     drift = stats.history_bound(baseline.get("latency_history") or ())
@@ -356,7 +348,10 @@ def _compare_compile(measured: Measured, baseline: Mapping[str, Any], judgement:
     if measured.compile_s is None:
         return
     comparison = compare_compile(measured.compile_s, measured.compile_cache, baseline)
-    judgement.figures.compile_comparison = comparison
+    if comparison is not None:
+        record = judgement.record
+        record.compile = record.compile or CompileFigures()
+        record.compile.vs_baseline = CompileComparison.of(comparison)
     if comparison is not None and not comparison["compared"]:
         judgement.notes.append(comparison["reason"])
 
@@ -364,7 +359,7 @@ def _compare_compile(measured: Measured, baseline: Mapping[str, Any], judgement:
 def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_samples: Sequence[float]) -> float:
     """The threshold of a ratio of two same-session throughputs (speedup, efficiency): the throughput comparison's,
     widened by the noise of the reference it divides by (capped at ``max_threshold``)."""
-    threshold = judgement.figures.threshold if judgement.figures.threshold is not None else tolerances.throughput
+    threshold = judgement.record.threshold if judgement.record.threshold is not None else tolerances.throughput
     if len(reference_samples) >= 2:
         noise = stats.noise_bound(reference_samples, len(reference_samples), tolerances.z)
         threshold = max(threshold, min(noise, tolerances.max_threshold))
@@ -374,7 +369,7 @@ def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_sam
 def _judge_environment(measured: Measured, baseline: Mapping[str, Any], strict_env: bool,
                        judgement: Judgement) -> None:
     changes = fingerprint_changes(baseline.get("environment", {}), dict(measured.environment))
-    judgement.figures.env_changes = changes
+    judgement.record.env_changes = changes
     if not changes:
         return
     judgement.notes.append("environment changed since the baseline: " + "; ".join(changes))

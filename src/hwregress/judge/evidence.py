@@ -34,7 +34,7 @@ def entry_evidence(record: TestRecord) -> dict[str, Any]:
     identity, telemetry means, throttle reasons, top operators (and their profiled steps) and health. (The
     baseline's roofs are its ceiling entries, pooled over their own sessions: :func:`baseline_roofs`.)"""
     return {
-        "identity": dict(record.details.get("identity") or {}),
+        "identity": dict(record.identity),
         "telemetry_means": telemetry_means(record.telemetry),
         "throttle_reasons": list((record.telemetry or {}).get("throttle_reasons", [])),
         "top_ops": operators(record),
@@ -91,14 +91,13 @@ def physics_of(record: TestRecord, ceilings: Mapping[str, float]) -> list[str]:
     CUDA, this session's GEMM roof; a device copy against the published memory bandwidth; MFU; and energy
     against mean power x window.
 
-    The measured GEMM roof bounds models on CUDA only: a CPU's one-matrix GEMM ceiling is no roof (measured on
-    the 2-core EPYC VM: n = 1024 GEMM 0.21 TFLOP/s while oneDNN's convolutions ran resnet18 training at
-    0.29 TFLOP/s, below the cores' FMA peak of ~0.35).
+    The measured GEMM roof bounds models on CUDA only: a CPU's one-matrix GEMM ceiling is no roof (oneDNN's
+    convolutions run faster than it: docs/measured.md, 'CPU ceilings').
 
     The energy check takes the telemetry's ``power_averaging_s``; a summary without it is held to NVML's 1 s
     average (:data:`hwregress.hardware.facts.POWER_AVERAGING_S`), which only loosens the check."""
     telemetry = record.telemetry or {}
-    facts = record.details.get("device_facts", {})
+    facts = record.device_facts
     peak = roofline.published_peak(record.device_name or "", facts.get("multiprocessors"), facts.get("mig", False))
     dtype = record.dtype or "fp32"
     roof = record.model if record.family == "ceiling" else None

@@ -15,9 +15,9 @@ import numpy as np
 from hwregress import __version__
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge.compare import judges_latency
-from hwregress.judge.stats import summarize
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import NOT_MEASURED, Verdict
+from hwregress.summary import summarize
 
 UPDATE_MODES = ("all", "missing", "force", "reset")
 
@@ -67,8 +67,8 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
     """The baseline entry for ``record``: identity, samples and their summary, secondary figures, environment
     fingerprint, UTC time of recording and hwregress version.
 
-    A session's median moves between sessions more than its rounds spread inside one (measured on the 2-core
-    development VM: ±10-15% between processes, 2-5% within), so an entry pools what several sessions saw:
+    A session's median moves between sessions more than its rounds spread inside one
+    (docs/measured.md, 'Noise between sessions'), so an entry pools what several sessions saw:
     ``session_samples`` keeps the per-round samples of the last :data:`POOLED_SESSIONS` sessions that
     recorded it, ``samples`` is their union (the reference a new session is judged against), and ``history``
     the medians of the last :data:`HISTORY_LENGTH` sessions, from which the comparison learns the drift
@@ -132,7 +132,7 @@ def _same_machine(record: TestRecord, previous: dict[str, Any]) -> dict[str, Any
     """``previous`` when it was recorded with the same software stack and hardware identity, else ``{}``."""
     if fingerprint_changes(previous.get("environment", {}), dict(record.environment)):
         return {}  # another software stack: its sessions say nothing about this one
-    if identity_changes(previous.get("identity") or {}, record.details.get("identity") or {}):
+    if identity_changes(previous.get("identity") or {}, record.identity):
         return {}
     return previous
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
-from hwregress.judge.compare import Figures, Measured, Tolerances, judge, judges_latency
+from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
 from hwregress.judge.diagnosis import diagnose
-from hwregress.store.baselines import BaselineError, BaselineFile, BaselineStore
-from hwregress.store.figures import CompileComparison, CompileFigures
+from hwregress.store.baseline_file import BaselineError, BaselineFile
+from hwregress.store.baselines import BaselineStore
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -91,12 +91,11 @@ class BenchSession:
             roofs[evidence.ceiling_name(record)] = record.throughput
         entry, replacing = self._entry_for(record, key)
         judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
-                          self.policy.accept_identity)
+                          self.policy.accept_identity, onto=record)
         if extra_failures:
             judgement.failures[:0] = extra_failures
             judgement.verdict = Verdict.REGRESSION
         record.verdict = judgement.verdict
-        apply_figures(record, judgement.figures)
         failures, notes = list(judgement.failures), list(judgement.notes)
         if entry is not None:
             record.baseline_recorded_at = entry.get("recorded_at")
@@ -162,32 +161,11 @@ def _invalid(record: TestRecord, impossible: list[str]) -> list[str]:
 
 
 def _measured(record: TestRecord) -> Measured:
-    return Measured(record.test_id, record.samples, record.unit, record.details.get("stable", True),
+    return Measured(record.test_id, record.samples, record.unit, record.stable is not False,
                     record.environment, record.peak_memory_bytes, record.accuracy, record.speedup,
                     exact_memory=device_kind(record.device or "cpu") == "cuda",
-                    identity=record.details.get("identity") or {},
-                    reference_samples=(record.details.get("cpu_samples")
-                                       or record.details.get("efficiency_reference_samples") or ()),
+                    identity=record.identity, reference_samples=record.reference_samples,
                     on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
                     latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None,
                     compile_s=record.compile.compile_s if record.compile else None,
                     compile_cache=record.compile.cache if record.compile else None)
-
-
-def apply_figures(record: TestRecord, figures: Figures) -> None:
-    """Copy a judgement's figures onto the record's fields of the same meaning (the compile-time comparison onto
-    ``record.compile.vs_baseline``, beside the compile time it compares)."""
-    record.ratio, record.threshold, record.p_value = figures.ratio, figures.threshold, figures.p_value
-    record.memory_ratio = figures.memory_ratio
-    record.baseline_throughput = figures.baseline_throughput
-    record.baseline_peak_memory_bytes = figures.baseline_peak_memory_bytes
-    record.baseline_accuracy = figures.baseline_accuracy
-    record.baseline_speedup = figures.baseline_speedup
-    record.baseline_efficiency = figures.baseline_efficiency
-    record.baseline_latency_ms = figures.baseline_latency_ms
-    record.wanted_threshold = figures.wanted_threshold
-    record.env_changes = list(figures.env_changes)
-    record.identity_changes = list(figures.identity_changes)
-    if figures.compile_comparison is not None:
-        record.compile = record.compile or CompileFigures()
-        record.compile.vs_baseline = CompileComparison.of(figures.compile_comparison)

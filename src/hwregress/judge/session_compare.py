@@ -11,7 +11,7 @@ lines.
 
 A is one session, so the threshold is provisional exactly as for a baseline of fewer than
 :data:`hwregress.judge.compare.MIN_SESSIONS` sessions: the cap ``max_threshold`` (25% by default), since one session
-says nothing about how far the next one may move (up to 28% between processes on the 2-core development VM). A smaller
+says nothing about how far the next one may move (docs/measured.md, 'Noise between sessions'). A smaller
 ``max_threshold`` asks for a tighter comparison where the machines are known to be quiet.
 
 ``report merge`` puts each machine's throughput beside the first machine's with :func:`throughput_change`: the same

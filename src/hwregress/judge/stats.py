@@ -1,4 +1,4 @@
-"""Robust summaries of repeated measurements and the noise-aware comparison of two sample sets.
+"""The noise-aware comparison of two sample sets (their robust summaries: :mod:`hwregress.summary`).
 
 The comparison follows asv's rule (airspeed velocity, ``asv/_stats.py`` and ``asv compare``): a change
 counts only when the effect size crosses a threshold AND a significance test agrees. Here the effect
@@ -20,21 +20,22 @@ the medians of the sessions that recorded them and the threshold also covers ``z
 deviations of that history, as Conbench judges a result by its z-score against the history of its
 baseline runs. The history is first cut at its last level shift (:mod:`hwregress.judge.changepoints`: PELT
 from ruptures, Truong, Oudre & Vayatis 2020), because a history that mixed two machines of one name
-(medians 12-14 then 24-27) or a driver change made the bound exceed 100%; and the spread is the MAD,
-which one odd session does not move:
+or a driver change made the bound exceed 100% (docs/measured.md, 'Noise between sessions'); and the spread is
+the MAD, which one odd session does not move:
 
     recent = medians since the last change point       (no history bound with fewer than 3)
     spread = 1.4826 * MAD(recent) / median(recent)     (1.4826 MAD = sigma for normal data)
     history bound = z * spread * sqrt(1 + 1/k)          k = len(recent)
 
-The cap ``max_threshold`` (default 25%) bounds what noise may hide: on a 2-core cloud VM, unchanged
-sessions moved 1.3-5.3% (sd/mean), so honest thresholds there are 10-15%, while two busy loops made a
-test 11x slower and an uncapped bound of 102% let it pass. ``Comparison.wanted_threshold`` keeps what the
-bounds asked for, so a report can say the baseline is too noisy to resolve smaller changes.
+The cap ``max_threshold`` (default 25%) bounds what noise may hide: honest thresholds on a shared cloud VM are
+10-15%, while an uncapped bound let a contended test many times slower pass
+(docs/measured.md, 'Noise between sessions'). ``Comparison.wanted_threshold`` keeps what the bounds asked for, so
+a report can say the baseline is too noisy to resolve smaller changes.
 
 A drop beyond the cap is a regression whatever the significance test says (``Comparison.gross``): a baseline
 pooled from a contended and a quiet session is bimodal, and a contended run then overlaps its slow half, so
-Mann-Whitney found no significance for a run at 0.398 of the baseline's median and it passed.
+Mann-Whitney can find no significance for a run at a fraction of the baseline's median
+(docs/measured.md, 'Noise between sessions').
 
 :func:`ratio_interval` gives a bootstrap confidence interval of the ratio of medians; a window whose interval
 still straddles the verdict's boundary is not decided yet (:func:`hwregress.judge.window_verdict.verdict_settled`).
@@ -50,51 +51,12 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from hwregress.judge.changepoints import MAD_TO_SIGMA, since_last_change
+from hwregress.summary import summarize
 
 NORMAL_IQR = 1.349  # IQR of the standard normal distribution, in sigmas
 MEDIAN_EFFICIENCY = 1.2533  # sqrt(pi / 2): se(median) / se(mean) for normal samples
 DEFAULT_MAX_THRESHOLD = 0.25  # no noise or history bound may hide a drop larger than this
 MIN_HISTORY = 3  # session medians since the last level shift needed for a history bound
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Robust summary of ``n`` samples: median, quartiles, IQR, mean, min, max (units of the samples)."""
-
-    n: int
-    median: float
-    q1: float
-    q3: float
-    iqr: float
-    mean: float
-    minimum: float
-    maximum: float
-
-    @property
-    def rel_iqr(self) -> float:
-        """IQR / median (0 when the median is 0)."""
-        return self.iqr / self.median if self.median else 0.0
-
-
-def summarize(samples: Sequence[float]) -> Summary:
-    """Summary of ``samples``.
-
-    Raises:
-        ValueError: ``samples`` is empty or holds a non-finite value.
-    """
-    values = np.asarray(samples, dtype=float)
-    if values.size == 0:
-        raise ValueError("cannot summarize an empty sample list")
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"samples must be finite, got {list(samples)!r}")
-    q1, median, q3 = np.percentile(values, [25, 50, 75])
-    return Summary(int(values.size), float(median), float(q1), float(q3), float(q3 - q1),
-                   float(values.mean()), float(values.min()), float(values.max()))
-
-
-def relative_iqr(samples: Sequence[float]) -> float:
-    """IQR / median of ``samples``; 0 for fewer than 2 samples."""
-    return summarize(samples).rel_iqr if len(samples) >= 2 else 0.0
 
 
 def noise_bound(baseline: Sequence[float], n_current: int, z: float = 3.0) -> float:

@@ -25,10 +25,9 @@ def verdict_settled(samples: Sequence[float], baseline: Mapping[str, Any] | None
     threshold as :func:`judge`); or it lies wholly below it and the timed rounds have lasted ``confirm_s`` (s).
     A window whose interval straddles the boundary is not settled.
 
-    Why confirm a drop over ``confirm_s``: on a 2-core cloud VM the same process ran mobilenet_v3_small infer bs8
-    at 252 then 182 samples/s ten rounds apart (hypervisor steal 0), so a 1-second window can sit wholly in a slow
-    phase of the host: a false regression at ratio 0.748 came from one. A real slowdown stays below the boundary
-    however long the window; a slow phase of the host does not.
+    Why confirm a drop over ``confirm_s``: a host has slow phases of seconds, and a 1-second window can sit wholly in
+    one; a false regression came from one (docs/measured.md, 'Noise between sessions'). A real slowdown stays below the
+    boundary however long the window; a slow phase of the host does not.
     """
     if baseline is None or len(baseline.get("samples") or ()) < 2 or len(samples) < 2:
         return True

@@ -91,9 +91,8 @@ def _check_name(name: str) -> None:
 def default_spec(name: str, device: str) -> CeilingSpec:
     """Sizes large enough to saturate the device, small enough for a 2-core CPU: GEMM n = 8192 on
     accelerators and 1024 on the CPU; copies (``copy``, ``h2d``, ``d2h``, ``p2p``) of 1 GiB on
-    accelerators and 256 MiB on the CPU (measured on the 2-core development VM, four processes each:
-    64 MiB copies ran 30-41 GB/s, 256 MiB 37-39 GB/s; 64 MiB sessions of the CPU tier moved 35-83 GB/s,
-    beyond any honest threshold). A spec is returned even where the ceiling cannot run (``d2h`` on the
+    accelerators and 256 MiB on the CPU (smaller CPU copies moved beyond any honest threshold between sessions:
+    docs/measured.md, 'CPU ceilings'). A spec is returned even where the ceiling cannot run (``d2h`` on the
     CPU): :func:`run_ceiling` raises :class:`CeilingUnsupported` then.
 
     Raises:

@@ -21,9 +21,9 @@ Under ``cudagraphs`` the graph is recorded on a later call than the first (cudag
 then record, then replay), so that recording is not part of ``compile_s``; the timed window's own
 warmup steps absorb it.
 
-Cold and warm compiles. A compile that finds its work in a cache is a different measurement: a tiny MLP
-compiled with inductor on the 2-core development VM took 24.6 s into an empty cache and 0.09 s when
-compiled again in the same process (FX graph and AOTAutograd cache hits). So by default
+Cold and warm compiles. A compile that finds its work in a cache is a different measurement: seconds into an
+empty cache, a tenth of a second on FX graph and AOTAutograd cache hits (docs/measured.md, 'Compilation'). So by
+default
 (``cache="cold"``) :func:`warm_up_compiled` forgets dynamo's compiled frames (``torch._dynamo.reset()``)
 and compiles into a fresh, empty inductor cache folder (``TORCHINDUCTOR_CACHE_DIR``, with Triton's
 ``TRITON_CACHE_DIR`` inside it), restores both variables afterwards and removes the folder: what torch's
@@ -35,9 +35,8 @@ always called ``warm``. A ``compile_s`` is only ever compared with one of the sa
 (:func:`hwregress.judge.compare.compare_compile`).
 
 A cold cache is not a cold process: the first compile in a process also pays the compiler's one-time set-up
-in it (whatever torch initializes on its first compile; measured on the 2-core development VM: the first of
-three cold tiny-MLP compiles in a process 30.4 s, the next two 2.1 and 2.5 s; after an untimed compile of an
-unrelated function, 1.4, 2.3 and 3.4 s). That cost belongs to no model and would land on whichever
+in it (whatever torch initializes on its first compile: about ten times a later cold compile's,
+docs/measured.md, 'Compilation'). That cost belongs to no model and would land on whichever
 compiled test a session happens to run first, so :func:`prime_compiler` pays it once per backend and
 device, untimed, before the first measured compile (its seconds are kept as ``setup_s``).
 

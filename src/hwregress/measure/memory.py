@@ -23,9 +23,9 @@ class PeakMemoryMeter:
     figure is exact and repeatable. CPU and MPS: the growth of the process's peak resident set size over its
     RSS at entry. On Linux the kernel keeps that peak itself (``VmHWM`` in ``/proc/self/status``, reset to the
     current RSS by writing ``5`` to ``/proc/self/clear_refs``: proc(5)), so nothing runs beside the timed
-    window; elsewhere RSS is sampled every ``interval_s`` on a background thread (a thread waking every 5 ms
-    beside a 4 ms step on 2 cores perturbs the very throughput being measured). Freed memory is handed back
-    to the OS first (:func:`release_host_memory`) so an earlier test's cached pages do not hide this test's
+    window; elsewhere RSS is sampled every ``interval_s`` on a background thread (a sampling thread beside a
+    millisecond step perturbs the very throughput being measured: docs/measured.md, 'Memory'). Freed memory is
+    handed back to the OS first (:func:`release_host_memory`) so an earlier test's cached pages do not hide this test's
     footprint; the figure is approximate (allocator granularity; the sampling interval off Linux).
 
     The peak is the steady state's once :meth:`settle` is called after the warmup (as :meth:`steady` does when
@@ -33,8 +33,7 @@ class PeakMemoryMeter:
     plus the highest transient of the steps after it. One-time transients of the first steps are left out:
     cuDNN's algorithm search under ``cudnn.benchmark`` allocates its candidates' workspaces on the first call
     per input shape, so a test that is the first of its process to see a shape would read gigabytes more than
-    the same test after another one (measured on an H100: resnet50 infer bs1 2.4 GiB first in its process,
-    training bs32 7.3 GiB first against 2.8 GiB after the speedup test had run the same shapes).
+    the same test after another one (docs/measured.md, 'Measured on an H100').
 
     Attribute ``peak_bytes`` holds the result after exit (None before).
     """

@@ -1,13 +1,12 @@
 """A guard for CPU windows: a batch that fits in virtual memory but not in RAM gets the whole session killed by
-the kernel's OOM killer (seen: batch 4000 in a 3 GB memory cgroup). Before the window the step is probed at two
+the kernel's OOM killer (docs/measured.md, 'Memory'). Before the window the step is probed at two
 small batch sizes, its host-memory footprint is extrapolated linearly to the batch under test, and a batch that
 would not fit in the memory really available (the lower of the system's available memory and the cgroup's
 headroom) ends as out-of-memory before it runs.
 
 Only batches above :data:`GUARDED_BATCH` are probed: the probes' own allocations slow the measurements that
-follow them in the process (measured on the 2-core development VM, three sessions each: resnet18 inference at
-batch 1 ran 47-51 samples/s after other tests' probes, 60-62 without), and a batch of 16 or fewer cannot exhaust
-a host that could build the model.
+follow them in the process (docs/measured.md, 'Memory'), and a batch of 16 or fewer cannot exhaust a host that
+could build the model.
 """
 
 from __future__ import annotations

@@ -201,9 +201,9 @@ class CpuReferences:
         the CPU on :func:`parity_inputs` under ``torch.no_grad`` the first time, reused after (whatever device a
         later test names: the weights are the reference's either way).
 
-        Building on the device under test draws the random weights there in milliseconds; on the CPU Llama 3.2 1B's
-        init took 33-43 s on the 2-core development VM. The comparison needs the same weights on both sides, which
-        the copy gives; the forward pass of the reference always runs on the CPU in fp32.
+        Building on the device under test draws the random weights there in milliseconds, where a large model's
+        CPU init takes tens of seconds (docs/measured.md, 'Model builds'). The comparison needs the same weights on
+        both sides, which the copy gives; the forward pass of the reference always runs on the CPU in fp32.
         """
         latest = self._latest
         if latest is not None and latest.workload is workload and latest.seed == seed:

@@ -180,8 +180,8 @@ def conv_backward_flops(grad_out_shape: list[int], x_shape: list[int], w_shape: 
 
     Replaces torch.utils.flop_counter's formula, which computes the weight gradient as a dense
     convolution of input and output gradient and so ignores ``groups``: it overcounts a depthwise
-    convolution's backward by the channel count (measured with torch 2.13: 64x for a 64-channel
-    depthwise 3x3, which made mobilenet_v3_small's training step 34x its forward pass instead of ~3x).
+    convolution's backward by the channel count (torch 2.13: 64x for a 64-channel depthwise 3x3;
+    docs/measured.md, 'Measured on the development machine (CPU only)').
     """
     forward = conv_flop_count(list(x_shape), list(w_shape), list(grad_out_shape), transposed=transposed)
     return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))

@@ -5,10 +5,10 @@ and IQR, latency, energy per sample, achieved TFLOP/s, MFU, arithmetic intensity
 from __future__ import annotations
 
 from hwregress.hardware import roofline
-from hwregress.judge.stats import summarize
 from hwregress.measure.window import Measurement
 from hwregress.store.figures import CompileFigures
 from hwregress.store.results import TestRecord
+from hwregress.summary import summarize
 
 
 def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
@@ -23,7 +23,8 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     record.steps_per_round = measurement.timing.steps_per_round
     record.latency_ms = summarize(measurement.timing.step_seconds).median * 1000.0
     record.peak_memory_bytes = measurement.peak_memory_bytes
-    record.details.update(stable=measurement.timing.stable, extended_rounds=measurement.timing.extended_rounds,
+    record.stable = measurement.timing.stable
+    record.details.update(extended_rounds=measurement.timing.extended_rounds,
                           verdict_rounds=measurement.timing.verdict_rounds,
                           warmup_steps=measurement.timing.warmup_steps, telemetry_series=measurement.telemetry_series)
     record.telemetry = measurement.telemetry
@@ -56,6 +57,6 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
         record.flops_per_sample = measurement.flops_per_sample
         record.achieved_tflops = roofline.achieved_tflops(measurement.flops_per_sample, samples_per_s)
         record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32",
-                                  record.details.get("device_facts", {}).get("multiprocessors"))
+                                  record.device_facts.get("multiprocessors"))
         if measurement.bytes_per_sample:
             record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample

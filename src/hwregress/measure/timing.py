@@ -18,7 +18,7 @@ import torch
 
 from hwregress.hardware.devices import synchronize
 from hwregress.hardware.facts import device_kind
-from hwregress.judge.stats import relative_iqr
+from hwregress.summary import relative_iqr
 
 
 class RoundTimer(Protocol):

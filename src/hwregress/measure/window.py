@@ -150,8 +150,7 @@ def prepare_process(device: str) -> None:
     torchvision and run a tiny convolutional network through a training and an inference step, which
     starts the thread pools, the autograd engine and the kernel libraries.
 
-    Without it the first test of a session carries ~100 MiB of RSS it did not cause (measured on the
-    CPU: mobilenet_v3_small's growth was 116 MiB first in a process, 14 MiB later, 19 MiB after this),
+    Without it the first test of a session carries ~100 MiB of RSS it did not cause (docs/measured.md, 'Memory'),
     so a subset of the suite would report memory regressions the full suite does not.
     """
     import_torchvision()

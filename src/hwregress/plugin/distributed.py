@@ -18,7 +18,6 @@ import pytest
 from hwregress import workloads
 from hwregress.hardware import interconnect
 from hwregress.hardware.facts import device_kind
-from hwregress.judge.stats import summarize
 from hwregress.measure import host_reference
 from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
@@ -32,10 +31,11 @@ from hwregress.scaleout.launch import DistributedJobError, RankOutOfMemory, run_
 from hwregress.scaleout.session_store import NodeMismatch, SessionStore, SessionStoreError
 from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
 from hwregress.store.atomic import safe_file_name
-from hwregress.store.baselines import entry_key
+from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 SESSION_STORE_KEY = pytest.StashKey[SessionStore]()
 
@@ -68,7 +68,7 @@ class DistributedBench:
             reference = self._reference(record, device, model, batch_size, dtype)
         reference_median = summarize(reference).median
         record.efficiency = figures.efficiency(record.throughput or 0.0, world_size, reference_median)
-        record.details["efficiency_reference_samples"] = reference
+        record.reference_samples = reference
         scaling.update(efficiency=record.efficiency, reference_throughput=reference_median,
                        per_device_throughput=(record.throughput or 0.0) / world_size)
         nodes = f"-n{self.topology.nnodes}" if self.topology.multi_node else ""
@@ -92,7 +92,8 @@ class DistributedBench:
                                                        "backend": spec.backend, "curve": ranks[0]["curve"]})
         self._participants_stop_here(record, spec)
         _fill_samples(record, ranks[0]["busbw_samples"], ranks)
-        record.details.update({name: ranks[0].get(name) for name in ("stable", "extended_rounds", "verdict_rounds")})
+        record.stable = ranks[0].get("stable")  # the sweep's ranks time one collective together: rank 0 speaks for it
+        record.details.update({name: ranks[0].get(name) for name in ("extended_rounds", "verdict_rounds")})
         roof = None if self.topology.multi_node else interconnect.published_roof("allreduce", device,
                                                                                   record.device_name or "")
         if roof is not None:
@@ -121,7 +122,7 @@ class DistributedBench:
         peaks = [line["peak_memory_bytes"] for line in lines]  # the device held them all at once: their sum
         record.peak_memory_bytes = sum(peaks) if all(p is not None for p in peaks) else None
         record.efficiency = statistics.fmean(line["interference"] for line in lines)
-        record.details["efficiency_reference_samples"] = figures.member_throughput_samples(solo[members[0]])
+        record.reference_samples = figures.member_throughput_samples(solo[members[0]])
         record.colocated = ColocatedFigures.of({"processes": len(members), "mps_active": active,
                                                        "mps_detail": detail, "threads_per_process": threads,
                                                        "members": lines})
@@ -259,7 +260,8 @@ class DistributedBench:
 
 
 def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str, Any]]) -> None:
-    """The record's throughput figures from per-round samples, and the largest rank's peak memory."""
+    """The record's throughput figures from per-round samples, the largest rank's peak memory, and the window's
+    facts: stable when every rank's window was, the most rounds any rank extended by, rank 0's warmup steps."""
     summary = summarize(samples)
     record.samples = samples
     record.throughput, record.throughput_iqr = summary.median, summary.iqr
@@ -267,6 +269,9 @@ def _fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str
     record.steps_per_round = ranks[0].get("steps_per_round")
     peaks = [r["peak_memory_bytes"] for r in ranks if r.get("peak_memory_bytes") is not None]
     record.peak_memory_bytes = max(peaks) if peaks else None
+    record.stable = all(r.get("stable", True) for r in ranks)
+    record.details.update(extended_rounds=max((r.get("extended_rounds", 0) for r in ranks), default=0),
+                          warmup_steps=ranks[0].get("warmup_steps"))
     _fill_telemetry(record, ranks)
 
 
@@ -288,9 +293,6 @@ def _fill_telemetry(record: TestRecord, ranks: list[dict[str, Any]]) -> None:
     if window_samples:
         record.energy_j_per_sample = sum(energies) / window_samples
         record.samples_per_joule = window_samples / sum(energies)
-    record.details.update(stable=all(r.get("stable", True) for r in ranks),
-                          extended_rounds=max((r.get("extended_rounds", 0) for r in ranks), default=0),
-                          warmup_steps=ranks[0].get("warmup_steps"))
 
 
 def _reference_key(device: str, model: str, batch_size: int, dtype: str) -> str:

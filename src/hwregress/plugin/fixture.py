@@ -17,7 +17,6 @@ from hwregress.hardware.devices import describe, environment_fingerprint
 from hwregress.hardware.facts import device_kind
 from hwregress.hardware.identity import device_identity
 from hwregress.judge.session import BenchSession
-from hwregress.judge.stats import summarize
 from hwregress.judge.window_verdict import check_from_terms, window_terms
 from hwregress.measure import ceilings, host_reference, parity
 from hwregress.measure.batch_search import find_max_batch
@@ -35,10 +34,11 @@ from hwregress.plugin.record import RECORD_KEY, skip_with
 from hwregress.plugin.spark import SparkBench
 from hwregress.plugin.xdist import holding_devices, is_worker, session_temp
 from hwregress.store.atomic import safe_file_name
-from hwregress.store.baselines import BaselineError, entry_key
+from hwregress.store.baseline_file import BaselineError, entry_key
 from hwregress.store.figures import CompileFigures, LlmFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
 CPU_REFERENCES_KEY = pytest.StashKey[parity.CpuReferences]()
@@ -116,7 +116,7 @@ class HwBench:
     def speedup(self, device: str, model: str, batch_size: int, dtype: str = "fp32") -> TestRecord:
         """Measure ``model`` training on ``device`` and on the CPU in this session; assert the speedup."""
         record = self._start("speedup", device, model, "train", batch_size, dtype)
-        record.details["identity"].update(device_identity("cpu"))  # the speedup depends on the host CPU too
+        record.identity.update(device_identity("cpu"))  # the speedup depends on the host CPU too
         key = entry_key("speedup", model, "train", batch_size, dtype)
         gpu = self._run_model(record, model, device, "train", batch_size, dtype, self._round_driver(), profile_steps=0,
                               settled=self._window_check(record, key))
@@ -124,7 +124,8 @@ class HwBench:
         cpu_samples = self._cpu_reference(record, model, batch_size, dtype)
         cpu_median = summarize(cpu_samples).median
         record.speedup = record.throughput / cpu_median if record.throughput else None
-        record.details.update(cpu_throughput=cpu_median, cpu_samples=cpu_samples)
+        record.details["cpu_throughput"] = cpu_median
+        record.reference_samples = cpu_samples
         return self._conclude(record, key)
 
     def _cpu_reference(self, record: TestRecord, model: str, batch_size: int, dtype: str) -> list[float]:
@@ -163,7 +164,7 @@ class HwBench:
         if name in interconnect.INTERCONNECT_CEILINGS:
             self._published_link(record, name, device)
         else:
-            facts = record.details["device_facts"]
+            facts = record.device_facts
             lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"),
                                           facts.get("mig", False))
             if lookup.peak is not None:
@@ -254,8 +255,8 @@ class HwBench:
         info = describe(device)
         record = TestRecord(test_id=self.item.nodeid, family=family, hardware_key=info.hardware_key,
                             device=device, device_name=info.name, model=model, mode=mode, batch_size=batch_size,
-                            dtype=dtype, environment=environment_fingerprint(device, self.settings.cudnn_benchmark))
-        record.details.update(device_facts=info.facts, identity=device_identity(device))
+                            dtype=dtype, environment=environment_fingerprint(device, self.settings.cudnn_benchmark),
+                            device_facts=info.facts, identity=device_identity(device))
         record.details["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.item.stash[RECORD_KEY] = record
         return record
@@ -278,7 +279,7 @@ class HwBench:
         except BaselineError:
             return None  # the judgement after the window fails the test with the file's error
         policy = self.session.policy
-        return window_terms(entry, record.details.get("identity") or {}, policy.tolerances,
+        return window_terms(entry, record.identity, policy.tolerances,
                             device_kind(record.device or "cpu") == "cpu", self.settings.plan.confirm_s,
                             policy.accept_identity)
 

@@ -15,7 +15,6 @@ import pytest
 
 from hwregress import workloads
 from hwregress.hardware.telemetry import TelemetrySampler
-from hwregress.judge.stats import summarize
 from hwregress.measure import parity
 from hwregress.measure.out_of_memory import is_out_of_memory, out_of_memory_in_traceback
 from hwregress.plugin import progress
@@ -27,6 +26,7 @@ from hwregress.spark.predictor import PredictSpec, pixel_statistics
 from hwregress.store.figures import SparkFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import summarize
 
 ENGINE_KEY = pytest.StashKey["SparkEngine"]()
 LOST_SHOWN = 20  # ids of lost or repeated images a record lists
@@ -109,7 +109,7 @@ class SparkBench:
         record.rounds, record.steps_per_round = len(result.spark_samples), result.rows // batch_size
         torch_median = summarize(result.torch_samples).median
         record.efficiency = (record.throughput or 0.0) / torch_median if torch_median else None
-        record.details["efficiency_reference_samples"] = result.torch_samples
+        record.reference_samples = result.torch_samples
         record.accuracy = result.agreement
         _energy(record, sampler, result.rows * len(result.spark_samples))
         facts.update(pipeline="batch", rows=result.rows, partitions=result.partitions, first_pass_s=result.first_pass_s,

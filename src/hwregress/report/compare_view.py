@@ -11,8 +11,8 @@ from markupsafe import Markup, escape
 
 from hwregress import __version__
 from hwregress.judge.session_compare import NOT_COMPARED, SessionComparison, TestComparison
-from hwregress.judge.stats import summarize
 from hwregress.report import _environment, charts, palette
+from hwregress.summary import summarize
 
 STRIP_WIDTH, STRIP_HEIGHT = 300, 50
 STRIP_MARGIN = {"left": 24, "right": 20, "top": 4, "bottom": 16}  # room for the row names and the edge tick labels
@@ -47,7 +47,7 @@ def _bar_label(test_id: str) -> str:
 
 
 def _row(test: TestComparison) -> dict[str, Any]:
-    figures = test.judgement.figures if test.judgement is not None else None
+    figures = test.judgement.record if test.judgement is not None else None
     return {"test": test, "figures": figures, "strip": sample_strip(test.a.samples, test.b.samples, test.b.unit),
             "failures": test.judgement.failures if test.judgement else [],
             "notes": test.judgement.notes if test.judgement else []}

@@ -118,9 +118,8 @@ def judged_window(buffer: torch.Tensor, spec: JobSpec, device: str) -> dict[str,
     """All-reduces of ``buffer`` timed by :func:`hwregress.measure.timing.measure` with the session's plan, inside the
     rank's telemetry and host-health window: rounds of at least ``min_round_s``, a noisy window extended, and a
     window whose verdict against the baseline is still open (``spec.verdict``) extended and confirmed within the
-    time budget, every decision agreed by all ranks. Without it, ten rounds of one 16 MiB gloo all-reduce (about
-    0.3 s in all) on the 2-core VM moved 0.8-1.4 GB/s between unchanged sessions, and one was judged a 35%
-    regression.
+    time budget, every decision agreed by all ranks. Without it a short fixed window of gloo all-reduces moved too
+    much between unchanged sessions to be judged (docs/measured.md, 'Noise between sessions').
 
     Returns:
         ``seconds`` (per-op seconds of each round), ``busbw_samples`` (each round's bus bandwidth, GB/s),

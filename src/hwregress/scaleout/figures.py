@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from hwregress.judge.stats import summarize
+from hwregress.summary import summarize
 
 
 def global_throughput_samples(ranks: Sequence[dict[str, Any]]) -> list[float]:

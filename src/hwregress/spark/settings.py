@@ -10,8 +10,8 @@ from hwregress.spark.engine import EngineConfig
 
 # rows of the batch data set: the 1,797 digits repeated to a few thousand, more where a pass is fast
 DEFAULT_ROWS = {"cpu": 2048, "cuda": 16384, "mps": 4096}
-# streamed images per second: well under what the engine sustains on that device kind (CPU: ~250 images/s of
-# mobilenet_v3_small on 2 cores), so a healthy stream keeps up and its latency is the engine's, not a queue's
+# streamed images per second: well under what the engine sustains on that device kind
+# (docs/measured.md, 'Spark stream rate'), so a healthy stream keeps up and its latency is the engine's, not a queue's
 DEFAULT_RATE = {"cpu": 20.0, "cuda": 200.0, "mps": 100.0}
 DEFAULT_STREAM_SECONDS = 15.0  # measured images = rate x this
 # task slots of the default local master per GPU a test runs on: Spark's local mode gives a task no GPU address

@@ -341,10 +341,13 @@ def _sink_ids(session: Any, out: Path) -> int:
 
 
 def _check(query: Any, producer: Producer | None) -> None:
+    # isActive first: Spark's query thread records its error before it marks the query terminated, so an inactive
+    # query's error is already there; read the other way round, a failure between the two reads looked like a stop
+    active = query.isActive
     error = query.exception()
     if error is not None:
         raise StreamFailed(f"the streaming query failed: {str(error).strip()[:2000]}") from error
-    if not query.isActive:
+    if not active:
         raise StreamFailed("the streaming query stopped by itself")
     if producer is not None and producer.error is not None:
         raise StreamFailed(f"the producer failed: {type(producer.error).__name__}: {producer.error}")

@@ -16,22 +16,7 @@ from typing import Any
 from filelock import FileLock
 
 from hwregress.store.atomic import atomic_write_json, describe_kind
-from hwregress.store.baseline_file import (
-    READABLE_VERSIONS,
-    SCHEMA_VERSION,
-    BaselineError,
-    BaselineFile,
-    check_entry,
-    entry_key,
-    load_file,
-    merge,
-    parse,
-)
-
-__all__ = [
-    "READABLE_VERSIONS", "SCHEMA_VERSION", "BaselineError", "BaselineFile", "BaselineStore", "Listing",
-    "atomic_write_json", "check_entry", "entry_key", "load_file", "merge", "parse",
-]
+from hwregress.store.baseline_file import BaselineError, BaselineFile, check_entry, load_file
 
 LOCK_TIMEOUT_S = 120.0
 

@@ -57,9 +57,6 @@ from hwregress.store.atomic import (
 from hwregress.store.history_row import HISTORY_ROW_VERSION, HistoryRow, SharedRows, row_from_record, row_problem
 from hwregress.store.results import TestRecord
 
-__all__ = ["HISTORY_ROW_VERSION", "HistoryRead", "HistoryRow", "HistoryStore", "iter_history", "read_history",
-           "row_from_record"]
-
 LOCK_TIMEOUT_S = 120.0
 MAX_LINE_BYTES = 1 << 20  # a row is about 2 KB: a longer line is no row, and is skipped without being held whole
 

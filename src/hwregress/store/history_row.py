@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypedDict, Union
 
 from hwregress import __version__
-from hwregress.judge.stats import summarize
 from hwregress.store.results import TestRecord
+from hwregress.summary import summarize
 
 HISTORY_ROW_VERSION = 1
 
@@ -94,7 +94,7 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str, 
         "v": HISTORY_ROW_VERSION, "session": session, "time": time, "test_id": record.test_id,
         "hardware_key": record.hardware_key, "device": record.device, "device_name": record.device_name,
         "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
-        "dtype": record.dtype, "identity": record.details.get("identity") or {},
+        "dtype": record.dtype, "identity": record.identity,
         **({"hwregress_version": hwregress_version} if hwregress_version is not None else {}),
         "environment": dict(record.environment), "packages": packages, "unit": record.unit,
         "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,

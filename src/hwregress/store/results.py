@@ -8,6 +8,11 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **4** (hwregress 0.4): the hardware a record was measured on and the inputs its verdict was judged with are typed
+  fields: ``identity``, ``device_facts``, ``stable`` and ``reference_samples`` instead of ``details["identity"]``,
+  ``details["device_facts"]``, ``details["stable"]`` and ``details["cpu_samples"]`` /
+  ``details["efficiency_reference_samples"]``. Records of versions 1 to 3 (results files and journals alike) are read
+  with those details moved (:func:`type_legacy_details`).
 - **3** (hwregress 0.3): family figures in typed sub-records (:mod:`hwregress.store.figures`): ``scaling``,
   ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile`` (each an object or null) instead of
   ``details["scaling"]`` ... ``details["llm"]`` and the flat ``details["compile_*"]`` keys; the JSON Schema is
@@ -49,8 +54,8 @@ from hwregress.store.figures import (
 )
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 3
-READABLE_RESULTS_VERSIONS = (1, 2, 3)
+RESULTS_SCHEMA_VERSION = 4
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclass
@@ -59,14 +64,14 @@ class TestRecord:
 
     Family figures live in typed sub-records (:mod:`hwregress.store.figures`; None where the family does not apply):
     ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``. ``details`` holds the rest, the
-    open-ended facts a view or a plugin may add: ``identity`` and ``device_facts`` (hardware), ``worker``, the
-    variant (``compiler``, ``memory_format``, ``context``), the window's ``stable``, ``extended_rounds``,
-    ``verdict_rounds``, ``warmup_steps`` and ``telemetry_series``, ``profile_steps``, ``max_batch``,
-    ``quantized_layers``/``quantized_base_dtype``, ``samples_per_s``/``tokens_per_sample`` (text models), the
-    references a ratio was judged with (``cpu_throughput``, ``cpu_samples``, ``efficiency_reference_samples``),
-    published ceilings (``published``, ``published_source``, ``published_missing``, link facts), output parity's
-    errors (``relative_error``, ``max_abs_error``, ``tolerance``, ``decisive_agreement``) and ``participant`` (a
-    node other than 0 of a multi-node job). Field descriptions (``doc``) are the JSON Schema's."""
+    open-ended facts a view or a plugin may add: ``worker``, the variant (``compiler``, ``memory_format``,
+    ``context``), the window's ``extended_rounds``, ``verdict_rounds``, ``warmup_steps`` and ``telemetry_series``,
+    ``profile_steps``, ``max_batch``, ``quantized_layers``/``quantized_base_dtype``, ``samples_per_s``/
+    ``tokens_per_sample`` (text models), a speedup's ``cpu_throughput``, published ceilings (``published``,
+    ``published_source``, ``published_missing``, link facts), output parity's errors (``relative_error``,
+    ``max_abs_error``, ``tolerance``, ``decisive_agreement``) and ``participant`` (a node other than 0 of a multi-node
+    job). The hardware (``identity``, ``device_facts``) and what the verdict was judged with (``stable``,
+    ``reference_samples``) are typed fields. Field descriptions (``doc``) are the JSON Schema's."""
 
     __test__ = False  # not a pytest test class despite its name
 
@@ -113,6 +118,16 @@ class TestRecord:
     outcome: str | None = doc("pytest's outcome", enum=["passed", "failed", "skipped", None])
     message: str = doc("why the verdict, in words", "")
     environment: dict[str, Any] = doc("software and settings fingerprint", factory=dict)
+    identity: dict[str, Any] = doc("the hardware identity a baseline entry is matched on (CPU model and stepping, GPU "
+                                   "name, memory, power limit, ...: hwregress.hardware.identity)", factory=dict)
+    device_facts: dict[str, Any] = doc("facts of the device (multiprocessors, memory bytes, MIG, compute capability, "
+                                       "...: hwregress.hardware.devices.describe)", factory=dict)
+    stable: bool | None = doc("whether the timed window's IQR/median stayed within the plan's bound after its "
+                              "extensions; None: no timed window")
+    reference_samples: list[float] = doc(
+        "per-round throughput of the same-session reference a judged ratio divides by, in its own unit: a speedup's "
+        "CPU side, a scaling efficiency's one-rank job, a co-located group's solo runs, Spark's plain torch; its "
+        "noise widens that ratio's threshold", factory=list)
     env_changes: list[str] = doc("fingerprint differences from the baseline's", factory=list)
     identity_changes: list[str] = doc("hardware identity differences from the baseline's", factory=list)
     health: dict[str, Any] = doc("host and device health findings during the window", factory=dict)
@@ -150,9 +165,10 @@ class TestRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestRecord:
         """Build a record, ignoring keys this version does not know (forward compatible); sub-record objects become
-        their :mod:`hwregress.store.figures` classes (an unknown key inside one is ignored too)."""
+        their :mod:`hwregress.store.figures` classes (an unknown key inside one is ignored too); the details an older
+        version kept untyped move to their fields (:func:`type_legacy_details`)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        values = {k: v for k, v in type_legacy_details(dict(data)).items() if k in known}
         for name, kind in SUB_RECORDS.items():
             if isinstance(values.get(name), Mapping):
                 values[name] = kind.from_json(values[name])
@@ -179,6 +195,27 @@ class SessionResults:
         """Number of records per verdict, worst first (:class:`hwregress.store.verdicts.Verdict` order)."""
         found = sorted({str(r.verdict) for r in self.records}, key=lambda v: (verdict_rank(v), v))
         return {v: sum(str(r.verdict) == v for r in self.records) for v in found}
+
+
+# details keys of schema versions <= 3 that version 4 types, and the field each becomes
+LEGACY_TYPED_DETAILS = {"identity": "identity", "device_facts": "device_facts", "stable": "stable",
+                        "cpu_samples": "reference_samples", "efficiency_reference_samples": "reference_samples"}
+
+
+def type_legacy_details(item: dict[str, Any]) -> dict[str, Any]:
+    """Move the keys of :data:`LEGACY_TYPED_DETAILS` from a record JSON's ``details`` (schema versions <= 3) to the
+    typed fields of version 4, in place; returns ``item``. A typed field already set wins; a record without such
+    details is left as it is, so this may run on any record (a journal line carries no schema version)."""
+    details = item.get("details")
+    if not isinstance(details, dict) or not any(key in details for key in LEGACY_TYPED_DETAILS):
+        return item
+    item["details"] = details = dict(details)
+    for old, new in LEGACY_TYPED_DETAILS.items():
+        if old in details:
+            value = details.pop(old)
+            if item.get(new) in (None, {}, []):
+                item[new] = value
+    return item
 
 
 def record_problem(values: Mapping[str, Any]) -> str | None:

@@ -35,8 +35,8 @@ ZOO = (
     "vit_b_16",
     "convnext_tiny",
 )
-# Default tiers: model -> the modes it runs by default (None: every mode it can run). The CPU tier stays within
-# about two minutes on 2 cores; the GPU tier is the zoo plus the transformers.
+# Default tiers: model -> the modes it runs by default (None: every mode it can run). The CPU tier is sized for a
+# few minutes on 2 cores (docs/running.md, 'Tier times'); the GPU tier is the zoo plus the transformers.
 CPU_TIER: dict[str, tuple[str, ...] | None] = {"resnet18": None, "mobilenet_v3_small": None, "alexnet": None,
                                               "bert_base": ("infer",), "gpt2": ("decode",)}
 GPU_TIER: dict[str, tuple[str, ...] | None] = {**dict.fromkeys(ZOO), "bert_base": None, "roberta_base": None,
@@ -219,8 +219,8 @@ def build_on(workload: Workload, device: str) -> nn.Module:
     parameters are created and randomly initialized there, then ``.to(device)`` (a no-op unless the factory put
     tensors on an explicit device).
 
-    On a GPU this skips the CPU's random init and the host-to-device copy: Llama 3.2 1B's init took 33 s on the
-    2-core development VM, once per test. Weights stay random (each test's build draws its own); on the CPU it is
+    On a GPU this skips the CPU's random init and the host-to-device copy, tens of seconds per test for a 1B model
+    (docs/measured.md, 'Model builds'). Weights stay random (each test's build draws its own); on the CPU it is
     ``workload.build()`` as before.
     """
     if device_kind(device) == "cpu":

@@ -38,8 +38,9 @@ from hwregress.measure.memory import PeakMemoryMeter
 from hwregress.measure.out_of_memory import out_of_memory_released
 from hwregress.measure.precision import quantization
 from hwregress.measure.precision.numerics import forward_precision, model_for_mode, runs_in_dtype
-from hwregress.measure.timing import Timing, TimingPlan, relative_iqr
+from hwregress.measure.timing import Timing, TimingPlan
 from hwregress.measure.window import Measurement, guard_host_memory, prepare_process
+from hwregress.summary import relative_iqr
 from hwregress.workloads import Workload, build_on, make_batch
 
 # output tokens per sequence and round: with 10 rounds, 150 (CPU) to 310 (CUDA, MPS) per-token times for the

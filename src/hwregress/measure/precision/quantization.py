@@ -68,15 +68,10 @@ BASE_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 # Relative L2 error ||out - ref||_2 / ||ref||_2 of the logits against the CPU fp32 reference (as in
 # hwregress.measure.parity). Bounds for bugs (a wrong scale or layout gives errors of order 1), not for noise.
 #
-# int8: measured on the CPU with torch.ao dynamic quantization, random-weight models, 8 sequences of 64
-# random token ids: tiny BERT (2 layers, hidden 128) over 20 seeds: median 0.022, max 0.066; bert_base
-# 0.046 and 0.074 (2 seeds); llama_small 0.086 and 0.090; gpt2 0.024 (LM head only). Every Linear's
-# activations are rounded to 7-bit (reduce_range) per-tensor steps, so the error grows with depth. 0.2 is
-# twice the worst. For scale at the task level: the PyTorch tutorial "(beta) Dynamic Quantization on
+# int8: every Linear's activations are rounded to 7-bit (reduce_range) per-tensor steps, so the error grows with
+# depth; 0.2 is twice the worst error measured on the CPU (docs/measured.md, 'Parity tolerances'), and int8 on
+# CUDA, weight-only, errs less. For scale at the task level: the PyTorch tutorial "(beta) Dynamic Quantization on
 # BERT" reports about 0.6% lower F1 on MRPC after the same quantize_dynamic call.
-#
-# int8 on CUDA is weight-only (activations stay unrounded): the same tiny BERT through torchao's
-# Int8WeightOnlyConfig on the CPU gave 0.010 where dynamic quantization gave 0.018, so the bound covers it.
 #
 # fp8 (e4m3: 3 mantissa bits): round-to-nearest leaves a relative error of at most 2^-4 = 6.25% per
 # element. For a value m * 2^e (m in [1, 2)) the rounding error is uniform over one ulp = 2^(e-3), RMS
@@ -84,12 +79,11 @@ BASE_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 # is 2^-3 / sqrt(12) * sqrt(0.541) = 2.7%. With both operands rounded a product carries sqrt(2) * 2.7% =
 # 3.8%. Over a dot product of K terms the error sum grows as sqrt(K); it averages down relative to the
 # result only when the terms share a sign, and for the zero-mean weights of these models it does not: each
-# fp8 Linear adds ~3.8% relative error, compounding (damped by residual connections) over the layers.
-# Measured by simulating torchao's per-tensor e4m3 activation and weight casts on the CPU (fp32 GEMM in
-# between): tiny BERT max 0.075 over 20 seeds, bert_base 0.076 and 0.087, llama_small 0.118 and 0.123.
-# Hopper's fp8 tensor cores also accumulate with only about 14 bits (DeepSeek-V3 Technical Report, arXiv
-# 2412.19437, "Increasing Accumulation Precision", measured on H800), which adds to that on the GPU: 0.25
-# is twice the worst measured.
+# fp8 Linear adds ~3.8% relative error, compounding (damped by residual connections) over the layers: up to
+# 0.123 when torchao's casts are simulated on the CPU (docs/measured.md, 'Parity tolerances'). Hopper's fp8
+# tensor cores also accumulate with only about 14 bits (DeepSeek-V3 Technical Report, arXiv 2412.19437,
+# "Increasing Accumulation Precision", measured on H800), which adds to that on the GPU: 0.25 is twice the worst
+# measured.
 PARITY_TOLERANCE = {"int8": 0.2, "fp8": 0.25}
 
 
