@@ -4,12 +4,13 @@ environment), with failure messages that state the numbers and typed figures for
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge import stats
-from hwregress.store.figures import CompileComparison, CompileFigures
+from hwregress.judge.reach import Reach, reach, threshold_reach
+from hwregress.store.figures import CompileComparison, CompileFigures, ReachFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -58,8 +59,10 @@ class Judgement:
         failures: sentences that make the test fail (empty: the test passes).
         notes: sentences shown beside the verdict.
         record: the record the judgement wrote its figures onto (:func:`judge`'s ``onto``): the ratio, threshold,
-            p-value, memory ratio, the baseline entry's figures, the environment and identity changes and the compile
-            time against the baseline's (``record.compile.vs_baseline``); a field left None was not judged.
+            p-value, memory ratio, the baseline entry's figures, the environment and identity changes, the compile
+            time against the baseline's (``record.compile.vs_baseline``) and what each judged figure's verdict could
+            catch (``record.reach``, ``latency_reach``, ``efficiency_reach``, ``speedup_reach``:
+            :mod:`hwregress.judge.reach`); a field left None was not judged.
     """
 
     record: TestRecord
@@ -123,7 +126,8 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     when current > baseline latency (the median of its recorded sessions) * (1 + threshold), the threshold the
     throughput comparison's, widened by the latency's drift between the recorded sessions (capped likewise).
     Compile time is compared, never judged, and only with a baseline compile time of the same cache state
-    (:func:`compare_compile`).
+    (:func:`compare_compile`). Each judged figure's reach (its minimum detectable slowdown,
+    :mod:`hwregress.judge.reach`) is computed where it is judged, with the same threshold, cap and alpha.
     """
     record = _reset_judged(onto if onto is not None else TestRecord(measured.test_id))
     if baseline is None:
@@ -157,7 +161,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 # the record fields a judgement writes (besides record.compile.vs_baseline): None or empty until judged
 JUDGED_FIELDS = ("ratio", "threshold", "p_value", "memory_ratio", "baseline_throughput", "baseline_peak_memory_bytes",
                  "baseline_accuracy", "baseline_speedup", "baseline_efficiency", "baseline_latency_ms",
-                 "wanted_threshold")
+                 "wanted_threshold", "reach", "latency_reach", "efficiency_reach", "speedup_reach")
 
 
 def _reset_judged(record: TestRecord) -> TestRecord:
@@ -207,6 +211,8 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     record.ratio, record.threshold, record.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
     record.baseline_throughput = baseline_median
     record.wanted_threshold = comparison.wanted_threshold
+    record.reach = reach_figures(reach(measured.samples, baseline["samples"], baseline.get("history", ()),
+                                       comparison.threshold, tolerances.max_threshold, tolerances.alpha))
     if comparison.wanted_threshold is not None:
         judgement.notes.append("noise-limited: the baseline's noise and history asked for a "
                                f"{comparison.wanted_threshold:.1%} threshold, capped at "
@@ -272,6 +278,8 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
         return
     judgement.record.baseline_speedup = base_speedup
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)  # the CPU side's noise counts too
+    judgement.record.speedup_reach = reach_figures(threshold_reach("speedup", measured.samples, (), threshold,
+                                                                   measured.reference_samples))
     if measured.speedup < base_speedup * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "
@@ -286,8 +294,11 @@ def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerance
         return
     judgement.record.baseline_efficiency = base_efficiency
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)
-    drift = stats.history_bound(baseline.get("efficiency_history") or ())  # how far it moved between sessions
+    history = baseline.get("efficiency_history") or ()
+    drift = stats.history_bound(history)  # how far it moved between sessions
     threshold = max(threshold, min(drift, tolerances.max_threshold))
+    judgement.record.efficiency_reach = reach_figures(
+        threshold_reach("efficiency", measured.samples, history, threshold, measured.reference_samples))
     if measured.efficiency < base_efficiency * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: efficiency {measured.efficiency:.3f} < baseline {base_efficiency:.3f} "
@@ -304,13 +315,20 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     threshold = judgement.record.threshold
     if threshold is None:  # no throughput was judged: the tolerance a throughput comparison would start from
         threshold = starting_tolerance(baseline, measured.on_cpu, tolerances)[0]
-    drift = stats.history_bound(baseline.get("latency_history") or ())
+    history = baseline.get("latency_history") or ()
+    drift = stats.history_bound(history)
     threshold = max(threshold, min(drift, tolerances.max_threshold))
+    judgement.record.latency_reach = reach_figures(threshold_reach("latency", measured.samples, history, threshold))
     if measured.latency_ms > base_latency * (1 + threshold):
         judgement.failures.append(
             f"{measured.test_id}: latency p50 {measured.latency_ms:.1f} ms > baseline {base_latency:.1f} ms "
             f"x (1 + {threshold:.1%})"
         )
+
+
+def reach_figures(found: Reach) -> ReachFigures:
+    """The record's sub-record of a :class:`hwregress.judge.reach.Reach` (its rounds as a list, as JSON holds them)."""
+    return ReachFigures.of({**asdict(found), "rounds": list(found.rounds)})
 
 
 def compare_compile(compile_s: float, cache: str | None, baseline: Mapping[str, Any]) -> dict[str, Any] | None:

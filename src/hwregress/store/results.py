@@ -8,6 +8,11 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **5** (hwregress 0.5): what each judged figure's verdict could catch, as typed sub-records
+  (:class:`hwregress.store.figures.ReachFigures`: the minimum detectable slowdown at 90% power, alpha, the within- and
+  between-session spreads, the rounds, or why there is no number): ``reach`` (the throughput's: ratio and
+  Mann-Whitney test), ``latency_reach``, ``efficiency_reach`` and ``speedup_reach`` (threshold rules), each an object
+  or null (null: that figure was not judged). Files of versions 1 to 4 read with them null.
 - **4** (hwregress 0.4): the hardware a record was measured on and the inputs its verdict was judged with are typed
   fields: ``identity``, ``device_facts``, ``stable`` and ``reference_samples`` instead of ``details["identity"]``,
   ``details["device_facts"]``, ``details["stable"]`` and ``details["cpu_samples"]`` /
@@ -47,6 +52,7 @@ from hwregress.store.figures import (
     CompileFigures,
     Figures,
     LlmFigures,
+    ReachFigures,
     ScalingFigures,
     SparkFigures,
     doc,
@@ -54,8 +60,8 @@ from hwregress.store.figures import (
 )
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 4
-READABLE_RESULTS_VERSIONS = (1, 2, 3, 4)
+RESULTS_SCHEMA_VERSION = 5
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5)
 
 
 @dataclass
@@ -63,7 +69,9 @@ class TestRecord:
     """One test's measurements and verdict (a row of ``results.json``).
 
     Family figures live in typed sub-records (:mod:`hwregress.store.figures`; None where the family does not apply):
-    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``. ``details`` holds the rest, the
+    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``; what each judged figure's verdict
+    could catch in ``reach`` (throughput), ``latency_reach``, ``efficiency_reach`` and ``speedup_reach``
+    (:meth:`reaches`). ``details`` holds the rest, the
     open-ended facts a view or a plugin may add: ``worker``, the variant (``compiler``, ``memory_format``,
     ``context``), the window's ``extended_rounds``, ``verdict_rounds``, ``warmup_steps`` and ``telemetry_series``,
     ``profile_steps``, ``max_batch``, ``quantized_layers``/``quantized_base_dtype``, ``samples_per_s``/
@@ -155,6 +163,17 @@ class TestRecord:
     spark: SparkFigures | None = doc("Spark engine and pipeline figures (family spark)")
     llm: LlmFigures | None = doc("prefill and decode windows of a causal LM (hwregress.measure.llm)")
     compile: CompileFigures | None = doc("the compiling first call, or the compile error (compiled variants)")
+    reach: ReachFigures | None = doc("what the throughput verdict could catch: its minimum detectable slowdown "
+                                     "(null: the throughput was not judged)")
+    latency_reach: ReachFigures | None = doc("what the judged latency's verdict could catch (null: not judged)")
+    efficiency_reach: ReachFigures | None = doc("what the efficiency verdict could catch (null: not judged)")
+    speedup_reach: ReachFigures | None = doc("what the speedup verdict could catch (null: not judged)")
+
+    def reaches(self) -> list[ReachFigures]:
+        """The reach of each judged figure, the throughput's first (the one a test's MDS is quoted by where it
+        was judged), then latency, efficiency and speedup; empty when nothing was judged."""
+        return [r for r in (self.reach, self.latency_reach, self.efficiency_reach, self.speedup_reach)
+                if r is not None]
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types (the verdict as its string, sub-records as objects)."""
