@@ -175,6 +175,12 @@ class TestRecord:
         return [r for r in (self.reach, self.latency_reach, self.efficiency_reach, self.speedup_reach)
                 if r is not None]
 
+    def headline_reach(self) -> ReachFigures | None:
+        """The reach a test's minimum detectable slowdown is quoted by (the report's summary line, JUnit, the job
+        summary, the history): the throughput's where it was judged, else the first judged figure's; None when
+        nothing was judged."""
+        return next(iter(self.reaches()), None)
+
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types (the verdict as its string, sub-records as objects)."""
         data = dataclasses.asdict(self)
