@@ -46,6 +46,7 @@ def test_int8_bytes_count_one_byte_weights_and_fp32_activations():
     record = TestRecord(test_id="t", dtype="int8")
     fill_measurement(record, measurement)
     assert record.details["quantized_base_dtype"] == "fp32"
+    assert record.details["quantization"] == "int8-dynamic-per-tensor"  # the algorithm, not only the dtype
     assert record.arithmetic_intensity == pytest.approx(2 * 48 * 10 / (weights / 8 + activations))
 
 
@@ -138,3 +139,12 @@ def test_settled_cuda_meter_keeps_what_is_held_and_the_later_transients(monkeypa
         allocated["peak"] = max(allocated["peak"], allocated["now"])
         measure(step, FixedTimer(), TimingPlan(warmup_steps=2, rounds=3, min_round_s=0.001), window=meter.steady())
     assert meter.peak_bytes == (300 + 50) * 2**20
+
+
+def test_an_int8_record_on_a_gpu_with_a_published_int8_peak_has_an_mfu():
+    options = RunOptions(TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001), telemetry_interval_s=0.005,
+                         profile_steps=1)
+    measurement = run_model(TINY, "cpu", "infer", 8, "int8", FixedTimer(), options)
+    record = TestRecord(test_id="t", dtype="int8", device_name="NVIDIA H100 80GB HBM3")
+    fill_measurement(record, measurement)
+    assert record.achieved_tflops and record.mfu == pytest.approx(record.achieved_tflops / 1979.0)

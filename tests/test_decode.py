@@ -4,13 +4,16 @@ recomputation, the growing attention mask, synchronization discipline and argume
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+import types
+import warnings
+from collections.abc import Iterable, Iterator
 
 import pytest
 import torch
 from torch import nn
 
 import hwregress.measure.llm.decode as decode
+import hwregress.measure.llm.model_api as model_api
 from hwregress.measure.llm.decode import DecodeTiming, decode_rounds, prefill_rounds
 from hwregress.workloads import import_torchvision
 
@@ -77,23 +80,26 @@ class ScriptedClock:
 
 
 class Recording(nn.Module):
-    """Delegates to a causal LM and records the shapes of what each call was given."""
+    """Delegates to a causal LM and records the shapes of what each call was given. Its forward names ``cache`` and
+    hands the KV cache on under the name the inner model's release takes (:func:`model_api.cache_argument`)."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
         self.inner = inner
         self.calls: list[dict[str, object]] = []
 
-    def forward(self, **kwargs):
+    def forward(self, cache=None, **kwargs):
         self.calls.append({
             "input_ids": tuple(kwargs["input_ids"].shape),
             "attention_mask": tuple(kwargs["attention_mask"].shape),
             "position_ids": kwargs["position_ids"].tolist(),
-            "has_cache": kwargs.get("past_key_values") is not None,
+            "has_cache": cache is not None,
             "use_cache": kwargs.get("use_cache"),
             "inference_mode": torch.is_inference_mode_enabled(),
             "training": self.inner.training,
         })
+        if cache is not None:
+            kwargs[model_api.cache_argument(self.inner)] = cache
         return self.inner(**kwargs)
 
 
@@ -243,15 +249,23 @@ def _logits_lengths(model: nn.Module) -> tuple[list[int], object]:
     return lengths, handle
 
 
+def _gpt2_takes_logits_to_keep() -> bool:
+    from packaging.version import Version
+
+    return Version(_transformers().__version__) >= Version(model_api.GPT2_LOGITS_TO_KEEP_SINCE)
+
+
 def test_prefill_asks_the_logits_of_the_last_position_only(model):
-    # as servers and transformers' generate do (logits_to_keep=1): the prompt pass projects one position on the vocab
+    # as servers and transformers' generate do (logits_to_keep=1): the prompt pass projects one position on the vocab,
+    # on every release whose forward takes the argument (GPT-2's from 4.53; before, all 7 prompt positions)
+    kept = 1 if type(model).__name__ != "GPT2LMHeadModel" or _gpt2_takes_logits_to_keep() else 7
     lengths, handle = _logits_lengths(model)
     try:
         prefill_rounds(model, _prompt(2, 7), None, rounds=1, device="cpu", warmup=0)
-        assert lengths == [1]
+        assert lengths == [kept]
         lengths.clear()
         decode_rounds(model, _prompt(2, 7), None, new_tokens=3, rounds=1, device="cpu", warmup=0)
-        assert lengths == [1, 1, 1]
+        assert lengths == [kept, 1, 1]
     finally:
         handle.remove()
 
@@ -263,8 +277,13 @@ def test_a_model_without_logits_to_keep_still_decodes_from_its_last_position(gpt
     input_ids = _prompt(2, 6, seed=5)
     timing = decode_rounds(recording, input_ids, None, new_tokens=4, rounds=1, device="cpu", warmup=0)
     assert timing.tokens == _greedy_without_cache(gpt2, input_ids, torch.ones_like(input_ids), 4)
-    assert decode.logits_to_keep_argument(recording) == {}
-    assert decode.logits_to_keep_argument(gpt2) == {"logits_to_keep": 1}
+    assert model_api.logits_to_keep_argument(recording) == {}
+
+
+def test_gpt2_is_asked_for_its_last_logits_on_the_releases_whose_forward_takes_it(gpt2):
+    # GPT2LMHeadModel.forward gained logits_to_keep in transformers 4.53.0 (absent from 4.52.4's modeling_gpt2.py);
+    # pyproject allows >= 4.45, so the argument is detected, not assumed
+    assert model_api.logits_to_keep_argument(gpt2) == ({"logits_to_keep": 1} if _gpt2_takes_logits_to_keep() else {})
 
 
 def test_num_logits_to_keep_is_used_where_the_forward_names_it_so():
@@ -272,7 +291,7 @@ def test_num_logits_to_keep_is_used_where_the_forward_names_it_so():
         def forward(self, input_ids=None, attention_mask=None, num_logits_to_keep: int = 0):
             raise AssertionError("not called")
 
-    assert decode.logits_to_keep_argument(OlderLlama()) == {"num_logits_to_keep": 1}
+    assert model_api.logits_to_keep_argument(OlderLlama()) == {"num_logits_to_keep": 1}
 
 
 def test_the_kv_cache_dtype_of_a_bf16_model_is_recorded(model):
@@ -296,3 +315,51 @@ def test_after_warmup_runs_once_between_the_warmup_and_the_timed_rounds(gpt2):
             after_warmup=lambda events=events: events.append(f"settle after {len(recording.calls)} passes"))
         assert [event for event in events if event != "clock"] == [f"settle after {2 * passes_per_round} passes"]
         assert events[0].startswith("settle")  # nothing timed before it
+
+
+@pytest.fixture
+def transformers_log() -> Iterator[list]:
+    """The records transformers logs at warning level while the test runs, its once-only cache cleared first (a
+    deprecation logged earlier in the process would not be logged again)."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    logging.Logger.warning_once.cache_clear()
+    records: list = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    library = hf_logging.get_logger()
+    library.addHandler(handler)
+    yield records
+    library.removeHandler(handler)
+
+
+def test_decoding_passes_the_kv_cache_as_the_installed_release_names_it(model, transformers_log):
+    # transformers 5.x renamed the forward's past_key_values to cache, warning "`past_key_values` is deprecated and
+    # will be removed in version 5.40.0": every decode step of every run warned (and 5.40 drops the old name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        timing = decode_rounds(model, _prompt(2, 5), None, new_tokens=3, rounds=1, device="cpu", warmup=1)
+    said = [str(w.message) for w in caught] + [record.getMessage() for record in transformers_log]
+    assert [text for text in said if "Use `cache` instead" in text] == []  # the argument's and the output's
+    assert timing.tokens == _greedy_without_cache(model, _prompt(2, 5), torch.ones_like(_prompt(2, 5)), 3)
+
+
+def test_a_forward_that_names_past_key_values_gets_its_cache_under_that_name():
+    # transformers before 5.x, and a model of your own written to the older Hugging Face call
+    class OlderLm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.caches: list = []
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None):
+            self.caches.append(past_key_values)
+            length = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+            cache = ((torch.zeros(input_ids.shape[0], 1, length + input_ids.shape[1], 2),) * 2,)
+            return types.SimpleNamespace(logits=torch.zeros(*input_ids.shape, 8), past_key_values=cache)
+
+    older = OlderLm()
+    timing = decode_rounds(older, _prompt(2, 5), None, new_tokens=3, rounds=1, device="cpu", warmup=0)
+    assert [None if cache is None else cache[0][0].shape[2] for cache in older.caches] == [None, 5, 6]
+    assert timing.kv_cache_dtype == "float32"

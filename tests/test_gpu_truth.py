@@ -529,3 +529,22 @@ def test_the_jobs_other_processes_on_the_gpu_are_ours(machine):
     with telemetry.TelemetrySampler("cuda:1", interval_s=10, health_probe=probe) as sampler:
         pass
     assert [p["pid"] for p in sampler.health["gpu_other_processes"]] == [4242]
+
+
+@pytest.mark.parametrize(("device_name", "int8", "fp8"), [
+    ("NVIDIA H100 80GB HBM3", 1979.0, 1979.0),  # sheet: 3,958* each (sparse)
+    ("NVIDIA H100 PCIe", 1513.0, 1513.0),  # 3,026*
+    ("NVIDIA H100 NVL", 1670.5, 1670.5),  # 3,341*
+    ("NVIDIA H200", 1979.0, 1979.0),
+    ("NVIDIA H200 NVL", 1670.5, 1670.5),
+    ("NVIDIA A100-SXM4-80GB", 624.0, None),  # Ampere has no fp8
+    ("NVIDIA L4", 242.5, 242.5),  # 485*
+    ("NVIDIA A10", 250.0, None),
+    ("Tesla T4", 130.0, None),
+    ("Tesla V100-SXM2-16GB", None, None),  # no int8 tensor-core figure on its sheet
+])
+def test_int8_and_fp8_peaks_are_the_datasheets_dense_figures_and_give_an_mfu(device_name, int8, fp8):
+    peak = roofline.published_peak(device_name)
+    assert peak.tflops.get("int8") == int8 and peak.tflops.get("fp8") == fp8
+    assert roofline.mfu(100.0, device_name, "int8") == (None if int8 is None else 100.0 / int8)
+    assert roofline.mfu(100.0, device_name, "fp8") == (None if fp8 is None else 100.0 / fp8)

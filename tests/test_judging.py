@@ -74,6 +74,31 @@ def test_an_impossible_figure_is_invalid_fails_and_is_never_recorded(tmp_path):
     assert not list(tmp_path.glob("*.json"))
 
 
+def _powered(mean_power_w: float) -> TestRecord:
+    """A CUDA record whose window drew ``mean_power_w`` on average under NVML's enforced limit of 700 W."""
+    record = _record(STEADY, health={"power_limit_enforced_w": 700.0, "power_limit_default_w": 700.0},
+                     telemetry={"metrics": {"power_w": {"mean": mean_power_w}}, "duration_s": 2.0})
+    record.device, record.device_name = "cuda:0", "NVIDIA H100 80GB HBM3"
+    return record
+
+
+def test_mean_power_above_the_enforced_limit_s_slack_is_invalid(tmp_path):
+    # the limit comes from the record's health (NVML's enforced power limit); 1.1 x 700 W = 770 W
+    session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="force"))
+    record = _powered(800.0)
+    failures = session.conclude(record, "throughput/tiny/train/bs4/fp32")
+    assert record.verdict == Verdict.INVALID
+    assert "mean power 800 W exceeds 1.1 x the enforced limit 700 W" in failures[0]
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_mean_power_within_the_enforced_limit_s_slack_is_judged(tmp_path):
+    session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="force"))
+    record = _powered(760.0)  # above the limit by less than the 10% its averaging allows
+    assert session.conclude(record, "throughput/tiny/train/bs4/fp32") == []
+    assert record.verdict == Verdict.NEW
+
+
 def test_a_regression_under_contention_is_diagnosed_as_contention_first(tmp_path):
     session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
     session.conclude(_record(STEADY), "throughput/tiny/train/bs4/fp32")

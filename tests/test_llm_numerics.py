@@ -5,6 +5,7 @@ bf16; training keeps autocast; train and plain infer windows build no KV cache).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from torch import nn
 
 from hwregress.judge.compare import judges_latency
 from hwregress.measure import profiling
+from hwregress.measure.llm import model_api
 from hwregress.measure.llm import window as llm_bench
 from hwregress.measure.llm.decode import decode_rounds
 from hwregress.measure.llm.window import run_llm
@@ -134,8 +136,8 @@ def _step_flops(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, new_tok
             for _ in range(new_tokens - 1):
                 mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
                 positions = positions[:, -1:] + 1
-                output = model(input_ids=token, attention_mask=mask, position_ids=positions,
-                               past_key_values=output.past_key_values, use_cache=True)
+                output = model(input_ids=token, attention_mask=mask, position_ids=positions, use_cache=True,
+                               **{model_api.cache_argument(model): model_api.output_cache(output)})
                 token = output.logits[:, -1].argmax(-1, keepdim=True)
 
         return profiling.count_flops(steps)
@@ -167,6 +169,24 @@ def test_bf16_decode_records_the_kv_cache_dtype(probe):
     result = run_llm(probe.workload(), "cpu", "decode", 1, "bf16", CONTEXT, PLAN, telemetry_interval_s=0.05,
                      profile=False)
     assert result.latency["kv_cache_dtype"] == "bfloat16"
+
+
+def test_the_decode_record_says_how_many_warmup_generations_ran(probe):
+    # a decode warmup round is a whole generation: the record's warmup_steps counts the generations run untimed,
+    # whatever --warmup (which counts steps of a step window) asks for
+    prompt_passes = []
+
+    def build() -> nn.Module:
+        model = probe.build()
+        model.register_forward_hook(lambda _m, _args, kwargs, _out: prompt_passes.append(  # not the memory probes'
+            bool(kwargs.get("use_cache")) and kwargs["input_ids"].shape[1] > 1), with_kwargs=True)
+        return model
+
+    workload = dataclasses.replace(probe.workload(), build=build)
+    plan = TimingPlan(warmup_steps=3, rounds=3, min_round_s=0.001)
+    result = run_llm(workload, "cpu", "decode", 1, "fp32", CONTEXT, plan, telemetry_interval_s=0.05, profile=False)
+    generations = sum(prompt_passes)  # one prompt pass per generation
+    assert result.measurement.timing.warmup_steps == generations - plan.rounds
 
 
 class FixedTimer:
@@ -234,3 +254,16 @@ def test_fp16_serving_casts_to_half_and_leaves_autocast_off():
         assert torch.is_autocast_enabled("cpu")
     assert (next(numerics.model_for_mode(nn.Linear(4, 4), "causal-lm", "train", "fp16").parameters()).dtype
             == torch.float32)
+
+
+@pytest.mark.parametrize(("mode", "rows"), [("prefill", 2 * CONTEXT), ("decode", 2)])
+def test_the_quantization_probe_feeds_each_linear_the_rows_of_a_timed_step(probe, mode, rows):
+    # CUDA int8 quantizes a Linear only where torch._int_mm takes its rows: a decode window times steps of one token
+    # per sequence (2 rows at batch 2), whatever its prompt pass multiplies
+    from hwregress.measure.precision import quantization
+
+    inputs, _ = make_batch(probe.workload(), 2, "cpu", seq_len=CONTEXT)
+    step = llm_bench.quantization_probe(mode, inputs["input_ids"], inputs["attention_mask"])
+    fed = quantization.linear_rows(probe.build(), step)
+    assert len(fed) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer and the LM head
+    assert set(fed.values()) == {rows}

@@ -9,10 +9,11 @@ from hwregress.hardware.devices import describe, parse_device_list
 from hwregress.hardware.facts import slugify
 from hwregress.measure.precision.support import dtype_unsupported_reason
 from hwregress.plugin import matrix
+from hwregress.plugin.families import registry
 
 
 def test_cpu_defaults_are_the_small_tier():
-    cases = matrix.cases(matrix.Selection(["cpu"]), "throughput")
+    cases = registry.cases(matrix.Selection(["cpu"]), "throughput")
     assert {c["workload"] for c in cases} == set(workloads.CPU_TIER)
     cnns = {(c["mode"], c["batch_size"]) for c in cases
             if c["workload"] in ("resnet18", "mobilenet_v3_small", "alexnet")}
@@ -23,20 +24,20 @@ def test_cpu_defaults_are_the_small_tier():
 
 def test_gpu_defaults_are_the_zoo_plus_transformers_and_speedup_only_on_cuda():
     selection = matrix.Selection(["cuda:0", "cpu"])
-    gpu = [c for c in matrix.cases(selection, "throughput") if c["device"] == "cuda:0"]
+    gpu = [c for c in registry.cases(selection, "throughput") if c["device"] == "cuda:0"]
     assert ({c["workload"] for c in gpu}
             == {*workloads.ZOO, "bert_base", "roberta_base", "deit_small", "gpt2", "llama_1b"})
     assert {c["mode"] for c in gpu if c["workload"] == "llama_1b"} == {"train", "infer", "prefill", "decode"}
     assert {c["mode"] for c in gpu if c["workload"] == "bert_base"} == {"train", "infer"}
     assert {c["context"] for c in gpu if c["workload"] == "gpt2"} == {512}
-    speedup = matrix.cases(selection, "speedup")
+    speedup = registry.cases(selection, "speedup")
     assert {c["device"] for c in speedup} == {"cuda:0"} and {c["batch_size"] for c in speedup} == {32}
     assert {c["workload"] for c in speedup} == {*workloads.ZOO, "deit_small"}  # image models: a GPT's CPU side is hours
 
 
 def test_selected_modes_apply_to_the_workloads_that_can_run_them():
     selection = matrix.Selection(["cpu"], models=["resnet18", "gpt2"], modes=["infer", "decode"], batch_sizes=[1])
-    ids = sorted(matrix.case_id(c) for c in matrix.cases(selection, "throughput"))
+    ids = sorted(matrix.case_id(c) for c in registry.cases(selection, "throughput"))
     assert ids == ["cpu-gpt2-decode-ctx128-bs1-fp32", "cpu-gpt2-infer-ctx128-bs1-fp32", "cpu-resnet18-infer-bs1-fp32"]
 
 
@@ -47,49 +48,49 @@ def test_workload_declared_batches_win_over_the_device_defaults():
 
 def test_selection_overrides_and_ids():
     selection = matrix.Selection(["cpu"], models=["resnet50"], batch_sizes=[2], modes=["infer"], dtypes=["bf16"])
-    (case,) = matrix.cases(selection, "throughput")
+    (case,) = registry.cases(selection, "throughput")
     assert matrix.case_id(case) == "cpu-resnet50-infer-bs2-bf16"
 
 
 def test_ceilings_skip_the_bus_on_cpu_and_cover_every_gpu_dtype():
-    names = {c["ceiling"] for c in matrix.cases(matrix.Selection(["cpu"]), "ceiling")}
+    names = {c["ceiling"] for c in registry.cases(matrix.Selection(["cpu"]), "ceiling")}
     assert names == {"gemm", "copy", "allreduce"}
-    gpu = matrix.cases(matrix.Selection(["cuda:0"]), "ceiling")
+    gpu = registry.cases(matrix.Selection(["cuda:0"]), "ceiling")
     assert {c["dtype"] for c in gpu if c["ceiling"] == "gemm"} == {"fp32", "tf32", "bf16", "fp16"}
     assert {c["ceiling"] for c in gpu} == {"gemm", "copy", "h2d", "d2h", "p2p", "allreduce"}
 
 
 def test_a_node_wide_allreduce_and_scaling_run_once_per_device_kind():
     selection = matrix.Selection(["cuda:0", "cuda:1"], world_sizes=[1, 2])
-    allreduce = [c for c in matrix.cases(selection, "ceiling") if c["ceiling"] == "allreduce"]
+    allreduce = [c for c in registry.cases(selection, "ceiling") if c["ceiling"] == "allreduce"]
     assert [c["device"] for c in allreduce] == ["cuda:0"]
-    scaling = matrix.cases(selection, "scaling")
+    scaling = registry.cases(selection, "scaling")
     assert {c["device"] for c in scaling} == {"cuda:0"}
     assert [matrix.case_id(c) for c in scaling if c["workload"] == "resnet50"] == [
         "cuda:0-resnet50-train-w1-bs128-fp32", "cuda:0-resnet50-train-w2-bs128-fp32"]
 
 
 def test_scaling_and_colocated_run_on_the_cpu_when_asked_for():
-    assert matrix.cases(matrix.Selection(["cpu"]), "scaling") == []  # the default CPU tier stays within 2 minutes
-    assert matrix.cases(matrix.Selection(["cpu"]), "colocated") == []
+    assert registry.cases(matrix.Selection(["cpu"]), "scaling") == []  # the default CPU tier stays within 2 minutes
+    assert registry.cases(matrix.Selection(["cpu"]), "colocated") == []
     asked = frozenset({"scaling", "colocated"})
-    scaling = matrix.cases(matrix.Selection(["cpu"], opted_in=asked), "scaling")
+    scaling = registry.cases(matrix.Selection(["cpu"], opted_in=asked), "scaling")
     assert [matrix.case_id(c) for c in scaling] == ["cpu-mobilenet_v3_small-train-w1-bs8-fp32",
                                                     "cpu-mobilenet_v3_small-train-w2-bs8-fp32"]
-    pair = matrix.cases(matrix.Selection(["cpu"], colocate=[("resnet18", "alexnet")], batch_sizes=[4, 2],
+    pair = registry.cases(matrix.Selection(["cpu"], colocate=[("resnet18", "alexnet")], batch_sizes=[4, 2],
                                          opted_in=asked),
                         "colocated")
     assert [matrix.case_id(c) for c in pair] == ["cpu-resnet18+alexnet-train-bs2-fp32"]
-    chosen = matrix.cases(matrix.Selection(["cpu"], models=["resnet18"], opted_in=asked), "colocated")
+    chosen = registry.cases(matrix.Selection(["cpu"], models=["resnet18"], opted_in=asked), "colocated")
     assert [c["members"] for c in chosen] == ["resnet18+resnet18"]
 
 
 def test_distributed_families_train_in_training_numerics_on_devices_with_a_backend():
     selection = matrix.Selection(["mps", "cuda:0"], dtypes=["fp32", "int8", "bf16"])
-    scaling = matrix.cases(selection, "scaling")
+    scaling = registry.cases(selection, "scaling")
     assert {c["device"] for c in scaling} == {"cuda:0"} and {c["dtype"] for c in scaling} == {"fp32", "bf16"}
-    assert [c["device"] for c in matrix.cases(selection, "ceiling") if c["ceiling"] == "allreduce"] == ["cuda:0"]
-    assert {c["device"] for c in matrix.cases(selection, "colocated")} == {"mps", "cuda:0"}
+    assert [c["device"] for c in registry.cases(selection, "ceiling") if c["ceiling"] == "allreduce"] == ["cuda:0"]
+    assert {c["device"] for c in registry.cases(selection, "colocated")} == {"mps", "cuda:0"}
 
 
 @pytest.mark.parametrize("selection, message", [
@@ -169,7 +170,7 @@ def test_documented_option_table_matches_the_code(pytestconfig):
 def test_compile_and_memory_format_axes_name_only_non_default_variants():
     selection = matrix.Selection(["cpu"], models=["resnet18", "bert_base"], modes=["infer"], batch_sizes=[1],
                                  compilers=["eager", "inductor"], memory_formats=["contiguous", "channels_last"])
-    ids = sorted(matrix.case_id(c) for c in matrix.cases(selection, "throughput"))
+    ids = sorted(matrix.case_id(c) for c in registry.cases(selection, "throughput"))
     assert ids == ["cpu-bert_base-infer-ctx128-bs1-fp32", "cpu-bert_base-infer-ctx128-inductor-bs1-fp32",
                    "cpu-resnet18-infer-bs1-fp32", "cpu-resnet18-infer-channels_last-bs1-fp32",
                    "cpu-resnet18-infer-inductor-bs1-fp32", "cpu-resnet18-infer-inductor-channels_last-bs1-fp32"]
@@ -177,7 +178,7 @@ def test_compile_and_memory_format_axes_name_only_non_default_variants():
 
 def test_decode_is_never_compiled_by_the_axis():
     selection = matrix.Selection(["cpu"], models=["gpt2"], modes=["decode"], batch_sizes=[1], compilers=["inductor"])
-    assert [c["compiler"] for c in matrix.cases(selection, "throughput")] == ["eager"]
+    assert [c["compiler"] for c in registry.cases(selection, "throughput")] == ["eager"]
 
 
 @pytest.mark.parametrize("selection, message", [
@@ -187,3 +188,11 @@ def test_decode_is_never_compiled_by_the_axis():
 def test_unknown_compiler_or_memory_format_is_refused(selection, message):
     with pytest.raises(ValueError, match=message):
         matrix.validate(selection)
+
+
+def test_the_gemm_roof_is_measured_in_floating_dtypes_only():
+    # the roof's GEMM multiplies float tensors: an "int8" or "fp8" roof would be an fp32 GEMM set against the int8
+    # or fp8 peak
+    selection = matrix.Selection(["cpu", "cuda:0"], dtypes=["fp32", "int8", "fp8", "bf16"])
+    gemm = {(c["device"], c["dtype"]) for c in registry.cases(selection, "ceiling") if c["ceiling"] == "gemm"}
+    assert gemm == {("cpu", "fp32"), ("cpu", "bf16"), *(("cuda:0", d) for d in ("fp32", "tf32", "bf16", "fp16"))}

@@ -14,6 +14,7 @@ import pytest
 import hwregress
 from hwregress import workloads
 from hwregress.plugin import MARKERS
+from hwregress.plugin.families import registry as families
 from hwregress.workloads import registry
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -56,8 +57,9 @@ def test_markers_are_registered_once_by_the_plugin_and_pytester_only_for_the_sel
     ini = PYPROJECT["tool"]["pytest"]["ini_options"]
     assert "markers" not in ini
     assert "pytester" not in " ".join(ini["addopts"])
-    assert {"cpu", "gpu", "throughput", "spark", "scaling", "colocated"} <= set(MARKERS)
-    assert all(description and "hwregress test family" not in description for description in MARKERS.values())
+    markers = {**MARKERS, **families.markers()}  # the plugin's, and each family's own
+    assert {"cpu", "gpu", "throughput", "spark", "scaling", "colocated"} <= set(markers)
+    assert all(description and "hwregress test family" not in description for description in markers.values())
 
 
 def test_the_suite_ships_in_the_package_and_bench_tests_re_export_it():

@@ -68,3 +68,31 @@ def test_a_non_finite_reference_row_agrees_with_nothing():
     assert result.top1_agreement == pytest.approx(2 / 3) and result.decisive_agreement == pytest.approx(2 / 3)
     assert "1 of 6 logits are NaN or inf on the device (cuda:0, bf16), 1 of 6 in the CPU fp32 reference" in (
         result.failure("cuda:0", "bf16"))
+
+
+def _tiny_llama_recording(calls: list) -> torch.nn.Module:
+    """A 2-layer random Llama (hidden 64, vocabulary 128) whose forward hook records its parameters' dtype and
+    whether CPU autocast was on."""
+    from hwregress.workloads.transformers import import_transformers
+
+    transformers = import_transformers()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(config)
+    model.register_forward_hook(lambda module, _args, _out: calls.append(
+        (next(module.parameters()).dtype, torch.is_autocast_enabled("cpu"))))
+    return model
+
+
+def test_bf16_output_parity_of_a_causal_lm_checks_the_numerics_its_windows_time():
+    # a causal LM's bf16 inference windows run bf16 weights without autocast (numerics.runs_in_dtype): output parity
+    # must compare that arithmetic, not fp32 weights under autocast
+    calls: list = []
+    workload = workloads.Workload("tiny_llama_parity", lambda: _tiny_llama_recording(calls), num_classes=128,
+                                  input_kind="tokens", seq_len=16, vocab_size=128, task="causal-lm")
+    result = parity.output_parity(workload, "cpu", "bf16")
+    reference, device = calls
+    assert reference == (torch.float32, False)
+    assert device == (torch.bfloat16, False)
+    assert result.relative_error > 0

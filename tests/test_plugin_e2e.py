@@ -59,6 +59,9 @@ def test_results_and_report_have_every_field(hw_project):
         assert record["verdict"] == "new"
         assert record["throughput"] == pytest.approx(4 / 0.01, rel=0.02)  # batch 4 / 10 ms per step
         assert record["flops_per_sample"] > 0
+        # the test's wall time as pytest timed its call, what a tier's time is checked against
+        # (hwregress.plugin.tier_estimate); the rounds' seconds are the project's fake timer's, not the wall's
+        assert 0 < record["duration_s"] < 600
     html = (hw_project.path / "reports" / "report.html").read_text()
     assert "test_throughput[cpu-tiny-train-bs4-fp32]" in html and "--update-baselines" in html
     assert list((hw_project.path / "reports" / "archive").glob("report-*.html"))
@@ -232,6 +235,7 @@ def test_out_of_memory_skips_with_reason_and_session_continues(hw_project):
     result.stdout.fnmatch_lines(["*out of memory at batch 512 on cpu*"])
     verdicts = sorted(r["verdict"] for r in hw_project.results["records"])
     assert verdicts == ["new", "new", "oom", "oom"]
+    assert all(r["duration_s"] > 0 for r in hw_project.results["records"])  # a skipped test's time too
 
 
 def test_crash_inside_a_test_fails_it_and_keeps_the_rest(hw_project):

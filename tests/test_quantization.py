@@ -220,3 +220,81 @@ def test_inductor_state_kept_restores_what_torchao_sets(inductor_state_restored)
         fake_torchao.FakeTorchao().recommended_inductor_config_setter()
         assert inductor_state() != inductor_state_restored
     assert inductor_state() == inductor_state_restored
+
+
+# -- int8 on CUDA: int8 GEMMs on dynamically quantized activations (torchao 0.18, followed by tests/fakes/torchao.py) --
+
+def rows_probe(rows: int):
+    """A forward of ``rows`` samples into :func:`fp32_model` (32 features), in the bf16 the CUDA path feeds."""
+    return lambda model: model(torch.randn(rows, 32, dtype=torch.bfloat16))
+
+
+@pytest.mark.usefixtures("inductor_state_restored")
+def test_cuda_int8_multiplies_int8_by_int8_on_dynamically_quantized_activations(h100_with_torchao):
+    model, quantized = quantization.prepare(fp32_model(), "int8", "cuda:0", "infer", probe=rows_probe(32))
+    (call,) = h100_with_torchao.calls
+    assert type(call.config) is fake_torchao.Int8DynamicActivationInt8WeightConfig
+    assert quantized == 2
+    with torch.no_grad():
+        model(quantization.cast_inputs(torch.randn(32, 32), "int8", "cuda:0"))
+    # each Linear's product went to torch._int_mm: none to torchao's fp32 or CPU fallbacks
+    assert [gemm.path for gemm in h100_with_torchao.gemms] == ["int8", "int8"]
+
+
+@pytest.mark.usefixtures("inductor_state_restored")
+def test_cuda_int8_leaves_in_bf16_a_layer_whose_product_torch_int_mm_refuses(h100_with_torchao):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 20))  # 20 outputs: not a multiple of 8
+    model, quantized = quantization.prepare(model, "int8", "cuda:0", "infer", probe=rows_probe(32))
+    assert quantized == 1
+    assert not isinstance(model[2].weight, fake_torchao.QuantizedWeight) and model[2].weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        model(quantization.cast_inputs(torch.randn(32, 32), "int8", "cuda:0"))
+    assert [gemm.path for gemm in h100_with_torchao.gemms] == ["int8"]  # nothing multiplied on the CPU
+
+
+@pytest.mark.usefixtures("inductor_state_restored")
+def test_cuda_int8_on_16_rows_or_fewer_is_unsupported_not_an_fp32_matmul_named_int8(h100_with_torchao):
+    # torch._int_mm refuses 16 rows or fewer and torchao then multiplies in fp32: a decode step of 16 sequences
+    with pytest.raises(quantization.QuantizationUnsupported, match="more than 16 rows") as raised:
+        quantization.prepare(fp32_model(), "int8", "cuda:0", "decode", probe=rows_probe(16))
+    assert "Sequential" in str(raised.value) and "16 rows" in str(raised.value)
+    assert not h100_with_torchao.calls  # nothing was quantized
+
+
+def test_each_quantized_path_names_its_own_algorithm():
+    names = {(dtype, device, mode): quantization.algorithm(dtype, device, mode)
+             for dtype, device, mode in [("int8", "cpu", "infer"), ("int8", "cuda:0", "infer"),
+                                         ("fp8", "cuda:0", "infer"), ("fp8", "cuda:0", "train")]}
+    assert None not in names.values() and len(set(names.values())) == 4  # no label covers two paths
+    assert names["int8", "cpu", "infer"] == "int8-dynamic-per-tensor"
+    assert names["int8", "cuda:0", "infer"] == "int8-dynamic-per-token"
+    assert quantization.algorithm("bf16", "cuda:0", "infer") is None
+
+
+def test_linear_rows_are_the_fewest_rows_each_linear_multiplied():
+    model = fp32_model()
+
+    def two_calls(m: nn.Module) -> None:
+        m(torch.randn(7, 32))
+        m(torch.randn(2, 5, 32))
+
+    assert quantization.linear_rows(model, two_calls) == {"0": 7, "2": 7}
+    assert not model[0]._forward_pre_hooks  # the probe's hooks are gone
+
+
+CONV_ONLY = '''
+from torch import nn
+from hwregress.workloads import Workload, register
+register(Workload(name="convonly", build=lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten()),
+                  input_shape=(3, 8, 8), num_classes=144))
+'''
+
+
+def test_a_quantized_dtype_with_nothing_to_quantize_is_unsupported_end_to_end(hw_project):
+    hw_project.pytester.makepyfile(convonly_workload=CONV_ONLY)
+    result = hw_project.run("-m", "cpu and throughput", "--workloads", "convonly_workload", "--models", "convonly",
+                            "--modes", "infer", "--dtypes", "int8", "--batch-sizes", "2", "-rs")
+    result.assert_outcomes(skipped=1)
+    (record,) = hw_project.results["records"]
+    assert record["verdict"] == "unsupported" and "no nn.Linear layer" in record["message"]

@@ -427,3 +427,27 @@ def test_decode_details_name_the_judged_step_figures_itl_and_tpot_apart():
             "(baseline ITL p50 32 ms)") in text
     assert "End to end: 25 output tokens/s, time to first token 120 ms" in text
     assert "(TPOT, (e2e − TTFT) / (n − 1) per request) 34 ms" in text and "KV cache bfloat16" in text
+
+
+def test_a_family_view_is_found_by_name_and_an_unknown_name_lists_the_views():
+    from hwregress.report import family_views
+
+    assert family_views.names() == ["parity", "ceilings", "scaleout", "spark"]
+    assert family_views.get("spark").families == ("spark",)
+    with pytest.raises(KeyError, match="unknown report view 'echo'; the views: parity, ceilings, scaleout, spark"):
+        family_views.get("echo")
+
+
+def test_a_family_without_a_view_shows_in_the_generic_table_and_opens_no_family_section():
+    echo = TestRecord("t[cpu-echo-bs2-fp32-hello]", family="echo", device="cpu", model="echo", mode="echo",
+                      batch_size=2, dtype="fp32", throughput=7.0, samples=[7.0] * 3, unit="samples/s", verdict="pass")
+    digits = TestRecord("t[cpu-fp32]", family="parity", device="cpu", model="digits_cnn", dtype="fp32", accuracy=0.97,
+                        verdict="pass")
+    html = render(SessionResults(META, [echo, digits]))
+    rows = table_cells(html, "id", "results")
+    assert [[cell.strip() for cell in row[2:8]] for row in rows if "echo" in row[1]] == [
+        ["cpu", "echo", "echo", "2", "fp32", "7"]]
+    assert "<h2>Accuracy parity</h2>" in html
+    alone = render(SessionResults(META, [echo]))
+    assert "Accuracy parity" not in alone and "<h2>Ceilings</h2>" not in alone
+    assert 'id="scaleout"' not in alone and 'id="spark"' not in alone

@@ -30,7 +30,8 @@ from hwregress.judge.session import _measured
 from hwregress.measure import out_of_memory as hw_oom
 from hwregress.measure.timing import TimingPlan
 from hwregress.plugin import progress
-from hwregress.plugin.matrix import Selection, case_id, cases
+from hwregress.plugin.families.registry import cases
+from hwregress.plugin.matrix import Selection, case_id
 from hwregress.plugin.record import HwSkip
 from hwregress.spark import batch, engine, predictor, stream
 from hwregress.spark import master as spark_master
@@ -694,6 +695,34 @@ def test_an_ini_spark_master_spark_would_refuse_names_the_ini_key(spark_project)
     assert "ini option hwregress_spark_master='bogus://x' is not a master URL Spark accepts" in result.stderr.str()
 
 
+def test_a_local_master_of_several_slots_on_a_gpu_warns_at_configure_naming_the_value(spark_project, monkeypatch):
+    # Spark's local mode gives tasks no GPU: local[4] runs 4 Python workers, each with a model, on the one GPU
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties()})
+    result = spark_project.run("--collect-only", "-q", "--devices", "cuda:0", "--spark-master", "local[4]",
+                               inprocess=True)
+    assert result.ret == pytest.ExitCode.OK
+    output = result.stdout.str()
+    assert "PytestConfigWarning: --spark-master=local[4] on a GPU (cuda:0): 4 task slots" in output
+    assert "4 Python workers, each with its own model and CUDA context, share the one GPU a test runs on" in output
+    assert "leave --spark-master out for local[1] on GPU tests" in output
+
+
+@pytest.mark.parametrize(("devices", "master"), [("cuda:0", "local[1]"), ("cuda:0", "local"), ("cpu", "local[4]"),
+                                                 ("cuda:0", "spark://head:7077")])
+def test_one_slot_per_gpu_a_cpu_run_or_a_cluster_master_does_not_warn(spark_project, monkeypatch, devices, master):
+    fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties()})
+    result = spark_project.run("--collect-only", "-q", "--devices", devices, "--spark-master", master, inprocess=True)
+    assert result.ret == pytest.ExitCode.OK
+    assert "task slots" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(("master", "slots"), [("local", 1), ("local[4]", 4), ("local[*]", 6), ("local[3,2]", 3),
+                                               ("local[*, 4]", 6), ("local-cluster[2, 3, 1024]", 6),
+                                               ("spark://head:7077", None), ("yarn", None)])
+def test_local_slots_of_each_master_form(master, slots):
+    assert spark_master.local_slots(master, cores=6) == slots
+
+
 @pytest.mark.parametrize("master", ["local", "local[4]", "local[*]", "local[2,3]", "local[*, 4]",
                                     "local-cluster[2, 1, 1024]", "spark://head:7077", "spark://a:7077,b:7078,",
                                     "spark://[::1]:7077", "yarn", "k8s://https://api:6443", "k8s://api:6443",
@@ -796,7 +825,7 @@ def test_a_worker_traceback_is_out_of_memory_by_its_exception_line(text, line):
 
 def _spark_bench(monkeypatch, tmp_path, master: str | None = None):
     """A SparkBench whose Spark session is a fake: ``started`` lists the masters started, ``stopped`` those stopped."""
-    from hwregress.plugin import spark as plugin_spark
+    from hwregress.plugin.families import spark as plugin_spark
 
     started, stopped = [], []
 

@@ -16,20 +16,22 @@ from conftest import REPO
 from hwregress import workloads
 from hwregress.measure import parity
 from hwregress.plugin import matrix, tier_estimate
+from hwregress.plugin.families import registry
 from hwregress.plugin.matrix import Selection
 
 
 def test_default_gpu_matrix_has_one_llama_1b_batch_per_serving_mode(monkeypatch):
     fake_cuda.install(monkeypatch, {0: fake_cuda.fake_properties()})  # one H100
-    cases = matrix.cases(Selection(["cuda:0"]), "throughput")
+    cases = registry.cases(Selection(["cuda:0"]), "throughput")
     batches = Counter(case["mode"] for case in cases if case["workload"] == "llama_1b")
     assert batches["prefill"] == 1 and batches["decode"] == 1
-    asked = matrix.cases(Selection(["cuda:0"], models=["llama_1b"], batch_sizes=[1, 8], modes=["decode"]), "throughput")
+    asked = registry.cases(Selection(["cuda:0"], models=["llama_1b"], batch_sizes=[1, 8], modes=["decode"]),
+                           "throughput")
     assert [case["batch_size"] for case in asked] == [1, 8]  # --batch-sizes still asks for more
 
 
 def test_default_cpu_matrix_is_unchanged():
-    cases = matrix.cases(Selection(["cpu"], dtypes=["fp32"]), "throughput")
+    cases = registry.cases(Selection(["cpu"], dtypes=["fp32"]), "throughput")
     assert [matrix.case_id(case) for case in cases] == [
         "cpu-resnet18-train-bs8-fp32", "cpu-resnet18-infer-bs1-fp32", "cpu-resnet18-infer-bs8-fp32",
         "cpu-mobilenet_v3_small-train-bs8-fp32", "cpu-mobilenet_v3_small-infer-bs1-fp32",
@@ -125,3 +127,18 @@ def test_device_copy_refuses_a_build_of_another_architecture():
     reference = parity.CpuReference(workload, 0, workload.build(), torch.zeros(1, 4), torch.zeros(1, 4))
     with pytest.raises(ValueError, match=r"shifting.*CPU reference"):
         parity.device_copy(reference, "meta")
+
+
+def test_the_default_tier_is_the_built_in_families_whatever_else_is_registered(monkeypatch):
+    class Echo:  # a project's own family registered in this process: no cost model, not in the default tier
+        name, marker, marker_help, requires, sub_records, view = "echo", "echo", "echo", frozenset(), (), None
+
+        def cases(self, selection):
+            return [{"device": device} for device in selection.devices]
+
+        def measure(self, bench, **params):
+            raise AssertionError("not measured here")
+
+    monkeypatch.setattr(registry, "_REGISTERED", dict(registry._REGISTERED))
+    registry.register(Echo())
+    assert list(tier_estimate.default_gpu_cases()) == [family.name for family in registry.BUILT_IN]

@@ -16,12 +16,21 @@ and behaves like pytorch/ao where hwregress depends on it (snapshot 36027d8 of 2
   names: ``Int8Tensor`` ``qdata`` (int8) and a per-row ``scale`` (``quantize_/workflows/int8/int8_tensor.py:59``,
   ``tensor_data_names = ["qdata", "scale"]``, fp32 scales at ``:199``), ``Float8Tensor`` ``qdata``
   (float8_e4m3fn) and ``scale`` (``quantize_/workflows/float8/float8_tensor.py:84``).
+- ``Int8DynamicActivationInt8WeightConfig`` (0.18 ``quant_api.py:835``, a dataclass with ``set_inductor_config``)
+  gives each weight an ``Int8Tensor`` with ``act_quant_kwargs``; its ``F.linear`` (``int8_tensor.py:263``) quantizes
+  the activation per row (symmetric int8, fp32 scales) and multiplies int8 by int8 through ``int_scaled_matmul``
+  (``torchao/kernel/intmm.py:148``) and ``safe_int_mm`` (``:35``): ``torch._int_mm`` (cuBLAS, int32 out) when K and N
+  are multiples of 8 and it accepts the rows; K or N not a multiple of 8 is multiplied on the CPU in int32, and the
+  error ``torch._int_mm`` raises for 16 rows or fewer ("self.size(0) needs to be greater than 16",
+  ``aten/src/ATen/native/cuda/Blas.cpp`` ``_int_mm_out_cuda``) is caught and the product taken as an fp32 matmul
+  (:meth:`FakeTorchao.int_mm` records which of the three each product took, :class:`Gemm`).
 - ``torchao.float8.convert_to_float8_training(module, *, module_filter_fn=None, config=None)``
   (``torchao/float8/float8_linear_utils.py:86``) swaps ``nn.Linear`` for ``Float8Linear``, a subclass of
   ``nn.Linear`` (``torchao/float8/float8_linear.py:207``) that keeps its high-precision weight.
 
-The quantized weights dequantize for every operator (the fake's arithmetic is the weight-only path's), so a
-quantized model runs forward on the CPU.
+The quantized weights dequantize for every operator (the fake's arithmetic is the weight-only path's) except the
+dynamic int8 weight's ``F.linear``, which runs the int8 x int8 product on the CPU, so a quantized model runs forward
+on the CPU.
 """
 
 from __future__ import annotations
@@ -73,11 +82,14 @@ class QuantizedWeight(TorchAOBaseTensor):
     def dequantize(self) -> torch.Tensor:
         return (self.qdata.to(torch.float32) * self.scale).to(self.dtype)
 
+    def rewrapped(self) -> QuantizedWeight:
+        """A new wrapper of the same data (what ``detach`` returns)."""
+        return type(self)(self.qdata, self.scale, self.dtype)
+
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):  # nn.Parameter(...) detaches
-            weight = args[0]
-            return cls(weight.qdata, weight.scale, weight.dtype)
+            return args[0].rewrapped()
 
         def plain(value: Any) -> Any:
             return value.dequantize() if isinstance(value, QuantizedWeight) else value
@@ -85,11 +97,65 @@ class QuantizedWeight(TorchAOBaseTensor):
         return func(*tree_map(plain, args), **tree_map(plain, kwargs or {}))
 
 
+def _int8_data(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = weight.detach().float().abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
+    return (weight.detach().float() / scale).round().clamp(-128, 127).to(torch.int8), scale
+
+
 def int8_weight(weight: torch.Tensor) -> QuantizedWeight:
     """Symmetric per-row int8 with fp32 scales, as ``Int8Tensor.from_hp`` with ``PerRow()``."""
-    scale = weight.detach().float().abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
-    qdata = (weight.detach().float() / scale).round().clamp(-128, 127).to(torch.int8)
-    return QuantizedWeight(qdata, scale, weight.dtype)
+    return QuantizedWeight(*_int8_data(weight), weight.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemm:
+    """One int8 x int8 product of a dynamic int8 layer: ``rows`` x ``k`` by ``k`` x ``n``, and the path
+    ``safe_int_mm`` takes for it on CUDA: ``"int8"`` (``torch._int_mm``), ``"fp32"`` (16 rows or fewer: the float32
+    matmul of its ``except`` branch) or ``"cpu"`` (K or N not a multiple of 8: an int32 matmul on the CPU)."""
+
+    rows: int
+    k: int
+    n: int
+    path: str
+
+
+class DynamicInt8Weight(QuantizedWeight):
+    """An ``Int8Tensor`` with ``act_quant_kwargs``: ``F.linear`` quantizes the activation and multiplies in int8
+    (through ``owner``'s :meth:`FakeTorchao.int_mm`); other operators see the dequantized weight."""
+
+    @staticmethod
+    def __new__(cls, qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                owner: FakeTorchao | None = None) -> DynamicInt8Weight:
+        return torch.Tensor._make_wrapper_subclass(cls, qdata.shape, dtype=dtype, device=qdata.device,
+                                                   requires_grad=False)
+
+    def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                 owner: FakeTorchao | None = None) -> None:
+        super().__init__(qdata, scale, dtype)
+        self.owner = owner
+
+    def rewrapped(self) -> DynamicInt8Weight:
+        return DynamicInt8Weight(self.qdata, self.scale, self.dtype, self.owner)
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is nn.functional.linear:
+            return dynamic_int8_linear(*args, **kwargs)
+        return torch._C._disabled_torch_function_impl(func, types, args, kwargs)
+
+
+def dynamic_int8_linear(activation: torch.Tensor, weight: DynamicInt8Weight,
+                        bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``int8_tensor.py:263``'s dynamic path: per-row symmetric int8 activations with fp32 scales, an int8 x int8
+    product in int32, rescaled by both scales into the activation's dtype."""
+    rows = activation.reshape(-1, activation.shape[-1]).float()
+    row_scale = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).eps) / 127
+    quantized = (rows / row_scale).round().clamp(-128, 127).to(torch.int8)
+    product = weight.owner.int_mm(quantized, weight.qdata.t())
+    out = (product.float() * row_scale * weight.scale.flatten()).to(activation.dtype)
+    out = out.reshape(*activation.shape[:-1], weight.qdata.shape[0])
+    return out if bias is None else out + bias
 
 
 def float8_weight(weight: torch.Tensor) -> QuantizedWeight:
@@ -105,12 +171,18 @@ class Int8WeightOnlyConfig:
 
 
 @dataclasses.dataclass
+class Int8DynamicActivationInt8WeightConfig:
+    set_inductor_config: bool = True
+
+
+@dataclasses.dataclass
 class Float8DynamicActivationFloat8WeightConfig:
     set_inductor_config: bool = True
 
 
 WEIGHT_CONVERSION: dict[type, Callable[[torch.Tensor], QuantizedWeight]] = {
     Int8WeightOnlyConfig: int8_weight, Float8DynamicActivationFloat8WeightConfig: float8_weight}
+INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA: self.size(0) > 16
 
 
 @dataclasses.dataclass
@@ -140,9 +212,11 @@ class FakeTorchao:
 
     def __init__(self, quantize_takes_inductor_flag: bool = True, matmul_precision_too: bool = True) -> None:
         self.calls: list[Call] = []
+        self.gemms: list[Gemm] = []  # the dynamic int8 layers' products, in call order
         self.matmul_precision_too = matmul_precision_too
         self.quantization = types.ModuleType("torchao.quantization")
         self.quantization.Int8WeightOnlyConfig = Int8WeightOnlyConfig
+        self.quantization.Int8DynamicActivationInt8WeightConfig = Int8DynamicActivationInt8WeightConfig
         self.quantization.Float8DynamicActivationFloat8WeightConfig = Float8DynamicActivationFloat8WeightConfig
         self.quantization.quantize_ = self._quantize_with_flag if quantize_takes_inductor_flag else self._quantize
         self.utils = types.ModuleType("torchao.utils")
@@ -181,9 +255,27 @@ class FakeTorchao:
     def _quantize(self, model: nn.Module, config: Any, filter_fn: Callable | None = None, device: Any = None) -> None:
         self._apply(model, config, filter_fn, {})
 
+    def int_mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``safe_int_mm(a, b)`` on CUDA (``torchao/kernel/intmm.py:35``): int8 ``[M, K]`` by int8 ``[K, N]`` into
+        int32, the path it takes recorded in :attr:`gemms`."""
+        (rows, k), n = a.shape, b.shape[1]
+        if k % 8 or n % 8:
+            path = "cpu"
+        elif rows < INT_MM_MIN_ROWS:
+            path = "fp32"
+        else:
+            path = "int8"
+        self.gemms.append(Gemm(rows, k, n, path))
+        return a.to(torch.int32) @ b.to(torch.int32)
+
+    def _weight_conversion(self, config: Any) -> Callable[[torch.Tensor], QuantizedWeight]:
+        if isinstance(config, Int8DynamicActivationInt8WeightConfig):
+            return lambda weight: DynamicInt8Weight(*_int8_data(weight), weight.dtype, self)
+        return WEIGHT_CONVERSION[type(config)]
+
     def _apply(self, model: nn.Module, config: Any, filter_fn: Callable | None, kwargs: dict[str, Any]) -> None:
         self.calls.append(Call("quantize_", config, floating_dtypes(model), kwargs))
-        convert = WEIGHT_CONVERSION[type(config)]
+        convert = self._weight_conversion(config)
         accept = filter_fn or (lambda module, _fqn: isinstance(module, nn.Linear))
         for fqn, module in list(model.named_modules()):
             if isinstance(module, nn.Linear) and accept(module, fqn):

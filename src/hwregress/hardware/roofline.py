@@ -1,8 +1,11 @@
 """Published peaks of common GPUs, MFU, and roofline placement.
 
-Peaks are dense (no 2:4 sparsity) tensor-core figures in TFLOP/s (fp32: the non-tensor CUDA-core figure)
-and DRAM bandwidth in TB/s, each row sourced to the NVIDIA datasheet it comes from (``Peak.source``). The
-datasheets print tf32/bf16/fp16 with sparsity on Ampere and later (marked "*"); those are halved here.
+Peaks are dense (no 2:4 sparsity) tensor-core figures in TFLOP/s (fp32: the non-tensor CUDA-core figure; int8: TOPS,
+one multiply-add counted as two operations as for the float figures) and DRAM bandwidth in TB/s, each row sourced to
+the NVIDIA datasheet it comes from (``Peak.source``). The datasheets print tf32/bf16/fp16/fp8/int8 with sparsity on
+Ampere and later (marked "*", "Shown with sparsity. Specifications are one-half lower without sparsity"); those are
+halved here. An int8 or fp8 record's MFU divides by the int8 or fp8 peak although only its Linear layers run in
+that dtype (hwregress.measure.precision.quantization): a lower bound on how busy the tensor cores were.
 Names are matched on the full device name (``torch.cuda.get_device_name`` / NVML): form factor (SXM,
 PCIe, NVL) and memory variant change the figures, so a name whose variant cannot be told gets no peak,
 with the reason (:func:`peak_lookup`). Full-GPU SM counts, used to scale a MIG instance, are those of
@@ -25,7 +28,7 @@ class Peak:
 
     Attributes:
         name: the product name.
-        tflops: dtype (``fp32``, ``tf32``, ``bf16``, ``fp16``) -> dense peak TFLOP/s.
+        tflops: dtype (``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``int8``) -> dense peak TFLOP/s (int8: TOPS).
         memory_tb_s: DRAM bandwidth in TB/s.
         source: the datasheet (and any scaling applied, e.g. to a MIG instance).
         sm_count: streaming multiprocessors of the full GPU (to scale to a MIG instance), None if unknown.
@@ -65,9 +68,12 @@ class NameRule:
 
 
 _H100_SHEET = "NVIDIA H100 Tensor Core GPU datasheet"
-_HOPPER_SXM = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}  # sheet: 989*, 1,979* (sparse)
-_HOPPER_NVL = {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5}  # sheet: 835*, 1,671* (sparse)
-_AMPERE_A100 = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}
+# sheet: tf32 989*, bf16/fp16 1,979*, fp8 3,958*, int8 3,958* TOPS (sparse)
+_HOPPER_SXM = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1979.0, "int8": 1979.0}
+# sheet: tf32 835*, bf16/fp16 1,671*, fp8 3,341*, int8 3,341* TOPS (sparse)
+_HOPPER_NVL = {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5, "int8": 1670.5}
+# sheet: int8 624 | 1,248* TOPS; Ampere has no fp8
+_AMPERE_A100 = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0, "int8": 624.0}
 _A100_SHEET = "NVIDIA A100 Tensor Core GPU datasheet (2021)"
 _V100_SHEET = "NVIDIA V100 Tensor Core GPU datasheet (2020)"
 _FORM_UNKNOWN = "cannot tell the form factor (SXM, PCIe, NVL) from the name, and the peaks differ by it"
@@ -82,7 +88,9 @@ NAME_RULES: tuple[NameRule, ...] = (
              "H200 SXM column; sparse tensor figures halved", 132, 141)),
     NameRule("h100", ("nvl",), peak=Peak("H100 NVL", _HOPPER_NVL, 3.9, f"{_H100_SHEET} (2023), H100 NVL column; "
              "sparse tensor figures halved", 132, 94)),
-    NameRule("h100", ("pcie",), peak=Peak("H100 PCIe", {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5},
+    # sheet: fp8 3,026*, int8 3,026* TOPS (sparse)
+    NameRule("h100", ("pcie",), peak=Peak("H100 PCIe", {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5,
+                                                          "fp8": 1513.0, "int8": 1513.0},
              2.0, f"{_H100_SHEET} (2022), H100 PCIe column; sparse tensor figures halved", 114, 80)),
     NameRule("h100", any_of=("sxm", "sxm5", "hbm3"), peak=Peak("H100 SXM", _HOPPER_SXM, 3.35,
              f"{_H100_SHEET} (2023), H100 SXM column; sparse tensor figures halved", 132, 80)),
@@ -97,12 +105,16 @@ NAME_RULES: tuple[NameRule, ...] = (
              f"{_A100_SHEET}, A100 40GB SXM column", 108, 40)),
     NameRule("a100", reason="cannot tell the form factor (SXM, PCIe) and memory (40/80 GB) from the name, "
              "and the memory bandwidth differs by them"),
-    NameRule("l4", peak=Peak("L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0}, 0.3,
+    # sheet: fp8 485*, int8 485* TOPS (sparse)
+    NameRule("l4", peak=Peak("L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5,
+                                    "int8": 242.5}, 0.3,
              "NVIDIA L4 Tensor Core GPU datasheet (2023); sparse tensor figures halved")),
-    NameRule("a10", peak=Peak("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}, 0.6,
+    # sheet: int8 250 | 500* TOPS
+    NameRule("a10", peak=Peak("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0, "int8": 250.0}, 0.6,
              "NVIDIA A10 Tensor Core GPU datasheet (2021)")),
-    NameRule("t4", peak=Peak("T4", {"fp32": 8.1, "fp16": 65.0}, 0.32, "NVIDIA T4 Tensor Core GPU datasheet (2019); "
-             "fp16 is the mixed-precision tensor figure")),
+    NameRule("t4", peak=Peak("T4", {"fp32": 8.1, "fp16": 65.0, "int8": 130.0}, 0.32,
+             "NVIDIA T4 Tensor Core GPU datasheet (2019); fp16 is the mixed-precision tensor figure, int8 its "
+             "130 TOPS")),
     NameRule("v100s", ("pcie",), peak=Peak("V100S PCIe", {"fp32": 16.4, "fp16": 130.0}, 1.134,
              f"{_V100_SHEET}, V100S PCIe column; fp16 is the Tensor Performance figure")),
     NameRule("v100", ("pcie",), peak=Peak("V100 PCIe", {"fp32": 14.0, "fp16": 112.0}, 0.9,

@@ -89,7 +89,8 @@ def physics_of(record: TestRecord, ceilings: Mapping[str, float]) -> list[str]:
     """Impossible figures of ``record`` (:func:`hwregress.judge.physics.physics_violations`): its FLOP rate (a model's
     achieved TFLOP/s, a GEMM roof) against the published dense peak of its device and dtype and, for models on
     CUDA, this session's GEMM roof; a device copy against the published memory bandwidth; MFU; and energy
-    against mean power x window.
+    against mean power x window; mean power against the enforced power limit NVML reported for the window
+    (``health["power_limit_enforced_w"]``, :func:`hwregress.hardware.gpu_health.gpu_health`; none on the CPU).
 
     The measured GEMM roof bounds models on CUDA only: a CPU's one-matrix GEMM ceiling is no roof (oneDNN's
     convolutions run faster than it: docs/measured.md, 'CPU ceilings').
@@ -112,6 +113,7 @@ def physics_of(record: TestRecord, ceilings: Mapping[str, float]) -> list[str]:
         energy_j=telemetry.get("energy_j"),
         mean_power_w=telemetry.get("metrics", {}).get("power_w", {}).get("mean"),
         duration_s=telemetry.get("duration_s"),
+        power_limit_w=(record.health or {}).get("power_limit_enforced_w"),
         power_averaging_s=_power_averaging_s(telemetry),
     )
 

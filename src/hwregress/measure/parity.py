@@ -17,7 +17,15 @@ from torch import nn
 from hwregress.hardware.facts import device_kind
 from hwregress.measure.out_of_memory import out_of_memory_released
 from hwregress.measure.precision import quantization
-from hwregress.measure.precision.numerics import autocast, grad_scaler, precision, tf32_flags
+from hwregress.measure.precision.numerics import (
+    autocast,
+    forward_precision,
+    grad_scaler,
+    model_for_mode,
+    precision,
+    runs_in_dtype,
+    tf32_flags,
+)
 from hwregress.workloads import Inputs, Workload, build_on, forward, make_batch
 
 DIGITS_SPLIT_SEED = 0
@@ -271,11 +279,21 @@ def output_parity(workload: Workload, device: str, dtype: str, seed: int = 0,
 
 
 def _device_logits(reference: CpuReference, device: str, dtype: str) -> torch.Tensor:
-    """The logits of the reference's weights on ``device`` in ``dtype``, as fp32 on the CPU."""
-    device_model, _ = quantization.prepare(device_copy(reference, device), dtype, device, "infer")
-    with torch.no_grad(), precision(device, dtype):
-        return forward(device_model,
-                       quantization.cast_inputs(_to(reference.inputs, device), dtype, device)).float().cpu()
+    """The logits of the reference's weights on ``device`` in ``dtype``, as fp32 on the CPU, computed as the timed
+    inference window computes them: the model cast to ``dtype`` where that window casts it (a causal LM's bf16/fp16:
+    :func:`hwregress.measure.precision.numerics.model_for_mode`, no autocast), else under autocast; a quantized dtype
+    prepared with a probe of these inputs (:func:`hwregress.measure.precision.quantization.prepare`).
+
+    Raises:
+        QuantizationUnsupported: see :func:`hwregress.measure.precision.quantization.prepare`.
+    """
+    task = reference.workload.task
+    inputs = quantization.cast_inputs(_to(reference.inputs, device), dtype, device)
+    device_model = model_for_mode(device_copy(reference, device), task, "infer", dtype)
+    device_model, _ = quantization.prepare(device_model, dtype, device, "infer",
+                                           probe=lambda model: forward(model, inputs))
+    with torch.no_grad(), forward_precision(device, dtype, runs_in_dtype(task, "infer", dtype)):
+        return forward(device_model, inputs).float().cpu()
 
 
 def compare_logits(output: torch.Tensor, reference: torch.Tensor, tolerance: float) -> OutputParity:

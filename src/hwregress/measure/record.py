@@ -34,6 +34,8 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
         record.details["quantized_layers"] = measurement.quantized_layers
     if measurement.quantized_base_dtype is not None:
         record.details["quantized_base_dtype"] = measurement.quantized_base_dtype
+    if measurement.quantization is not None:
+        record.details["quantization"] = measurement.quantization
     if measurement.compile is not None:  # the compiling first call, timed apart from the window
         compiled = measurement.compile  # setup_s: None unless this test paid the process's one-time set-up, untimed
         record.compile = CompileFigures(compile_s=compiled.compile_s, setup_s=compiled.setup_s,

@@ -91,6 +91,7 @@ class Measurement:
     compile: compilation.CompileTiming | None = None
     quantized_layers: int | None = None  # Linear layers int8/fp8 replaced (None: not quantized)
     quantized_base_dtype: str | None = None  # dtype of the rest of a quantized model: "bf16" on CUDA, "fp32" on the CPU
+    quantization: str | None = None  # the quantized arithmetic (quantization.algorithm), None: not quantized
 
     @property
     def throughput_samples(self) -> list[float]:
@@ -227,8 +228,9 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     with PeakMemoryMeter(device) as memory:
         model = numerics.model_for_mode(build_on(workload, device), workload.task, mode, dtype)
         inputs, labels = make_batch(workload, batch_size, device, seq_len=context)
-        model, quantized = quantization.prepare(model, dtype, device, mode)
         inputs = quantization.cast_inputs(inputs, dtype, device)
+        model, quantized = quantization.prepare(
+            model, dtype, device, mode, probe=lambda m: build_step(workload, m, mode, inputs, labels, device, dtype)())
         if options.memory_format == "channels_last":
             model, inputs = _channels_last(model, inputs)
         compiled = compilation.compile_model(model, options.compiler)
@@ -247,7 +249,8 @@ def _measure_model(workload: Workload, device: str, mode: str, batch_size: int, 
     measurement = Measurement(timing, batch_size * per_sample, memory.peak_bytes, sampler.summary(),
                               sampler.compact_series(), health=sampler.health, work_per_sample=per_sample,
                               compile=compiled_timing, quantized_layers=quantized,
-                              quantized_base_dtype=quantization.base_dtype_name(dtype, device))
+                              quantized_base_dtype=quantization.base_dtype_name(dtype, device),
+                              quantization=quantization.algorithm(dtype, device, mode))
     if options.profile_steps > 0:
         measurement.profile = profiling.profile_operators(step, device, options.profile_steps,
                                                           trace_path=options.trace_path)

@@ -4,8 +4,11 @@ pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 - :mod:`~hwregress.plugin.hookspecs`: the hooks offered to other plugins, each with an example;
 - :mod:`~hwregress.plugin.options`: command-line options and ini twins; :mod:`~hwregress.plugin.settings`:
   their values validated into ``Settings``;
-- :mod:`~hwregress.plugin.parametrize`: the matrix every hardware test is parametrized over;
-- :mod:`~hwregress.plugin.fixture`: the ``hwbench`` fixture and the pytest-benchmark bridge;
+- :mod:`~hwregress.plugin.families`: the test families, one module each behind one protocol and one registry: each
+  owns its cases, its measurement, the sub-record it fills and its report view;
+- :mod:`~hwregress.plugin.parametrize`: every hardware test parametrized over its family's cases (built from the
+  axes of :mod:`~hwregress.plugin.matrix`);
+- :mod:`~hwregress.plugin.fixture`: the ``hwbench`` fixture, the test's context, and the pytest-benchmark bridge;
 - :mod:`~hwregress.plugin.record`: the one record per test, settled on the worker that ran it;
 - :mod:`~hwregress.plugin.collector`: the controller, which stores records and writes the outputs;
 - :mod:`~hwregress.plugin.xdist`: the scheduler that gives each device to one worker;
@@ -20,9 +23,11 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
-from hwregress.plugin import hookspecs, options, progress, record, spark, xdist
+from hwregress.plugin import hookspecs, options, progress, record, xdist
 from hwregress.plugin.collector import Collector
-from hwregress.plugin.fixture import SESSION_KEY, hwbench, release_cpu_references
+from hwregress.plugin.families import registry
+from hwregress.plugin.families import spark as spark_family
+from hwregress.plugin.fixture import SESSION_KEY, hwbench
 from hwregress.plugin.parametrize import SETTINGS_KEY, deselect_without_cases, pytest_generate_tests
 from hwregress.plugin.settings import build_settings
 from hwregress.store.baselines import BaselineStore
@@ -36,14 +41,7 @@ MARKERS = {
     "infer": "times an inference-mode forward pass",
     "prefill": "times a causal LM's prompt pass (tokens/s)",
     "decode": "times autoregressive generation with a KV cache (output tokens/s, per-token latency)",
-    "throughput": "a timed benchmark asserted against the baseline's throughput and peak memory",
-    "parity": "accuracy or output parity against the CPU fp32 reference",
-    "speedup": "GPU/CPU throughput ratio measured in one session",
-    "ceiling": "measures the device's roof (GEMM TFLOP/s, memory bandwidth)",
-    "scaling": "data-parallel training over world sizes (opt-in: --world-sizes or -m scaling)",
-    "colocated": "training processes sharing one device (opt-in: --colocate or -m colocated)",
-    "spark": "inference on Apache Spark, batch and streaming (opt-in: needs the spark extra and Java 17+)",
-}
+}  # and each family's marker (hwregress.plugin.families.registry.markers)
 # the suite's test modules are imported by the repository's bench_tests/ re-exports: keep pytest's assert messages
 pytest.register_assert_rewrite("hwregress.suite")
 
@@ -66,13 +64,20 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, Any, Any]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, description in MARKERS.items():
+    try:
+        registry.load_entry_points()
+    except registry.FamilyError as error:
+        raise pytest.UsageError(str(error)) from None
+    for name, description in {**MARKERS, **registry.markers()}.items():
         config.addinivalue_line("markers", f"{name}: {description}")
+    for family in registry.families():  # a family may implement pytest hooks of its own
+        config.pluginmanager.register(family, f"hwregress-family-{family.name}")
     settings = config.stash[SETTINGS_KEY] = build_settings(config)
     config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy)
     xdist.register(config)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
+        spark_family.warn_of_a_shared_gpu(config, settings.spark, settings.selection.devices)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -91,12 +96,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
     outcome = yield
-    record.finish(item, call, outcome.get_result())
-
-
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    release_cpu_references(item.config, nextitem)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    spark.stop_engine(session.config)
+    record.finish(item, call, outcome.get_result(), registry.family_of(item))

@@ -16,7 +16,6 @@ from typing import Any, NoReturn
 
 import pytest
 
-from hwregress.plugin.parametrize import family_of
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -49,22 +48,26 @@ def is_hardware_test(item: pytest.Item) -> bool:
     return callspec is not None and "device" in callspec.params and "hwbench" in getattr(item, "fixturenames", ())
 
 
-def record_from_params(item: pytest.Item) -> TestRecord:
-    """The record of a test that ended before ``hwbench`` could build one (a skip in a fixture)."""
+def record_from_params(item: pytest.Item, family: str | None) -> TestRecord:
+    """The record of a test of ``family`` that ended before ``hwbench`` could build one (a skip in a fixture)."""
     params: dict[str, Any] = item.callspec.params  # type: ignore[attr-defined]
-    return TestRecord(test_id=item.nodeid, family=family_of(item) or "throughput", device=params.get("device"),
+    return TestRecord(test_id=item.nodeid, family=family or "throughput", device=params.get("device"),
                       model=params.get("workload") or params.get("members") or params.get("ceiling"),
                       mode=params.get("mode"),
                       batch_size=params.get("batch_size"), dtype=params.get("dtype"))
 
 
-def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-    """Settle the record's outcome and verdict from ``report`` and attach it (see the module docstring)."""
+def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport, family: str | None) -> None:
+    """Settle the record's outcome and verdict from ``report`` and attach it (see the module docstring); ``family``:
+    the test's (:func:`hwregress.plugin.families.registry.family_of`), for a test that ended before it had a
+    record."""
     if not is_hardware_test(item) or not _concludes(report):
         return
     first = RECORD_KEY not in item.stash
-    record = item.stash.setdefault(RECORD_KEY, record_from_params(item))
+    record = item.stash.setdefault(RECORD_KEY, record_from_params(item, family))
     record.outcome = report.outcome
+    if record.duration_s is None and report.when != "teardown":
+        record.duration_s = report.duration  # the phase that concluded it, as pytest timed it
     if report.when == "teardown":
         record.message = " | ".join(filter(None, [record.message, f"teardown failed: {failure_reason(item, report)}"]))
     elif report.skipped:

@@ -16,7 +16,7 @@ from hwregress.judge.compare import Tolerances
 from hwregress.judge.lifecycle import UPDATE_MODES
 from hwregress.judge.session import Policy
 from hwregress.measure.timing import TimingPlan
-from hwregress.plugin.matrix import MAX_BATCH, OPT_IN_EVERYWHERE, OPT_IN_ON_CPU, Selection, node_gpus, validate
+from hwregress.plugin.matrix import MAX_BATCH, Selection, node_gpus, validate
 from hwregress.plugin.options import (
     flag_of,
     list_of,
@@ -192,11 +192,11 @@ def _world_sizes(config: pytest.Config) -> list[int] | None:
 
 
 def _opted_in(config: pytest.Config) -> frozenset[str]:
-    """The opt-in families (:data:`hwregress.plugin.matrix.OPT_IN_ON_CPU`,
-    :data:`~hwregress.plugin.matrix.OPT_IN_EVERYWHERE`) this session asks for: named in the ``-m`` expression, or
-    implied by ``--world-sizes`` (scaling), ``--colocate`` (colocated) or ``--spark-master`` (spark)."""
+    """What this session asks for by name, so that an opt-in family (``scaling`` and ``colocated`` on the CPU,
+    ``spark`` everywhere) runs: the names the ``-m`` expression mentions, and the family ``--world-sizes`` (scaling),
+    ``--colocate`` (colocated) or ``--spark-master`` (spark) implies."""
     expression = getattr(config.option, "markexpr", "") or ""
-    chosen = {family for family in (*OPT_IN_ON_CPU, *OPT_IN_EVERYWHERE) if re.search(rf"\b{family}\b", expression)}
+    chosen = set(re.findall(r"[A-Za-z_][\w-]*", expression)) - {"and", "or", "not"}
     if value_of(config, "hwregress_spark_master")[0] is not None:
         chosen.add("spark")
     if value_of(config, "hwregress_world_sizes")[0] is not None:

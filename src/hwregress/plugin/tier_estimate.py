@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hwregress.hardware import roofline
-from hwregress.measure.llm.window import NEW_TOKENS
+from hwregress.measure.llm.window import DECODE_WARMUP_GENERATIONS, NEW_TOKENS
 from hwregress.measure.memory_guard import GUARDED_BATCH, PROBE_BATCHES
 from hwregress.measure.parity import DIGITS_STEPS, PARITY_TOKENS
 from hwregress.measure.timing import TimingPlan
-from hwregress.plugin import matrix
+from hwregress.plugin.families import registry
 from hwregress.plugin.matrix import Selection
 
 BUDGET_S = 600.0  # the default GPU tier must end within 10 minutes on one GPU
 H100 = roofline.peak_lookup("NVIDIA H100 80GB HBM3").peak
 PARITY_SAMPLES = 8  # hwregress.measure.parity.parity_inputs: 8 images or 8 sequences
-SPEEDUP_CPU_PLAN = {"warmup_steps": 1, "rounds": 5}  # hwregress.plugin.fixture.HwBench._cpu_reference
+SPEEDUP_CPU_PLAN = {"warmup_steps": 1, "rounds": 5}  # hwregress.plugin.families.speedup._cpu_reference
 SCALE_OUT_FAMILIES = ("scaling", "colocated")
 
 
@@ -164,16 +164,16 @@ class TierEstimate:
 
 
 def default_gpu_cases(device: str = "cuda:0") -> dict[str, list[dict[str, Any]]]:
-    """The default tier's cases on one GPU, per family: what ``pytest -m gpu`` collects on a one-GPU node
+    """The default tier's cases on one GPU, per built-in family: what ``pytest -m gpu`` collects on a one-GPU node
     (``--dtypes fp32``, no opt-in family)."""
     selection = Selection([device])
-    return {family: matrix.cases(selection, family) for family in matrix.FAMILIES}
+    return {family.name: family.cases(selection) for family in registry.BUILT_IN}
 
 
 def estimate(cases: Mapping[str, Iterable[dict[str, Any]]], assumptions: Assumptions | None = None,
              plan: TimingPlan | None = None, profile_steps: int = 3) -> TierEstimate:
-    """The seconds of ``cases`` (family -> parameter sets, as :func:`hwregress.plugin.matrix.cases` gives them) on one
-    H100, per family.
+    """The seconds of ``cases`` (family -> parameter sets, as :func:`hwregress.plugin.families.registry.cases` gives
+    them) on one H100, per family.
 
     Raises:
         KeyError: a case's workload has no :data:`MODEL_FACTS` entry (measure it with the script's ``--measure``).
@@ -276,8 +276,9 @@ class _CostModel:
         return fixed, self._window_s(step)
 
     def _serving(self, case: dict[str, Any]) -> tuple[float, float]:
-        """Prefill: ``warmup_steps`` + ``rounds`` prompt passes; decode: 1 + ``rounds`` generations of ``decode_tokens``
-        tokens (a prompt pass, then one launch-bound or weight-bound step per token); one more under the counter."""
+        """Prefill: ``warmup_steps`` + ``rounds`` prompt passes; decode: ``DECODE_WARMUP_GENERATIONS`` + ``rounds``
+        generations of ``decode_tokens`` tokens (a prompt pass, then one launch-bound or weight-bound step per token);
+        one more under the counter."""
         a, name, batch = self.assumptions, case["workload"], case["batch_size"]
         facts = self._facts(name)
         prompt = self._step_s(name, "infer", batch)
@@ -291,7 +292,7 @@ class _CostModel:
         generation = prompt + (tokens - 1) * token_step
         counted = ((generation + tokens * facts.forward_ops * a.flop_counter_us * 1e-6) if self.profile_steps > 0
                    else 0.0)
-        return fixed + generation + counted, self.plan.rounds * generation
+        return fixed + DECODE_WARMUP_GENERATIONS * generation + counted, self.plan.rounds * generation
 
     def _cpu_step_s(self, name: str, mode: str, batch: int) -> float:
         passes = 3 if mode == "train" else 1

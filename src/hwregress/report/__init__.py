@@ -21,11 +21,11 @@ from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from hwregress import __version__
 from hwregress.hardware import roofline
 from hwregress.report import charts
+from hwregress.report.family_views import views_context
 from hwregress.report.history_view import HistorySection
 from hwregress.report.reach_view import reach_cells, tolerance_by_kind
 from hwregress.report.regressed_chart import top_context
-from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY, scaleout_context
-from hwregress.report.spark_view import spark_context
+from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY
 from hwregress.store.archive import archive_stem, free_archive_stem
 from hwregress.store.atomic import atomic_write_json, atomic_write_text
 from hwregress.store.history import parse_time
@@ -144,7 +144,8 @@ def _has_detail(record: TestRecord) -> bool:
 
 
 def render(results: SessionResults, history: HistorySection | None = None) -> str:
-    """The report page of one session, as HTML text; ``history`` adds the trend section of its tests."""
+    """The report page of one session, as HTML text: the generic tables and charts, each family's view
+    (:mod:`hwregress.report.family_views`); ``history`` adds the trend section of its tests."""
     records = sorted(results.records, key=lambda r: (verdict_rank(r.verdict), r.test_id))
     return _environment().get_template("report.html.j2").render(
         meta=results.meta,
@@ -159,13 +160,10 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         speedup_chart=_speedup_chart(records),
         roofline_charts=_roofline_charts(records),
         roofline_method=ROOFLINE_METHOD,
-        parity=[r for r in records if r.family in ("parity", "output-parity")],
-        ceilings=[r for r in records if r.family == "ceiling"],
         details=[_detail(r) for r in records if _has_detail(r)],
         version=__version__,
         **(history or HistorySection()).context(),
-        **scaleout_context(records),
-        **spark_context(records),
+        **views_context(records),  # each family's section (hwregress.report.family_views)
         **top_context(records),
     )
 

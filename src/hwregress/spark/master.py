@@ -81,3 +81,21 @@ def _mesos(address: str, spark_major: int | None) -> str | None:
     if spark_major is not None and spark_major >= 4:
         return f"Spark {spark_major} has no Mesos support (removed in 4.0)"
     return None if address else "mesos:// names no master"
+
+
+def local_slots(master: str, cores: int) -> int | None:
+    """Task slots an embedded master runs on this host, each task in a Python worker of its own: ``local`` 1,
+    ``local[N]`` and ``local[N,F]`` N, ``local[*]`` ``cores`` (Spark's ``localCpuCount``: the JVM's available
+    processors), ``local-cluster[N,C,M]`` N workers x C cores; None for a cluster master (``spark://``, ``yarn``,
+    ``k8s://``, ``mesos://``), whose executors Spark's resource scheduling places. ``master`` is taken to be a form
+    :func:`problem` accepts."""
+    if master == "local":
+        return 1
+    for pattern in (_LOCAL_N, _LOCAL_N_FAILURES):
+        match = pattern.fullmatch(master)
+        if match:
+            return cores if match.group(1) == "*" else int(match.group(1))
+    match = _LOCAL_CLUSTER.fullmatch(master)
+    if match:
+        return int(match.group(1)) * int(match.group(2))
+    return None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hwregress.hardware.facts import device_kind
 from hwregress.spark import engine
 from hwregress.spark.engine import EngineConfig
+from hwregress.spark.master import local_slots
 
 # rows of the batch data set: the 1,797 digits repeated to a few thousand, more where a pass is fast
 DEFAULT_ROWS = {"cpu": 2048, "cuda": 16384, "mps": 4096}
@@ -25,6 +27,25 @@ def default_master(device: str) -> str:
     a GPU: ``local[1]``, one task slot and so one Python worker on it (``local[cores]`` would put a worker per core,
     each with its own model and CUDA context, on the same GPU)."""
     return engine.default_master() if device_kind(device) == "cpu" else f"local[{GPU_TASK_SLOTS}]"
+
+
+def shared_gpu_warning(master: str, devices: Iterable[str], source: str = "--spark-master") -> str | None:
+    """A sentence for a ``master`` that puts several Python workers on each GPU a test runs on, None otherwise.
+
+    Spark's local mode gives a task no GPU address (see :data:`GPU_TASK_SLOTS`), so every task slot of an embedded
+    master (:func:`hwregress.spark.master.local_slots`: ``local[4]`` 4, ``local[*]`` the cores) runs its own worker,
+    model and CUDA context on the device under test. That is a measurement of GPU sharing, not of one worker per GPU,
+    which the default ``local[1]`` gives; a cluster master (``spark://``, ``yarn``, ``k8s://``) is left to Spark's
+    resource scheduling. ``devices``: the selected devices (``cuda:0``, ``mps``, ``cpu``); ``source``: the flag or
+    ini key the master came from, named in the sentence."""
+    gpus = [device for device in devices if device_kind(device) != "cpu"]
+    slots = local_slots(master, engine.host_cores())
+    if not gpus or slots is None or slots <= GPU_TASK_SLOTS:
+        return None
+    return (f"{source}={master} on a GPU ({', '.join(gpus)}): {slots} task slots, and Spark's local mode gives a task "
+            f"no GPU, so {slots} Python workers, each with its own model and CUDA context, share the one GPU a test "
+            f"runs on; leave {source} out for local[{GPU_TASK_SLOTS}] on GPU tests (the CPU keeps local[cores]), or "
+            "keep it to measure workers sharing a GPU")
 
 
 @dataclass(frozen=True)

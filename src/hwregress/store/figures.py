@@ -92,7 +92,7 @@ def _options(hint: Any) -> tuple[Any, ...]:
 _UNION_TYPE = type(int | None)
 
 
-# --- data-parallel scaling, all-reduce, co-location (hwregress.scaleout.figures, plugin/distributed.py) -----------
+# --- data-parallel scaling, all-reduce, co-location (hwregress.scaleout.figures, plugin/families/jobs.py) --------
 
 @dataclass
 class RankFigures(Figures):
@@ -176,7 +176,7 @@ class ColocatedFigures(Figures):
     members: list[ColocatedMember] = doc("one entry per process, in member order", factory=list)
 
 
-# --- Spark (hwregress.spark, plugin/spark.py) -------------------------------------------------------------------
+# --- Spark (hwregress.spark, plugin/families/spark.py) ----------------------------------------------------------
 
 @dataclass
 class SparkFigures(Figures):

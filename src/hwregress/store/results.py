@@ -156,7 +156,8 @@ class TestRecord:
     trace_path: str | None = doc("path of the profiler trace, when written")
     details: dict[str, Any] = doc("open-ended facts (see TestRecord's docstring): identity, device_facts, variant, "
                                   "window and reference figures", factory=dict)
-    duration_s: float | None = doc("s, wall time of the measurement")
+    duration_s: float | None = doc("s, wall time of the test's call phase (a setup that failed: of the setup); the "
+                                   "digits parity: of its training")
     scaling: ScalingFigures | None = doc("data-parallel scaling figures (family scaling)")
     allreduce: AllreduceFigures | None = doc("all-reduce sweep (family ceiling, model allreduce)")
     colocated: ColocatedFigures | None = doc("co-located processes (family colocated)")

@@ -6,4 +6,4 @@ import pytest
 
 @pytest.mark.ceiling
 def test_ceiling(hwbench, device, ceiling, dtype):
-    hwbench.ceiling(device, ceiling, dtype)
+    hwbench.measure("ceiling", device=device, ceiling=ceiling, dtype=dtype)

@@ -6,4 +6,4 @@ import pytest
 
 @pytest.mark.colocated
 def test_colocated(hwbench, device, members, mode, batch_size, dtype):
-    hwbench.colocated(device, members, batch_size, dtype)
+    hwbench.measure("colocated", device=device, members=members, mode=mode, batch_size=batch_size, dtype=dtype)

@@ -7,4 +7,5 @@ import pytest
 
 @pytest.mark.scaling
 def test_scaling(hwbench, device, workload, mode, world_size, batch_size, dtype):
-    hwbench.scaling(device, workload, world_size, batch_size, dtype)
+    hwbench.measure("scaling", device=device, workload=workload, mode=mode, world_size=world_size,
+                    batch_size=batch_size, dtype=dtype)

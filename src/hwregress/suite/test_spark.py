@@ -8,4 +8,4 @@ import pytest
 
 @pytest.mark.spark
 def test_spark(hwbench, device, workload, mode, batch_size, dtype):
-    hwbench.spark(device, workload, mode, batch_size, dtype)
+    hwbench.measure("spark", device=device, workload=workload, mode=mode, batch_size=batch_size, dtype=dtype)

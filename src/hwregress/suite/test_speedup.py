@@ -6,4 +6,4 @@ import pytest
 
 @pytest.mark.speedup
 def test_gpu_speedup(hwbench, device, workload, mode, batch_size, dtype):
-    hwbench.speedup(device, workload, batch_size, dtype)
+    hwbench.measure("speedup", device=device, workload=workload, mode=mode, batch_size=batch_size, dtype=dtype)

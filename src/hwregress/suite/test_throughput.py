@@ -6,4 +6,5 @@ import pytest
 
 @pytest.mark.throughput
 def test_throughput(hwbench, device, workload, mode, context, compiler, memory_format, batch_size, dtype):
-    hwbench.throughput(device, workload, mode, batch_size, dtype, context, compiler, memory_format)
+    hwbench.measure("throughput", device=device, workload=workload, mode=mode, context=context, compiler=compiler,
+                    memory_format=memory_format, batch_size=batch_size, dtype=dtype)

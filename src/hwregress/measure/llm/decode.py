@@ -21,12 +21,13 @@ See :func:`logits_to_keep_argument` for older spellings.
 
 The model is any Hugging Face style causal LM: ``model(input_ids=..., attention_mask=...,
 position_ids=..., past_key_values=..., use_cache=True)`` returning an object with ``logits``
-[B, S, vocab] and ``past_key_values``. Decoding is greedy (argmax): nothing here is random.
+[B, S, vocab] and ``past_key_values``; where the forward names ``cache`` instead (transformers 5.x, whose
+``past_key_values`` warns and goes in 5.40) the cache goes in and comes out under that name (:func:`cache_argument`,
+:func:`output_cache`). Decoding is greedy (argmax): nothing here is random.
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -38,14 +39,9 @@ import numpy as np
 import torch
 
 from hwregress.hardware.devices import synchronize
+from hwregress.measure.llm.model_api import cache_argument, cache_key_dtype, logits_to_keep_argument, output_cache
 
 ITL_PERCENTILES = (50, 90, 99)
-# the forward argument that limits the logits to the last positions: logits_to_keep from transformers 4.49 (Llama,
-# Qwen2, ...), num_logits_to_keep in 4.45-4.48 (huggingface/trl issue #2770: Qwen2's forward on 4.48); GPT-2 gained
-# logits_to_keep only in 2025 (huggingface/transformers PR #39016, the pattern PR #41335 spread to older models)
-LOGITS_TO_KEEP_NAMES = ("logits_to_keep", "num_logits_to_keep")
-
-
 class Clock(Protocol):
     """A monotonic clock: each call returns the current time in seconds (``time.perf_counter``)."""
 
@@ -168,8 +164,8 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
 
     Each round: the prompt pass ``model(input_ids [B, S], attention_mask [B, S], use_cache=True)`` (with
     ``logits_to_keep=1`` where the forward takes it: logits [B, 1, vocab]) and the argmax of ``logits[:, -1]`` give
-    the first token; then ``new_tokens - 1`` steps each feed the newest
-    token [B, 1] with the previous ``past_key_values``, the attention mask extended by one column of ones
+    the first token; then ``new_tokens - 1`` steps each feed the newest token [B, 1] with the previous KV cache
+    (``cache`` or ``past_key_values``: :func:`cache_argument`), the attention mask extended by one column of ones
     and the next position ids. Position ids follow the attention mask as ``transformers``' ``generate``
     does (``cumsum(mask) - 1``), so left-padded prompts decode as they would there. The clock is read
     after a device synchronization at every interval boundary: ``new_tokens + 1`` readings per timed
@@ -257,48 +253,13 @@ def prefill_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     return seconds
 
 
-def logits_to_keep_argument(model: torch.nn.Module) -> dict[str, int]:
-    """The keyword that makes ``model``'s forward compute the logits of the last position only: ``{"logits_to_keep":
-    1}`` (``LlamaForCausalLM`` from transformers 4.49, ``GPT2LMHeadModel`` from 2025, every causal LM of 5.x),
-    ``{"num_logits_to_keep": 1}`` (transformers 4.45-4.48), or ``{}`` when the forward names neither (an older
-    transformers' GPT-2, a model of your own;
-    a forward taking only ``**kwargs`` counts as naming neither, since it may pass an unknown keyword on to code
-    that rejects it). Without it the model computes logits [B, S, vocab] and the last position is taken, the same
-    tokens at the cost of the LM head over every prompt position."""
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # a forward inspect cannot read (a C extension): pass nothing it may not take
-        return {}
-    for name in LOGITS_TO_KEEP_NAMES:
-        if name in parameters and parameters[name].kind is not inspect.Parameter.VAR_KEYWORD:
-            return {name: 1}
-    return {}
-
-
-def cache_key_dtype(cache: object) -> torch.dtype | None:
-    """The dtype of the first layer's keys in a KV cache, None when there is none or it has no layer:
-    ``Cache.layers[0].keys`` (transformers >= 4.56), ``Cache.key_cache[0]`` (4.36-4.55), or the legacy tuple of
-    ``(key [B, heads, S, head_dim], value)`` per layer."""
-    if cache is None:
-        return None
-    layers = getattr(cache, "layers", None)
-    if layers:
-        keys = getattr(layers[0], "keys", None)
-        return keys.dtype if isinstance(keys, torch.Tensor) else None
-    key_cache = getattr(cache, "key_cache", None)
-    if key_cache:
-        return key_cache[0].dtype
-    if isinstance(cache, (tuple, list)) and cache and isinstance(cache[0], (tuple, list)) and cache[0]:
-        return cache[0][0].dtype if isinstance(cache[0][0], torch.Tensor) else None
-    return None
-
-
 def _generate(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int,
               device: str, clock: Clock | None) -> tuple[torch.Tensor, list[float], torch.dtype | None]:
     """One greedy generation. Returns the new ids [B, new_tokens], when ``clock`` is given the ``new_tokens + 1``
     synchronized clock readings bounding the prompt pass and each step (seconds), and the KV cache's key dtype."""
     boundaries: list[float] = []
     last_logits = logits_to_keep_argument(model)
+    cache_name = cache_argument(model)
 
     def mark() -> None:
         if clock is not None:
@@ -315,12 +276,12 @@ def _generate(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: t
     for _ in range(new_tokens - 1):
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
         positions = positions[:, -1:] + 1
-        outputs = model(input_ids=token, attention_mask=mask, position_ids=positions,
-                        past_key_values=outputs.past_key_values, use_cache=True, **last_logits)
+        outputs = model(input_ids=token, attention_mask=mask, position_ids=positions, use_cache=True,
+                        **{cache_name: output_cache(outputs)}, **last_logits)
         token = outputs.logits[:, -1].argmax(dim=-1, keepdim=True)
         mark()
         generated.append(token)
-    return torch.cat(generated, dim=1), boundaries, cache_key_dtype(outputs.past_key_values)
+    return torch.cat(generated, dim=1), boundaries, cache_key_dtype(output_cache(outputs))
 
 
 def _positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

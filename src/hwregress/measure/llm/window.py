@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,12 @@ from hwregress.workloads import Workload, build_on, make_batch
 # percentiles. CUDA generated 64 until the GPU tier had to fit 10 minutes: a Llama 3.2 1B generation is launch-bound
 # (~1,200 operators per token), and 32 tokens halve its decode tests (hwregress.plugin.tier_estimate)
 NEW_TOKENS = {"cpu": 16, "cuda": 32, "mps": 32}
+# untimed generations before a decode window, whatever --warmup says, and the record's warmup_steps: a decode round
+# is a whole generation (a prompt pass and new_tokens - 1 cached steps), so one already runs every shape the timed
+# rounds run (each KV length once) and grows the allocator to their peak; --warmup counts the steps of a step window
+# (3 by default), and as many generations would triple a decode test's warmup on the GPU tier (a Llama 3.2 1B
+# generation: 32 tokens of ~1,200 launch-bound operators each) for no shape it had not run
+DECODE_WARMUP_GENERATIONS = 1
 
 
 @dataclass
@@ -66,7 +73,8 @@ def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: 
             plan: TimingPlan, telemetry_interval_s: float = 0.1, profile: bool = True,
             clock: Clock = time.perf_counter) -> LlmMeasurement:
     """Measure ``mode`` (``prefill`` or ``decode``) of ``workload`` at ``batch_size`` sequences of ``context``
-    prompt tokens. ``plan.rounds`` timed rounds after ``plan.warmup_steps`` untimed ones (at least one).
+    prompt tokens. ``plan.rounds`` timed rounds after untimed ones: ``plan.warmup_steps`` prompt passes (prefill),
+    :data:`DECODE_WARMUP_GENERATIONS` whole generations (decode); the record's ``warmup_steps`` is the count run.
 
     Returns:
         the measurement (prefill: prompt tokens/s per pass; decode: tokens/s of the decode steps per round, FLOPs of
@@ -101,9 +109,10 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
     guard_host_memory(workload, device, "infer", batch_size, dtype, context)
     with PeakMemoryMeter(device) as memory:
         model = model_for_mode(build_on(workload, device).eval(), workload.task, mode, dtype)
-        model, quantized = quantization.prepare(model, dtype, device, mode)
         inputs, _ = make_batch(workload, batch_size, device, seq_len=context)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        model, quantized = quantization.prepare(model, dtype, device, mode,
+                                                probe=quantization_probe(mode, ids, mask))
         sampler = TelemetrySampler(device, telemetry_interval_s)
         with forward_precision(device, dtype, runs_in_dtype(workload.task, mode, dtype)):
             if mode == "prefill":
@@ -114,22 +123,33 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
                 work_per_round, per_sample = batch_size * context, context
             else:
                 with sampler:
-                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock, warmup=1,
-                                           after_warmup=memory.settle)
+                    timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock,
+                                           warmup=DECODE_WARMUP_GENERATIONS, after_warmup=memory.settle)
                 seconds = [sum(steps) for steps in timing.step_s]  # the decode steps alone: the judged window
                 latency = _decode_latency(timing)
                 work_per_round, per_sample = batch_size * (new_tokens - 1), new_tokens - 1
-    window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=plan.warmup_steps,
+    warmup = plan.warmup_steps if mode == "prefill" else DECODE_WARMUP_GENERATIONS
+    window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=warmup,
                     stable=relative_iqr(seconds) <= plan.max_rel_iqr)
     measurement = Measurement(window, work_per_round, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
                               health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized,
-                              quantized_base_dtype=quantization.base_dtype_name(dtype, device))
+                              quantized_base_dtype=quantization.base_dtype_name(dtype, device),
+                              quantization=quantization.algorithm(dtype, device, mode))
     if profile:
         in_dtype = runs_in_dtype(workload.task, mode, dtype)
         measurement.flops_per_sample = _flops(model, ids, mask, mode, new_tokens, device, dtype, in_dtype) / batch_size
     synchronize(device)
     latency.update(context=context, new_tokens=new_tokens if mode == "decode" else None)
     return LlmMeasurement(measurement, latency)
+
+
+def quantization_probe(mode: str, ids: torch.Tensor, mask: torch.Tensor) -> Callable[[torch.nn.Module], Any]:
+    """One forward shaped like the judged step of ``mode``, for :func:`hwregress.measure.precision.quantization.prepare`
+    to count the rows each Linear multiplies: the prompt pass (prefill: ``batch x context`` rows), or one token per
+    sequence (decode: each cached step multiplies ``batch`` rows, whatever the prompt pass does)."""
+    if mode == "decode":
+        ids, mask = ids[:, :1], mask[:, :1]
+    return lambda model: model(input_ids=ids, attention_mask=mask, use_cache=False)
 
 
 def _decode_latency(timing: DecodeTiming) -> dict[str, Any]:

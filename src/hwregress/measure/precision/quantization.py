@@ -9,8 +9,19 @@ records how many layers were converted.
   int8 weights (per tensor), activations quantized per batch at run time, int8 GEMMs (fbgemm/x86 or
   qnnpack). Inference only: the quantized modules have no backward. PyTorch marks ``torch.ao.quantization``
   deprecated in favour of torchao, but it is the CPU path torch ships.
-- int8 on CUDA: torchao int8 weight-only (``Int8WeightOnlyConfig``, formerly ``int8_weight_only()``):
-  per-channel int8 weights dequantized into the activation dtype. Inference only.
+- int8 on CUDA: torchao's ``Int8DynamicActivationInt8WeightConfig`` (formerly
+  ``int8_dynamic_activation_int8_weight()``): per-channel int8 weights, activations quantized per token (row) at run
+  time, int8 x int8 GEMMs into int32 through ``torch._int_mm`` (cuBLAS; torchao/kernel/intmm.py ``safe_int_mm``).
+  Inference only. Weight-only int8 (``Int8WeightOnlyConfig``) is not used: in eager mode its linear converts the
+  whole int8 weight to the activation dtype on every call (``w_vals_int8_t.to(output_dtype)``,
+  quantize_/workflows/int8/int8_tensor.py in torchao 0.18) and runs a bf16 GEMM, so it moves about 5 bytes per weight
+  (int8 read, bf16 written and read) where the record counts 1, and times no int8 arithmetic.
+  ``torch._int_mm`` takes only products of more than 16 rows with K and N multiples of 8
+  (aten/src/ATen/native/cuda/Blas.cpp ``_int_mm_out_cuda``); torchao multiplies the others as an fp32 matmul (16 rows
+  or fewer: the error is caught) or on the CPU (K or N not a multiple of 8), neither an int8 GEMM. So only the Linear
+  layers whose product ``torch._int_mm`` takes are quantized: K and N multiples of 8 and, where the caller passes a
+  probe of the timed step (:func:`linear_rows`), more than 16 rows; the others stay bf16, and a model left with none
+  is :class:`QuantizationUnsupported` (a decode step of 16 sequences or fewer multiplies 16 rows or fewer).
 - fp8 on CUDA with compute capability >= 8.9 (Ada, Hopper and newer have fp8 tensor cores): inference
   through torchao's ``Float8DynamicActivationFloat8WeightConfig`` (e4m3 activations and weights with
   per-tensor scales, fp8 GEMMs through ``torch._scaled_mm``: the hardware's fp8 path, which weight-only fp8
@@ -18,26 +29,24 @@ records how many layers were converted.
   dynamic tensorwise scaling). fp8 GEMMs need both weight dimensions divisible by 16; other Linear layers
   stay in the model's dtype (torchao's own rule, ``torchao.float8.float8_linear_utils``).
 
+Each path names its algorithm (:func:`algorithm`, the record's ``details.quantization``): ``int8-dynamic-per-tensor``
+(the CPU's int8), ``int8-dynamic-per-token`` (CUDA's int8), ``fp8-dynamic-per-tensor`` (fp8 inference) and
+``fp8-training-tensorwise`` (fp8 training), so one dtype label never covers two arithmetics.
+
 The model's dtype (:func:`base_dtype`): on CUDA every path first casts the model to bfloat16, and floating inputs
 go in as bfloat16 (:func:`cast_inputs`), so the figure is quantized inference on bf16 activations, as torchao
 documents and benchmarks it, not int8 weights dequantized into fp32 GEMMs whose speed the TF32 flags decide. On
 the CPU, int8 stays fp32 (torch.ao's dynamic quantized Linear takes fp32 activations only).
 
-torchao's configs (v0.10+) and ``quantize_`` (v0.5-v0.9) default to ``set_inductor_config=True``, which sets
-``torch._inductor.config`` fields process-wide (and in v0.8-v0.17 ``torch.set_float32_matmul_precision("high")``,
-i.e. TF32 matmuls): hwregress passes False where the signature takes it and restores both around every torchao
-call (:func:`inductor_state_kept`), so no later test of the session runs under settings a quantized test left.
+Every torchao call goes through :mod:`hwregress.measure.precision.torchao_calls`, which leaves torchao's
+process-wide settings (inductor config, fp32 matmul precision) as they were.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import inspect
 import sys
 import warnings
-from collections.abc import Callable, Iterator
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -45,21 +54,41 @@ from torch import nn
 
 from hwregress.hardware.facts import device_kind
 from hwregress.measure.precision.numerics import MODES, cuda_index
+from hwregress.measure.precision.torchao_calls import import_torchao as _import_torchao
+from hwregress.measure.precision.torchao_calls import inductor_state_kept
+from hwregress.measure.precision.torchao_calls import quantize_ as _quantize_
+from hwregress.measure.precision.torchao_calls import torchao_config as _torchao_config
 
 QUANTIZED_DTYPES = ("int8", "fp8")
 INFERENCE_MODES = ("infer", "prefill", "decode")
-TORCHAO_INSTALL = "pip install torchao"
 FP8_MIN_CAPABILITY = (8, 9)  # first fp8 tensor cores: Ada Lovelace (sm_89); Hopper is 9.0
 ROCM_FP8_ARCHS = ("gfx942", "gfx950")  # MI300 and MI350, the AMD GPUs torchao's float8 accepts
 FP8_DIM_MULTIPLE = 16  # torch._scaled_mm needs both GEMM dimensions of the weight divisible by 16
+# torch._int_mm on CUDA (aten/src/ATen/native/cuda/Blas.cpp _int_mm_out_cuda): "self.size(0) needs to be greater than
+# 16", and K and N "greater than 0 and a multiple of 8"
+INT_MM_MIN_ROWS = 17
+INT_MM_DIM_MULTIPLE = 8
+
+# The algorithm of each quantized path (the record's details.quantization): (dtype, device kind, training?) -> name
+ALGORITHMS = {
+    # torch.ao quantize_dynamic: per-tensor int8 weights, activations quantized per tensor at run time (reduce_range),
+    # fbgemm/x86/qnnpack int8 GEMMs
+    ("int8", "cpu", False): "int8-dynamic-per-tensor",
+    # torchao Int8DynamicActivationInt8WeightConfig: per-channel int8 weights, per-token int8 activations, torch._int_mm
+    ("int8", "cuda", False): "int8-dynamic-per-token",
+    # torchao Float8DynamicActivationFloat8WeightConfig: e4m3 weights and activations, per-tensor scales, _scaled_mm
+    ("fp8", "cuda", False): "fp8-dynamic-per-tensor",
+    # torchao convert_to_float8_training: Float8Linear, dynamic tensorwise scaling
+    ("fp8", "cuda", True): "fp8-training-tensorwise",
+}
 
 # The dtype of everything but the quantized weights, by device kind (see :func:`base_dtype`).
-# CUDA: bf16. torchao's int8 weight-only layers dequantize into the activation dtype and its fp8 GEMMs return it;
+# CUDA: bf16. torchao's int8 and fp8 layers rescale their products into the activation dtype;
 # torchao quantizes bf16 models in its quick start (torchao/quantization/README.md:84-85 at v0.12.0:
 # ``.cuda().to(torch.bfloat16)``, bf16 input), supports per-row float8 "only for bfloat16 weight and activation"
 # (:196) and benchmarks every config against a bf16 base; its float8 training README (torchao/float8/README.md
 # at v0.12.0, "Single GPU User API") builds the model with ``.bfloat16().cuda()`` and bf16 input. An fp32 base
-# would time fp32 GEMMs: int8 weights dequantized to fp32 and fp32 activations whose speed TF32 decides.
+# would leave fp32 GEMMs (the layers not quantized) whose speed TF32 decides.
 # CPU: fp32. torch.ao's dynamic quantized Linear takes fp32 activations only (a bf16 input raises "expected
 # scalar type Float but found BFloat16", torch 2.13), and the rest of the model stays in fp32 with it.
 BASE_DTYPES = {"cpu": torch.float32, "cuda": torch.bfloat16}
@@ -72,6 +101,10 @@ BASE_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 # depth; 0.2 is twice the worst error measured on the CPU (docs/measured.md, 'Parity tolerances'), and int8 on
 # CUDA, weight-only, errs less. For scale at the task level: the PyTorch tutorial "(beta) Dynamic Quantization on
 # BERT" reports about 0.6% lower F1 on MRPC after the same quantize_dynamic call.
+#
+# int8 on CUDA rounds activations per token (finer steps than torch.ao's per-tensor ones, full 8-bit range): the same
+# tiny BERT cast to bf16 through torchao 0.18's Int8DynamicActivationInt8WeightConfig on the CPU (its int8 product is
+# torch._int_mm there too) gave median 0.013, max 0.026 over 10 seeds, so the bound covers it.
 #
 # fp8 (e4m3: 3 mantissa bits): round-to-nearest leaves a relative error of at most 2^-4 = 6.25% per
 # element. For a value m * 2^e (m in [1, 2)) the rounding error is uniform over one ulp = 2^(e-3), RMS
@@ -87,22 +120,23 @@ BASE_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 PARITY_TOLERANCE = {"int8": 0.2, "fp8": 0.25}
 
 
+class QuantizationUnsupported(RuntimeError):
+    """The model has no Linear layer that ``dtype`` quantization can convert on the device (none at all, or none whose
+    product the device's quantized GEMM takes); the message says which and why. A test that meets it is
+    ``unsupported``."""
+
+
+def algorithm(dtype: str, device: str, mode: str) -> str | None:
+    """The name of the quantized arithmetic ``dtype`` runs on ``device`` in ``mode`` (:data:`ALGORITHMS`), None for
+    an unquantized dtype or a device without a quantized path."""
+    return ALGORITHMS.get((dtype, device_kind(device), mode not in INFERENCE_MODES))
+
+
 def _check(dtype: str, mode: str) -> None:
     if dtype not in QUANTIZED_DTYPES:
         raise ValueError(f"unknown quantized dtype {dtype!r}; use {', '.join(QUANTIZED_DTYPES)}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use {', '.join(MODES)}")
-
-
-def _import_torchao() -> tuple[ModuleType | None, str | None]:
-    """(``torchao.quantization``, None) when torchao imports, else (None, why not with the install command)."""
-    try:
-        return importlib.import_module("torchao.quantization"), None
-    except ImportError as error:
-        return None, f"torchao is not installed ({error}); install it with `{TORCHAO_INSTALL}`"
-    except Exception as error:  # a torchao built for another torch fails at import in many ways
-        return None, (f"torchao is installed but fails to import ({type(error).__name__}: {error}); "
-                      f"reinstall a build matching torch {torch.__version__} with `{TORCHAO_INSTALL}`")
 
 
 def _fp8_hardware_reason(spec: str) -> str | None:
@@ -146,7 +180,7 @@ def unsupported_reason(dtype: str, device: str, mode: str) -> str | None:
 
 def _int8_reason(device: str, kind: str, mode: str) -> str | None:
     if mode not in INFERENCE_MODES:
-        backend = "torch dynamic quantization" if kind == "cpu" else "torchao int8 weight-only quantization"
+        backend = "torch dynamic quantization" if kind == "cpu" else "torchao dynamic int8 quantization"
         return (f"int8 runs inference modes only ({', '.join(INFERENCE_MODES)}): {backend} has no backward "
                 f"(no int8 training on {device})")
     if kind == "cuda":
@@ -156,7 +190,8 @@ def _int8_reason(device: str, kind: str, mode: str) -> str | None:
     return None
 
 
-def quantize(model: nn.Module, dtype: str, device: str, mode: str) -> nn.Module:
+def quantize(model: nn.Module, dtype: str, device: str, mode: str,
+             probe: Callable[[nn.Module], Any] | None = None) -> nn.Module:
     """Convert ``model``'s ``nn.Linear`` layers for ``dtype`` on ``device`` in place and return the model
     (see the module docstring for what each path quantizes; other layers keep their dtype).
 
@@ -165,11 +200,15 @@ def quantize(model: nn.Module, dtype: str, device: str, mode: str) -> nn.Module:
     reuse the module as an fp32 reference afterwards (deep-copy it first). ``torch._inductor.config`` and the
     fp32 matmul precision are as they were before the call (:func:`inductor_state_kept`).
 
+    ``probe(model)`` runs one forward shaped like the timed step on the cast model (untimed, under no_grad); CUDA
+    int8 uses it to find the rows each Linear multiplies (:func:`linear_rows`) and quantizes only those
+    ``torch._int_mm`` takes (more than 16 rows). Without a probe the row count is not checked.
+
     Raises:
         ValueError: unknown ``dtype`` or ``mode``.
-        RuntimeError: :func:`unsupported_reason`'s text when ``dtype`` cannot run ``mode`` on ``device``,
-            or when the model has no Linear layer that could be converted (a quantized run would be a
-            full-precision run under another name).
+        RuntimeError: :func:`unsupported_reason`'s text when ``dtype`` cannot run ``mode`` on ``device``.
+        QuantizationUnsupported: the model has no Linear layer that could be converted (a quantized run would be
+            a full-precision run under another name).
     """
     reason = unsupported_reason(dtype, device, mode)
     if reason is not None:
@@ -177,17 +216,40 @@ def quantize(model: nn.Module, dtype: str, device: str, mode: str) -> nn.Module:
     model = model.to(base_dtype(dtype, device))
     if dtype == "int8" and device_kind(device) == "cpu":
         converted = _int8_cpu(model)
+    elif dtype == "int8":
+        rows = None if probe is None else linear_rows(model, probe)
+        with inductor_state_kept():
+            converted = _int8_cuda(model, rows)
     else:
         with inductor_state_kept():
-            if dtype == "int8":
-                converted = _int8_cuda(model)
-            elif mode in INFERENCE_MODES:
-                converted = _fp8_inference(model)
-            else:
-                converted = _fp8_training(model)
+            converted = _fp8_inference(model) if mode in INFERENCE_MODES else _fp8_training(model)
     if quantized_linear_count(converted) == 0:
-        raise RuntimeError(f"{type(model).__name__} has no nn.Linear layer that {dtype} quantization could convert")
+        raise QuantizationUnsupported(f"{type(model).__name__} has no nn.Linear layer that {dtype} quantization "
+                                      f"could convert")
     return converted
+
+
+def linear_rows(model: nn.Module, probe: Callable[[nn.Module], Any]) -> dict[str, int]:
+    """The fewest rows each ``nn.Linear`` of ``model`` multiplied while ``probe(model)`` ran (under no_grad), by its
+    name in ``model.named_modules()``: the product of its input's dimensions but the last (``[batch, tokens, features]``
+    multiplies ``batch x tokens`` rows). Layers the probe did not call are absent; the hooks are removed after."""
+    rows: dict[str, int] = {}
+
+    def counter(name: str) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+        def count(_module: nn.Module, args: tuple[Any, ...]) -> None:
+            fed = args[0].numel() // max(1, args[0].shape[-1])
+            rows[name] = min(rows.get(name, fed), fed)
+        return count
+
+    hooks = [module.register_forward_pre_hook(counter(name)) for name, module in model.named_modules()
+             if isinstance(module, nn.Linear)]
+    try:
+        with torch.no_grad():
+            probe(model)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return rows
 
 
 def _int8_cpu(model: nn.Module) -> nn.Module:
@@ -227,65 +289,36 @@ def cast_inputs(inputs: Any, dtype: str, device: str) -> Any:
     return {key: cast(value) for key, value in inputs.items()} if isinstance(inputs, dict) else cast(inputs)
 
 
-@contextlib.contextmanager
-def inductor_state_kept() -> Iterator[None]:
-    """Restore ``torch._inductor.config`` and ``torch.get_float32_matmul_precision()`` on exit to what they were
-    on entry, whatever the block changed.
-
-    torchao's ``recommended_inductor_config_setter`` (torchao/quantization/utils.py:569; called by ``quantize_``
-    in v0.5-v0.9 and by each config's handler when its ``set_inductor_config`` is True, quant_api.py:757, :1312)
-    sets coordinate-descent tuning, ``force_fuse_int_mm_with_mul``, ``fx_graph_cache`` and
-    ``triton.unique_kernel_names`` for the whole process, and in v0.8-v0.17 also
-    ``torch.set_float32_matmul_precision("high")`` (TF32 matmuls). Only changed fields are set back, so fields
-    nobody touched keep their default status.
-    """
-    import torch._inductor.config as inductor_config
-
-    saved = inductor_config.get_config_copy()
-    matmul_precision = torch.get_float32_matmul_precision()
-    try:
-        yield
-    finally:
-        current = inductor_config.get_config_copy()
-        for key, value in saved.items():
-            if current.get(key) is not value and current.get(key) != value:
-                setattr(inductor_config, key, value)
-        if torch.get_float32_matmul_precision() != matmul_precision:
-            torch.set_float32_matmul_precision(matmul_precision)
-
-
-def _takes(function: Callable[..., Any], parameter: str) -> bool:
-    try:
-        return parameter in inspect.signature(function).parameters
-    except (TypeError, ValueError):  # no signature to read (a builtin): do not guess
-        return False
-
-
-def _torchao_config(quantization: ModuleType, config_name: str, legacy_name: str) -> object:
-    """An instance of torchao's ``config_name`` (0.9+ spelling), else of its function ``legacy_name``, with
-    ``set_inductor_config=False`` where it takes that argument (the configs' field since v0.10)."""
-    factory = getattr(quantization, config_name, None) or getattr(quantization, legacy_name)
-    return factory(set_inductor_config=False) if _takes(factory, "set_inductor_config") else factory()
-
-
-def _quantize_(quantization: ModuleType, model: nn.Module, config: object, **options: Any) -> None:
-    """torchao's ``quantize_`` with ``set_inductor_config=False`` where its signature has it (v0.5-v0.9;
-    v0.9 warns that the argument will go, a warning silenced here)."""
-    quantize = quantization.quantize_
-    if _takes(quantize, "set_inductor_config"):
-        options["set_inductor_config"] = False
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"The `set_inductor_config` argument")
-        quantize(model, config, **options)
-
-
 def _fp8_compatible(module: nn.Module, _fqn: str = "") -> bool:
     return isinstance(module, nn.Linear) and all(size % FP8_DIM_MULTIPLE == 0 for size in module.weight.shape)
 
 
-def _int8_cuda(model: nn.Module) -> nn.Module:
+def _int_mm_takes(module: nn.Module) -> bool:
+    return (isinstance(module, nn.Linear)
+            and all(size % INT_MM_DIM_MULTIPLE == 0 for size in (module.in_features, module.out_features)))
+
+
+def _int8_cuda(model: nn.Module, rows: dict[str, int] | None) -> nn.Module:
+    """torchao's dynamic int8 on the Linear layers whose product ``torch._int_mm`` takes (:data:`INT_MM_MIN_ROWS`,
+    :data:`INT_MM_DIM_MULTIPLE`; ``rows`` from :func:`linear_rows`, None: rows unchecked).
+
+    Raises:
+        QuantizationUnsupported: no layer qualifies, with the fewest rows the probe saw.
+    """
+    def qualifies(module: nn.Module, fqn: str = "") -> bool:
+        return _int_mm_takes(module) and (rows is None or rows.get(fqn, 0) >= INT_MM_MIN_ROWS)
+
+    if rows is not None and not any(qualifies(module, name) for name, module in model.named_modules()):
+        fewest = min(rows.values(), default=0)
+        raise QuantizationUnsupported(
+            f"{type(model).__name__} has no nn.Linear layer for an int8 GEMM: torch._int_mm (the int8 GEMM of "
+            f"torchao's dynamic int8 on CUDA) needs more than {INT_MM_MIN_ROWS - 1} rows and in/out features that are "
+            f"multiples of {INT_MM_DIM_MULTIPLE}, and a timed step here multiplies {fewest} rows at the fewest "
+            f"(torchao would multiply those in fp32); use a larger batch, or bf16")
     quantization = _import_torchao()[0]
-    _quantize_(quantization, model, _torchao_config(quantization, "Int8WeightOnlyConfig", "int8_weight_only"))
+    config = _torchao_config(quantization, "Int8DynamicActivationInt8WeightConfig",
+                             "int8_dynamic_activation_int8_weight")
+    _quantize_(quantization, model, config, filter_fn=qualifies)
     return model
 
 
@@ -319,17 +352,18 @@ def _is_quantized_linear(module: nn.Module) -> bool:
     return base_tensor is not None and isinstance(module.weight, base_tensor)
 
 
-def prepare(model: nn.Module, dtype: str, device: str, mode: str) -> tuple[nn.Module, int | None]:
-    """The model to run in ``dtype``: :func:`quantize`-d (on CUDA, cast to bf16 first: :func:`base_dtype`) with its
-    :func:`quantized_linear_count` for a dtype of :data:`QUANTIZED_DTYPES`, else ``model`` itself and None. Feed
-    it :func:`cast_inputs`.
+def prepare(model: nn.Module, dtype: str, device: str, mode: str,
+            probe: Callable[[nn.Module], Any] | None = None) -> tuple[nn.Module, int | None]:
+    """The model to run in ``dtype``: :func:`quantize`-d (on CUDA, cast to bf16 first: :func:`base_dtype`; ``probe``:
+    one forward shaped like the timed step) with its :func:`quantized_linear_count` for a dtype of
+    :data:`QUANTIZED_DTYPES`, else ``model`` itself and None. Feed it :func:`cast_inputs`.
 
     Raises:
-        RuntimeError: see :func:`quantize`.
+        RuntimeError: see :func:`quantize` (:class:`QuantizationUnsupported` among them).
     """
     if dtype not in QUANTIZED_DTYPES:
         return model, None
-    converted = quantize(model, dtype, device, mode)
+    converted = quantize(model, dtype, device, mode, probe)
     return converted, quantized_linear_count(converted)
 
 

@@ -1,6 +1,8 @@
-"""The pytest side of the ``spark`` family: one Spark session per pytest process (started by the first spark test,
-stopped when the session ends), a batch or streaming measurement per test (:mod:`hwregress.spark`), and the
-test's record from it.
+"""The ``spark`` family: inference on Apache Spark (:mod:`hwregress.spark`), batch over a cached DataFrame against
+plain torch in the same session and a Structured Streaming pipeline from a watched folder, with one Spark session per
+pytest process (started by the first spark test, stopped when the pytest session ends), and the test's record from
+each measurement. Opt-in on every device (``-m spark`` or ``--spark-master``): the family takes 2 min 20 s on 2 CPU
+cores.
 
 A machine without PySpark or a Java 17+ runtime skips the family as ``unsupported``, with the reason and the
 install command; a session that does not start fails the test with Spark's error."""
@@ -9,20 +11,25 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
 from hwregress import workloads
+from hwregress.hardware.facts import device_kind
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure import parity
 from hwregress.measure.out_of_memory import is_out_of_memory, out_of_memory_in_traceback
 from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
+from hwregress.plugin.matrix import Selection, numeric
+from hwregress.plugin.options import source_of
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.spark import batch, engine, stream
 from hwregress.spark.predictor import PredictSpec, pixel_statistics
+from hwregress.spark.settings import SparkSettings, shared_gpu_warning
+from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import SparkFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
@@ -30,6 +37,64 @@ from hwregress.summary import summarize
 
 ENGINE_KEY = pytest.StashKey["SparkEngine"]()
 LOST_SHOWN = 20  # ids of lost or repeated images a record lists
+# one image model per device kind and a batch per model call; the two pipelines of the family
+SPARK_MODELS = {"cpu": ("mobilenet_v3_small",), "cuda": ("resnet50",)}
+SPARK_BATCH = {"cpu": 16, "cuda": 256, "mps": 64}
+SPARK_PIPELINES = ("batch", "stream")
+INFERENCE_DTYPES_ON_SPARK = ("fp32", "tf32", "bf16", "fp16")
+
+
+class Spark:
+    """The ``spark`` family (:class:`hwregress.plugin.families.protocol.Family`), and the pytest hook that stops this
+    process's Spark session."""
+
+    name = "spark"
+    marker = "spark"
+    marker_help = "inference on Apache Spark, batch and streaming (opt-in: needs the spark extra and Java 17+)"
+    requires: frozenset[str] = frozenset()
+    sub_records = ("spark",)
+    view = "spark"
+
+    def cases(self, selection: Selection) -> list[dict[str, Any]]:
+        """When asked for: device x image model x pipeline (``mode``: ``batch``, ``stream``) x rows per model call x
+        inference dtypes."""
+        if self.name not in selection.opted_in:
+            return []
+        return [{"device": device, "workload": m, "mode": pipeline, "batch_size": b, "dtype": d}
+                for device in selection.devices
+                for m in spark_models(selection, device)
+                for pipeline in SPARK_PIPELINES
+                for b in spark_batch_sizes(selection, device)
+                for d in selection.dtypes if d in INFERENCE_DTYPES_ON_SPARK]
+
+    def measure(self, bench: BenchContext, *, device: str, workload: str, mode: str, batch_size: int,
+                dtype: str) -> TestRecord:
+        """Predict real digit images with ``workload`` on Spark executors (``mode``, the pipeline: ``batch`` over a
+        cached data set in full passes, or ``stream`` from a watched folder); judge images/s, the Spark-over-torch
+        throughput ratio (batch), the latency (stream) against the baseline, exact agreement with plain torch (batch)
+        and exactly-once delivery (stream)."""
+        record = bench.start(self.name, device, workload, mode, batch_size, dtype)
+        failures = SparkBench(bench).measure(record, device, workload, mode, batch_size, dtype)
+        return bench.conclude(record, entry_key(self.name, workload, mode, batch_size, dtype), failures)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        stop_engine(session.config)
+
+
+def spark_models(selection: Selection, device: str) -> list[str]:
+    """The family's models: the selected image models (one ``(C, H, W)`` image per sample), else :data:`SPARK_MODELS`
+    of the device kind."""
+    if selection.models is not None:
+        return [m for m in selection.models
+                if workloads.get(m).input_kind == "images" and len(workloads.get(m).input_shape) == 3]
+    return list(SPARK_MODELS.get(device_kind(device), SPARK_MODELS["cpu"]))
+
+
+def spark_batch_sizes(selection: Selection, device: str) -> list[int]:
+    """The family's rows per model call: the selected numeric batch sizes, else :data:`SPARK_BATCH`."""
+    if selection.batch_sizes is not None:
+        return numeric(selection.batch_sizes)
+    return [SPARK_BATCH.get(device_kind(device), SPARK_BATCH["cpu"])]
 
 
 class SparkEngine:
@@ -54,8 +119,19 @@ def stop_engine(config: pytest.Config) -> None:
         del config.stash[ENGINE_KEY]
 
 
+def warn_of_a_shared_gpu(config: pytest.Config, spark: SparkSettings, devices: list[str]) -> None:
+    """A ``PytestConfigWarning`` at configure (pytest's warnings summary; an error under ``-W error``) when the given
+    master puts several Python workers on each GPU under test (:func:`hwregress.spark.settings.shared_gpu_warning`),
+    which the docs say of ``local[N]`` and which a run would otherwise measure without a word."""
+    if spark.master is None:
+        return
+    warning = shared_gpu_warning(spark.master, devices, source_of(config, "hwregress_spark_master"))
+    if warning is not None:
+        config.issue_config_time_warning(pytest.PytestConfigWarning(warning), stacklevel=2)
+
+
 class SparkBench:
-    """Runs one ``spark`` test for :class:`hwregress.plugin.fixture.HwBench`."""
+    """Runs one ``spark`` test's measurement."""
 
     def __init__(self, bench: BenchContext) -> None:
         self.bench = bench
@@ -239,3 +315,6 @@ def _ids(ids: list[int]) -> str:
         return "none"
     more = f" and {len(ids) - LOST_SHOWN} more" if len(ids) > LOST_SHOWN else ""
     return f"{len(ids)} ({', '.join(map(str, ids[:LOST_SHOWN]))}{more})"
+
+
+FAMILY = Spark()

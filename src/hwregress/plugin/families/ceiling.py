@@ -1,0 +1,143 @@
+"""The ``ceiling`` family: the device's roofs (dense GEMM TFLOP/s per dtype, device memory copy GB/s, the bus
+bandwidths on CUDA and the all-reduce bus bandwidth over every rank of the node), judged against the baseline with the
+published figure beside each; they also feed the report's roofline."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hwregress.hardware import interconnect, roofline
+from hwregress.hardware.facts import device_kind
+from hwregress.measure import ceilings
+from hwregress.measure.precision.quantization import QUANTIZED_DTYPES
+from hwregress.measure.record import fill_measurement
+from hwregress.plugin.context import BenchContext
+from hwregress.plugin.families.jobs import DistributedJobs, fill_samples
+from hwregress.plugin.matrix import DISTRIBUTED_KINDS, Selection, leads_its_kind, node_gpus
+from hwregress.plugin.record import skip_with
+from hwregress.scaleout import collectives
+from hwregress.store.baseline_file import entry_key
+from hwregress.store.figures import AllreduceFigures
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
+
+CEILINGS = ("gemm", "copy", "h2d", "d2h", "p2p", "allreduce")
+CUDA_ONLY_CEILINGS = ("h2d", "d2h", "p2p")
+# GEMM roofs measured by default per device kind (plus any --dtypes): every tensor-core mode on GPUs
+DEFAULT_CEILING_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "tf32", "bf16", "fp16"), "mps": ("fp32", "fp16")}
+
+
+class Ceiling:
+    """The ``ceiling`` family (:class:`hwregress.plugin.families.protocol.Family`)."""
+
+    name = "ceiling"
+    marker = "ceiling"
+    marker_help = "measures the device's roof (GEMM TFLOP/s, memory bandwidth)"
+    requires: frozenset[str] = frozenset()
+    sub_records = ("allreduce",)
+    view = "ceilings"
+
+    def cases(self, selection: Selection) -> list[dict[str, Any]]:
+        """Device x roof x dtype: only ``gemm`` varies the dtype (the device's defaults plus the selected ones), the
+        bus roofs run on CUDA only, and the all-reduce once per device kind with a process-group backend (one job
+        over every GPU of the node)."""
+        out = []
+        for device in selection.devices:
+            for name in CEILINGS:
+                if name in CUDA_ONLY_CEILINGS and device_kind(device) != "cuda":
+                    continue
+                if name == "allreduce" and (device_kind(device) not in DISTRIBUTED_KINDS
+                                            or not leads_its_kind(selection, device)):
+                    continue  # one job over every GPU of the node, not one per GPU
+                for d in (_gemm_dtypes(selection, device) if name == "gemm" else ["fp32"]):
+                    out.append({"device": device, "ceiling": name, "dtype": d})
+        return out
+
+    def measure(self, bench: BenchContext, *, device: str, ceiling: str, dtype: str) -> TestRecord:
+        """Measure roof ``ceiling`` of ``device`` (``gemm``, ``copy``, ``h2d``, ``d2h``, ``p2p``, ``allreduce``) and
+        judge it against the baseline; the published figure goes beside it."""
+        if ceiling == "allreduce":
+            record = bench.start(self.name, device, ceiling, "roof", 0, dtype)
+            record.unit = "GB/s"
+            mode = _allreduce(DistributedJobs(bench), record, device)
+            return bench.conclude(record, entry_key(self.name, ceiling, mode, record.batch_size or 0, dtype))
+        spec = ceilings.default_spec(ceiling, device)
+        record = bench.start(self.name, device, ceiling, "roof", spec.size, dtype)
+        record.unit = spec.unit
+        reason = ceilings.unsupported_reason(ceiling, device)
+        if reason is not None:
+            skip_with(Verdict.UNSUPPORTED, reason)
+        key = entry_key(self.name, ceiling, "roof", spec.size, dtype)
+        measurement = ceilings.run_ceiling(spec, device, dtype, bench.timer(device), bench.settings.plan,
+                                           bench.settings.telemetry_interval_s, bench.round_driver(),
+                                           settled=bench.window_check(record, key))
+        fill_measurement(record, measurement)
+        record.details.update(measurement.facts)
+        if ceiling in interconnect.INTERCONNECT_CEILINGS:
+            _published_link(record, ceiling, device)
+        else:
+            facts = record.device_facts
+            lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"),
+                                          facts.get("mig", False))
+            if lookup.peak is not None:
+                record.details.update(published=lookup.peak.roof(ceiling, dtype), published_source=lookup.peak.source)
+            else:
+                record.details["published_missing"] = lookup.reason
+        bench.benchmark_extra_info(record)
+        return bench.conclude(record, key)
+
+
+def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
+    """The GEMM roof's dtypes: the device's defaults and the selected floating dtypes. The roof multiplies float
+    tensors (hwregress.measure.ceilings), so an int8 or fp8 roof would be an fp32 GEMM set against the int8 or fp8
+    peak: quantized dtypes have no roof."""
+    defaults = DEFAULT_CEILING_DTYPES.get(device_kind(device), ("fp32",))
+    return list(dict.fromkeys([*defaults, *(d for d in selection.dtypes if d not in QUANTIZED_DTYPES)]))
+
+
+def _published_link(record: TestRecord, name: str, device: str) -> None:
+    """The published bandwidth of the link a bus ceiling crosses (:mod:`hwregress.hardware.interconnect`), and the
+    link."""
+    roof = interconnect.published_roof(name, device, record.device_name or "")
+    if roof is not None:
+        record.details.update(published=roof[0], published_source=roof[1])
+    else:
+        record.details["published_missing"] = f"no published {name} figure for {record.device_name} on {device}"
+    link = interconnect.pcie_link(device)
+    if link is not None:
+        record.details.update(link.facts())
+
+
+def _allreduce(jobs: DistributedJobs, record: TestRecord, device: str) -> str:
+    """Sweep all-reduce message sizes over every rank of the node(s); fill ``record`` with the bus bandwidth at the
+    largest message (GB/s) and the whole curve. Returns the baseline entry's mode (``roof-w<W>``)."""
+    topology = jobs.topology
+    per_node = len(node_gpus(jobs.settings.selection)) if device_kind(device) == "cuda" else 2
+    world_size = per_node * topology.nnodes
+    if world_size < 2:
+        skip_with(Verdict.UNSUPPORTED, f"all-reduce needs two ranks; this node has {per_node} selected GPU(s) and "
+                                       f"--nnodes is {topology.nnodes} (NCCL cannot put two ranks on one GPU)")
+    sizes = collectives.message_sizes(device_kind(device))
+    record.batch_size = sizes[-1]
+    key = entry_key("ceiling", "allreduce", f"roof-w{world_size}", sizes[-1], record.dtype or "fp32")  # as judged
+    spec = dataclasses.replace(jobs.spec("allreduce", device, world_size, per_node, [], 1, "fp32"),
+                               message_sizes=sizes, verdict=jobs.bench.window_terms(record, key))
+    spec, ranks = jobs.launch(record, spec, joint=True)
+    record.allreduce = AllreduceFigures.of({"world_size": world_size, "nodes": spec.nnodes, "backend": spec.backend,
+                                            "curve": ranks[0]["curve"]})
+    jobs.participants_stop_here(record, spec)
+    fill_samples(record, ranks[0]["busbw_samples"], ranks)
+    record.stable = ranks[0].get("stable")  # the sweep's ranks time one collective together: rank 0 speaks for it
+    record.details.update({name: ranks[0].get(name) for name in ("extended_rounds", "verdict_rounds")})
+    roof = None if topology.multi_node else interconnect.published_roof("allreduce", device, record.device_name or "")
+    if roof is not None:
+        record.details.update(published=roof[0], published_source=roof[1])
+    else:
+        record.details["published_missing"] = ("across nodes the network bounds the bus bandwidth: no published figure"
+                                               if topology.multi_node else
+                                               f"no published link figure for {record.device_name}")
+    return f"roof-w{world_size}"
+
+
+FAMILY = Ceiling()

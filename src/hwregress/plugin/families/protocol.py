@@ -1,0 +1,62 @@
+"""What a test family is: the :class:`Family` protocol every family module implements, as every pytest-xdist
+scheduler implements ``xdist.scheduler.protocol.Scheduling``.
+
+A family is one module: an object with the attributes and the two methods below, registered under its name
+(:mod:`hwregress.plugin.families.registry`). The plugin asks the registry for it by the marker on a test
+(parametrizing the test over :meth:`Family.cases`) and by name in ``hwbench.measure(name, **case)`` (running
+:meth:`Family.measure`). The registered object is also registered with pytest as a plugin, so a family may implement
+pytest hooks as methods of its own (the ``spark`` family stops its Spark session in ``pytest_sessionfinish``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from hwregress.plugin.context import BenchContext
+    from hwregress.plugin.matrix import Selection
+    from hwregress.store.results import TestRecord
+
+MEMBERS = ("name", "marker", "marker_help", "requires", "sub_records", "view", "cases", "measure")
+
+
+class Family(Protocol):
+    """One test family.
+
+    Attributes:
+        name: the family's name: its records' ``family``, the first part of its baseline keys
+            (``throughput/resnet18/train/bs8/fp32``) and the name ``hwbench.measure`` takes.
+        marker: the pytest marker that selects its tests (``@pytest.mark.throughput``); registered by the plugin.
+        marker_help: the marker's line in ``pytest --markers``.
+        requires: fixtures a test of the family asks for besides ``device`` and ``hwbench``; where two families share
+            a marker the one whose requirements a test meets, the most of them, takes it (``parity`` and, with a
+            ``workload``, ``output-parity``).
+        sub_records: the :class:`hwregress.store.results.TestRecord` fields of typed figures
+            (:mod:`hwregress.store.figures`) its measurement fills, empty for none.
+        view: the name of its report view (:mod:`hwregress.report.family_views`), None: the records show in the
+            report's generic tables only.
+    """
+
+    name: str
+    marker: str
+    marker_help: str
+    requires: frozenset[str]
+    sub_records: tuple[str, ...]
+    view: str | None
+
+    def cases(self, selection: Selection) -> list[dict[str, Any]]:
+        """The parameter sets of the family's tests in this session, each a dict over the axes a test asks for
+        (``device`` always, then any of ``workload, members, ceiling, mode, world_size, context, compiler,
+        memory_format, batch_size, dtype`` or axes of the family's own); :func:`hwregress.plugin.matrix.case_id`
+        names each. Empty: the family does not run (an opt-in family not asked for)."""
+        ...
+
+    def measure(self, bench: BenchContext, **params: Any) -> TestRecord:
+        """Measure one case (``params``: the case's values, as the test received them and passed them on) for the
+        running test: start its record (``bench.start``), fill it, and judge it (``bench.conclude``), which fails the
+        test when the judgement says so. Returns the judged record."""
+        ...
+
+
+def missing_members(candidate: object) -> list[str]:
+    """The members of :class:`Family` that ``candidate`` lacks (empty: it is one)."""
+    return [member for member in MEMBERS if not hasattr(candidate, member)]

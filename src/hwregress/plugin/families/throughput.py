@@ -1,0 +1,124 @@
+"""The ``throughput`` family: training-step, inference, prefill and decode throughput of every selected model, device,
+mode, compiler, memory format, batch size and dtype, judged against the baseline (throughput ratio, peak memory and,
+for decode, the inter-token latency); ``--batch-sizes max`` searches the largest batch that fits first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hwregress import workloads
+from hwregress.hardware.facts import device_kind
+from hwregress.measure.batch_search import find_max_batch
+from hwregress.measure.llm.window import run_llm
+from hwregress.measure.out_of_memory import OutOfMemory
+from hwregress.measure.precision.numerics import LLM_MODES, STEP_MODES
+from hwregress.measure.precision.quantization import QuantizationUnsupported
+from hwregress.measure.record import fill_measurement
+from hwregress.measure.window import batch_probe
+from hwregress.plugin.context import BenchContext
+from hwregress.plugin.families.model_window import model_window
+from hwregress.plugin.matrix import (
+    MAX_BATCH,
+    MAX_BATCH_LIMIT,
+    Selection,
+    batch_sizes_for,
+    memory_formats_for,
+    models_for,
+    modes_for,
+    variant_suffix,
+)
+from hwregress.plugin.record import skip_with
+from hwregress.store.baseline_file import entry_key
+from hwregress.store.figures import LlmFigures
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
+
+
+class Throughput:
+    """The ``throughput`` family (:class:`hwregress.plugin.families.protocol.Family`)."""
+
+    name = "throughput"
+    marker = "throughput"
+    marker_help = "a timed benchmark asserted against the baseline's throughput and peak memory"
+    requires: frozenset[str] = frozenset()
+    sub_records = ("llm", "compile")
+    view = None  # the report's charts over batch size and its roofline are the session's own
+
+    def cases(self, selection: Selection) -> list[dict[str, Any]]:
+        """The full product: device x model x mode x compiler (step modes only) x memory format x batch x dtype; a text
+        model's context goes with its mode."""
+        return [
+            {"device": device, "workload": m, "mode": mode,
+             "context": workloads.get(m).context_for(device_kind(device)),
+             "compiler": c, "memory_format": f, "batch_size": b, "dtype": d}
+            for device in selection.devices
+            for m in models_for(selection, device)
+            for mode in modes_for(selection, device, m)
+            for c in (selection.compilers if mode in STEP_MODES else ["eager"])
+            for f in memory_formats_for(selection, m)
+            for b in batch_sizes_for(selection, device, mode, m)
+            for d in selection.dtypes
+        ]
+
+    def measure(self, bench: BenchContext, *, device: str, workload: str, mode: str, batch_size: Any, dtype: str,
+                context: int | None = None, compiler: str = "eager", memory_format: str = "contiguous") -> TestRecord:
+        """Benchmark ``workload`` in ``mode`` (``context`` tokens per sample for text, compiled with ``compiler``, its
+        inputs and weights in ``memory_format``) and judge throughput and peak memory against the baseline."""
+        record = bench.start(self.name, device, workload, mode, batch_size, dtype)
+        model = workloads.get(workload)
+        record.unit = model.unit
+        record.details.update(compiler=compiler, memory_format=memory_format,
+                              **({"context": context} if context else {}))
+        mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
+            {"compiler": compiler, "memory_format": memory_format})
+        key = entry_key(self.name, workload, mode_key, batch_size, dtype)
+        if batch_size == MAX_BATCH:
+            batch_size = record.batch_size = _max_batch(record, workload, device, mode, dtype, context, memory_format)
+        if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
+            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1)
+        else:
+            fill_measurement(record, model_window(bench, record, workload, device, mode, batch_size, dtype,
+                                                  bench.round_driver(), context=context, compiler=compiler,
+                                                  memory_format=memory_format,
+                                                  settled=bench.window_check(record, key)))
+            bench.benchmark_extra_info(record)
+        return bench.conclude(record, key)
+
+
+def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
+               memory_format: str) -> int:
+    """The largest power-of-two batch that fits (:mod:`hwregress.measure.batch_search`); the search is in the record,
+    and the baseline of ``bsmax`` keeps the batch it found."""
+    limit = MAX_BATCH_LIMIT.get(device_kind(device), MAX_BATCH_LIMIT["cpu"])
+    try:
+        found = find_max_batch(batch_probe(workloads.get(model), device, mode, dtype, context, memory_format),
+                               device, limit=limit)
+    except OutOfMemory as error:
+        record.message = str(error)
+        skip_with(Verdict.OOM, str(error))
+    record.details["max_batch"] = {"batch_size": found.batch_size, "first_oom": found.first_oom,
+                                   "tried": list(found.tried), "limit": found.limit}
+    return found.batch_size
+
+
+def _llm(bench: BenchContext, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
+         context: int) -> None:
+    """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode steps'
+    tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in ``record.llm``."""
+    settings = bench.settings
+    try:
+        result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, settings.plan,
+                         settings.telemetry_interval_s, profile=settings.profile_steps > 0)
+    except OutOfMemory as error:
+        record.message = str(error)
+        skip_with(Verdict.OOM, str(error))
+    except QuantizationUnsupported as error:
+        record.message = str(error)
+        skip_with(Verdict.UNSUPPORTED, str(error))
+    fill_measurement(record, result.measurement)
+    record.llm = LlmFigures.of(result.latency)
+    if mode == "decode":
+        record.latency_ms = result.latency["itl_p50_ms"]  # one decode step, judged (compare.judges_latency)
+
+
+FAMILY = Throughput()
