@@ -10,7 +10,7 @@ from typing import Any
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge import stats
 from hwregress.judge.reach import Reach, reach, threshold_reach
-from hwregress.store.figures import CompileComparison, CompileFigures, ReachFigures
+from hwregress.store.figures import JUDGED_SUB_RECORDS, CompileComparison, CompileFigures, ReachFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -161,7 +161,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 # the record fields a judgement writes (besides record.compile.vs_baseline): None or empty until judged
 JUDGED_FIELDS = ("ratio", "threshold", "p_value", "memory_ratio", "baseline_throughput", "baseline_peak_memory_bytes",
                  "baseline_accuracy", "baseline_speedup", "baseline_efficiency", "baseline_latency_ms",
-                 "wanted_threshold", "reach", "latency_reach", "efficiency_reach", "speedup_reach")
+                 "wanted_threshold", *JUDGED_SUB_RECORDS)
 
 
 def _reset_judged(record: TestRecord) -> TestRecord:

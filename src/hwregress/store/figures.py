@@ -335,6 +335,10 @@ SUB_RECORDS: dict[str, type[Figures]] = {
     "efficiency_reach": ReachFigures, "speedup_reach": ReachFigures}
 """The record's sub-record fields by name, each its class."""
 
+JUDGED_SUB_RECORDS = ("reach", "latency_reach", "efficiency_reach", "speedup_reach")
+"""The sub-record fields the judge fills (:func:`hwregress.judge.compare.judge`), whatever the family; a family
+declares only the ones its measurement fills (``Family.sub_records``)."""
+
 LEGACY_COMPILE_KEYS = {"compile_s": "compile_s", "compile_setup_s": "setup_s", "compile_backend": "backend",
                        "frames_compiled": "frames_compiled", "compile_cache": "cache",
                        "compile_cache_counts": "cache_counts", "compile_error": "error",
