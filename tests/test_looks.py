@@ -14,6 +14,7 @@ from scipy import stats as scipy_stats
 from hwregress.judge import stats
 from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.judge.looks import look_alpha
+from hwregress.judge.reach import reach
 from hwregress.judge.window_verdict import look_decision, window_check
 from hwregress.measure.timing import TimingPlan, in_work_units, measure
 from hwregress.store.figures import LookFigures
@@ -199,6 +200,23 @@ def test_the_verdict_is_judged_with_the_alpha_of_the_look_the_window_stopped_at(
     judgement = _judged(_samples(205.0, 10), looks)
     assert judgement.verdict == Verdict.PASS and judgement.record.alpha == pytest.approx(0.01 / 6)
     assert _judged(_samples(205.0, 10), None).record.alpha == pytest.approx(0.01)
+
+
+def test_the_mds_of_a_window_judged_at_its_looks_is_at_the_alpha_it_was_judged_at():
+    # a noisy accelerator window (threshold ~5%, rounds spread 20%), where the test's level moves the MDS
+    samples = _samples(205.0, 10, spread=0.2)
+
+    def judged_reach(looks: LookFigures | None):
+        measured = Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=False, looks=looks)
+        return judge(measured, BASELINE, Tolerances()).record
+
+    record = judged_reach(LookFigures(planned=[10, 25, 50, 100, 200, 300], rounds=[10], decision=None))
+    assert record.alpha == pytest.approx(0.01 / 6) and record.reach.alpha == record.alpha
+    at_the_looks_alpha = reach(samples, BASELINE["samples"], BASELINE["history"], record.threshold,
+                               Tolerances().max_threshold, record.alpha)
+    assert record.reach.mds == pytest.approx(at_the_looks_alpha.mds)
+    # a smaller alpha asks more of the test: the MDS at the session's alpha would claim more than the verdict catches
+    assert record.reach.mds > judged_reach(None).reach.mds * 1.05
 
 
 def test_a_window_undecided_at_its_last_look_is_unstable_and_says_why():
