@@ -10,6 +10,7 @@ another version (fields missing, fields added) still builds; :meth:`Figures.from
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ class Figures:
 
     @classmethod
     def _from_mapping(cls: type[F], data: Mapping[str, Any], strict: bool) -> F:
-        hints = typing.get_type_hints(cls)
+        hints = _type_hints(cls)
         names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(names))
         if strict and unknown:
@@ -68,6 +69,13 @@ class Figures:
             raise TypeError(_unknown_fields(type(self), unknown))
         for name, value in values.items():
             setattr(self, name, value)
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class: it evaluates every annotation's string anew on each call, and a
+    judge builds a sub-record per judged figure."""
+    return typing.get_type_hints(cls)
 
 
 def _unknown_fields(cls: type, names: list[str]) -> str:
