@@ -61,10 +61,10 @@ class Judgement:
         failures: sentences that make the test fail (empty: the test passes).
         notes: sentences shown beside the verdict.
         record: the record the judgement wrote its figures onto (:func:`judge`'s ``onto``): the ratio, threshold,
-            p-value, memory ratio, the baseline entry's figures, the environment and identity changes, the compile
-            time against the baseline's (``record.compile.vs_baseline``) and what each judged figure's verdict could
-            catch (``record.reach``, ``latency_reach``, ``efficiency_reach``, ``speedup_reach``:
-            :mod:`hwregress.judge.reach`); a field left None was not judged.
+            p-value and the level it was judged at (``alpha``), memory ratio, the baseline entry's figures, the
+            environment and identity changes, the compile time against the baseline's (``record.compile.vs_baseline``)
+            and what each judged figure's verdict could catch (``record.reach``, ``latency_reach``,
+            ``efficiency_reach``, ``speedup_reach``: :mod:`hwregress.judge.reach`); a field left None was not judged.
     """
 
     record: TestRecord
