@@ -149,7 +149,6 @@ def _allreduce(jobs: DistributedJobs, record: TestRecord, device: str) -> str:
     jobs.participants_stop_here(record, spec)
     fill_samples(record, ranks[0]["busbw_samples"], ranks)
     record.stable = ranks[0].get("stable")  # the sweep's ranks time one collective together: rank 0 speaks for it
-    record.details.update({name: ranks[0].get(name) for name in ("extended_rounds", "verdict_rounds")})
     roof = None if topology.multi_node else interconnect.published_roof("allreduce", device, record.device_name or "")
     if roof is not None:
         record.details.update(published=roof[0], published_source=roof[1])

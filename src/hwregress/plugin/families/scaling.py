@@ -5,6 +5,7 @@ co-located pair."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,11 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str,
     """Measure DDP training at ``world_size`` ranks and fill ``record``; returns the baseline entry's mode."""
     record.unit = workloads.get(model).unit
     per_node = jobs.ranks_per_node_of(world_size, device)
-    spec = jobs.spec("scaling", device, world_size, per_node, [model], batch_size, dtype)
+    nodes = f"-n{jobs.topology.nnodes}" if jobs.topology.multi_node else ""
+    mode = f"train-w{world_size}{nodes}"
+    key = entry_key("scaling", model, mode, batch_size, dtype)  # as judged: its looks judge against it too
+    spec = dataclasses.replace(jobs.spec("scaling", device, world_size, per_node, [model], batch_size, dtype),
+                               verdict=jobs.bench.window_terms(record, key))
     spec, ranks = jobs.launch(record, spec, joint=True)
     scaling = record.scaling = ScalingFigures.of(figures.scaling_details(ranks, spec.nnodes, spec.backend))
     jobs.participants_stop_here(record, spec)
@@ -120,8 +125,7 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str,
     record.reference_samples = reference
     scaling.update(efficiency=record.efficiency, reference_throughput=reference_median,
                    per_device_throughput=(record.throughput or 0.0) / world_size)
-    nodes = f"-n{jobs.topology.nnodes}" if jobs.topology.multi_node else ""
-    return f"train-w{world_size}{nodes}"
+    return mode
 
 
 # -- T(1) ------------------------------------------------------------------------------------------------------------

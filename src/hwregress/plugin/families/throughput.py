@@ -76,7 +76,7 @@ class Throughput:
         if batch_size == MAX_BATCH:
             batch_size = record.batch_size = _max_batch(record, workload, device, mode, dtype, context, memory_format)
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
-            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1)
+            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1, key)
         else:
             fill_measurement(record, model_window(bench, record, workload, device, mode, batch_size, dtype,
                                                   bench.round_driver(), context=context, compiler=compiler,
@@ -114,13 +114,15 @@ def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: st
 
 
 def _llm(bench: BenchContext, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
-         context: int) -> None:
+         context: int, key: str) -> None:
     """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode steps'
-    tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in ``record.llm``."""
+    tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in ``record.llm``.
+    Its looks judge against the baseline entry ``key``."""
     settings = bench.settings
     try:
         result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, settings.plan,
-                         settings.telemetry_interval_s, profile=settings.profile_steps > 0)
+                         settings.telemetry_interval_s, profile=settings.profile_steps > 0,
+                         settled=bench.window_check(record, key))
     except OutOfMemory as error:
         record.message = str(error)
         skip_with(Verdict.OOM, str(error))
