@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hwregress.plugin import ci
-from hwregress.plugin.record import JUNIT_PROPERTIES
+from hwregress.plugin.record import JUNIT_PROPERTIES, junit_properties
 from hwregress.store import schemas
+from hwregress.store.figures import ReachFigures
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -46,6 +47,8 @@ def test_junit_gets_the_short_properties_only_and_stays_small(hw_project):
         assert set(found) <= SHORT_PROPERTIES and {"hwregress.verdict", "hwregress.ratio"} <= set(found)
         assert found["hwregress.verdict"] == "regression"
         assert float(found["hwregress.ratio"]) < 0.6
+        # what the verdict could catch: 6 rounds against 6 reach alpha, so a number, a fraction above the threshold
+        assert float(found["hwregress.threshold"]) <= float(found["hwregress.mds"]) < 1
     assert path.stat().st_size < 5_000 * len(properties)
 
 
@@ -77,8 +80,33 @@ def test_terminal_shows_each_verdict_as_its_test_finishes(hw_project):
     plain.stdout.re_match_lines([re.escape(f"{TRAIN_ID} PASSED (pass 40") + r"\d\.?\d* samples/s x(1\.0|0\.99)"])
 
 
-def _record(verdict: Verdict, message: str = "", test_id: str = "t.py::t[cpu]") -> TestRecord:
-    return TestRecord(test_id, throughput=50.0, ratio=0.5, threshold=0.05, verdict=verdict, message=message)
+def _record(verdict: Verdict, message: str = "", test_id: str = "t.py::t[cpu]", **fields) -> TestRecord:
+    return TestRecord(test_id, throughput=50.0, ratio=0.5, threshold=0.05, verdict=verdict, message=message, **fields)
+
+
+WHY = "4 rounds against 4 cannot reach p < 0.01"
+
+
+def test_junit_properties_carry_the_mds_or_why_there_is_none():
+    stated = dict(junit_properties(_record(Verdict.PASS, reach=ReachFigures(figure="throughput", mds=0.0812))))
+    assert stated["hwregress.mds"] == "0.0812" and "hwregress.mds_why_none" not in stated
+    none = dict(junit_properties(_record(Verdict.PASS, reach=ReachFigures(figure="throughput", why_none=WHY))))
+    assert none["hwregress.mds_why_none"] == WHY and "hwregress.mds" not in none
+    assert not {"hwregress.mds", "hwregress.mds_why_none"} & set(dict(junit_properties(_record(Verdict.NEW))))
+
+
+def test_the_job_summary_states_what_the_session_would_catch_and_each_noteworthy_tests_mds():
+    records = [_record(Verdict.PASS, test_id="a", reach=ReachFigures(figure="throughput", mds=0.08, power=0.9)),
+               _record(Verdict.REGRESSION, "slower", test_id="b",
+                       reach=ReachFigures(figure="throughput", mds=0.21, power=0.9)),
+               _record(Verdict.UNSTABLE, test_id="c", reach=ReachFigures(figure="throughput", why_none=WHY))]
+    text = ci.markdown_summary(SessionResults({}, records))
+    assert "This session would catch a slowdown of ≥ 21.0% on 2 of 3 judged tests (each with 90% probability; " \
+           "median 14.5%); 1 states none." in text
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| verdict | test | figure | ratio | threshold | catches ≥ | why |"
+    assert "| regression | `b` | 50 samples/s | 0.500 | 5.0% | 21.0% | slower |" in rows
+    assert f"| unstable | `c` | 50 samples/s | 0.500 | 5.0% | none: {WHY} |  |" in rows
 
 
 def test_markdown_lists_noteworthy_worst_first_and_skips_passes():
@@ -108,7 +136,7 @@ def test_markdown_row_cannot_break_the_table(message):
     text = ci.markdown_summary(SessionResults({}, [_record(Verdict.REGRESSION, message)]))
     row = text.splitlines()[-1]
     assert row.startswith("| regression |") and row.endswith(" |")
-    assert row.replace("\\|", "").count("|") == 7
+    assert row.replace("\\|", "").count("|") == 8
 
 
 @given(st.text(), st.text())

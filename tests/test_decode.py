@@ -317,6 +317,27 @@ def test_after_warmup_runs_once_between_the_warmup_and_the_timed_rounds(gpt2):
         assert events[0].startswith("settle")  # nothing timed before it
 
 
+def test_a_driver_runs_the_timed_rounds_and_learns_the_warmups_time(gpt2):
+    """The serving windows' rounds go through the looks of every judged window
+    (:func:`hwregress.measure.timing.run_rounds`): the driver runs them, each returning the seconds it judges (a
+    decode round's decode steps, a prefill round's pass), and plans with the warmup round's wall time."""
+    seen: list = []
+
+    def driver(run_round, warmup_round_s):
+        seen.append(warmup_round_s)
+        seen.append([run_round() for _ in range(2)])
+
+    timing = decode_rounds(gpt2, _prompt(), None, new_tokens=3, rounds=1, device="cpu", driver=driver,
+                           clock=ScriptedClock([0, 1, 1.5, 2, 10, 11, 11.25, 11.5]))
+    assert seen[0] > 0 and seen[1] == pytest.approx([1.0, 0.5])
+    assert timing.prefill_s == pytest.approx([1.0, 1.0]) and len(timing.step_s) == 2
+
+    seen.clear()
+    seconds = prefill_rounds(gpt2, _prompt(), None, rounds=1, device="cpu", driver=driver,
+                             clock=ScriptedClock([0, 0.25, 1, 1.5]))
+    assert seen[0] > 0 and seen[1] == pytest.approx([0.25, 0.5]) == seconds
+
+
 @pytest.fixture
 def transformers_log() -> Iterator[list]:
     """The records transformers logs at warning level while the test runs, its once-only cache cleared first (a

@@ -64,6 +64,14 @@ def test_scaling_records_world_sizes_one_and_two_with_efficiency_and_communicati
     entries = json.loads(dist_project.baseline_files()[0].read_text())["entries"]
     assert entries["scaling/tiny/train-w2/bs4/fp32"]["efficiency"] == pytest.approx(two["efficiency"])
     assert "scaling/tiny/train-w1/bs4/fp32" in entries
+    assert two["looks"] is None  # nothing to judge against yet: no looks
+    # judged against the entry just recorded: the ranks take the planned looks together, and the record keeps them
+    dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", *DIST, *xdist_args)
+    judged = _records(dist_project)["cpu-tiny-train-w2-bs4-fp32"]
+    looks = judged["looks"]
+    assert looks is not None and looks["rounds"] and looks["rounds"][-1] == judged["rounds"]
+    assert looks["rounds"] == looks["planned"][:len(looks["rounds"])] or judged["rounds"] < looks["planned"][-1]
+    assert judged["alpha"] == pytest.approx(0.01 / len(looks["planned"]))
     assert not _job_processes(dist_project)
 
 

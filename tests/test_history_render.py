@@ -242,3 +242,24 @@ def test_any_history_renders_with_names_escaped(series, model):
     for trend in trends:
         assert str(escape(trend.hardware_key)) in page
     assert len(build_dashboard(trends).keys) == len({t.hardware_key for t in trends})
+
+
+def test_the_dashboard_shows_each_tests_mds_over_sessions():
+    """Each steady row: the latest session's minimum detectable slowdown and a sparkline of it over the sessions
+    (its range in the caption); a moved test names its latest MDS in its status line; rows written before the field
+    existed (no "mds") show none."""
+    mds = [0.09, None, 0.07, 0.08, 0.062]
+    rows = [{**history_row(0, 0, i, 100.0, 100.0, "pass", "2.4.0"), "mds": value} for i, value in enumerate(mds)]
+    old = [history_row(0, 1, i, 100.0, 100.0, "pass", "2.4.0") for i in range(5)]
+    step = [{**history_row(1, 2, i, 100.0 if i < 10 else 70.0, 100.0, "pass", "2.4.0"), "mds": 0.12}
+            for i in range(20)]
+    trends = analyze_all(rows + old + step)
+    dashboard = build_dashboard(trends)
+    by_test = {row.trend.test_id: row for row in dashboard.steady}
+    assert by_test[synthetic_test_id(0)].latest_mds == 0.062 and by_test[synthetic_test_id(1)].latest_mds is None
+    assert by_test[synthetic_test_id(1)].mds_sparkline == ""
+    page = render_dashboard(trends)
+    assert "<th>catches ≥ (latest)</th>" in page and "MDS over sessions: 6.2–9 %" in page
+    assert re.search(r"<td class=\"n\">6\.2%</td>", page)
+    moved = re.search(r'<section class="trend moved".*?</section>', page, re.S).group(0)
+    assert "catches ≥ 12.0% now" in moved

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hwregress.store import schemas
+from hwregress.store.figures import ReachFigures
 from hwregress.store.history import HistoryStore
 from hwregress.store.history_row import row_from_record
 from hwregress.store.results import TestRecord
@@ -34,7 +35,8 @@ def valid_row(index: int = 0) -> dict[str, Any]:
                         threshold=0.05, baseline_throughput=100.0, baseline_recorded_at="2026-02-01T00:00:00+00:00",
                         environment={"torch": "2.4.0"}, identity={"cpu_family": 25},
                         health={"other_cpu_fraction": 0.0}, diagnosis=["CPU contention"],
-                        telemetry={"metrics": {"cpu_util_pct": {"mean": 97.0}}})
+                        telemetry={"metrics": {"cpu_util_pct": {"mean": 97.0}}},
+                        reach=ReachFigures(figure="throughput", mds=0.081 + index / 1000))
     row = row_from_record(record, "session-1", "2026-03-01T02:00:00+00:00", "0123456789abcdef", interrupted=True)
     assert row is not None
     return dict(row)
@@ -79,6 +81,17 @@ def test_a_session_row_has_every_declared_field_and_conforms():
     row = valid_row()
     assert set(row) == set(ROW_SCHEMA["properties"])  # the builder and the declaration name the same fields
     jsonschema.validate(row, ROW_SCHEMA)
+
+
+def test_a_row_keeps_the_mds_of_the_tests_headline_reach_and_null_without_one():
+    assert valid_row()["mds"] == 0.081
+    record = TestRecord("t", hardware_key="cpu-a", samples=[1.0, 2.0],
+                        latency_reach=ReachFigures(figure="latency", mds=0.2))
+    assert row_from_record(record, "s", "2026-03-01T02:00:00+00:00", "")["mds"] == 0.2  # no throughput judged
+    record.reach = ReachFigures(figure="throughput", why_none="4 rounds against 4 cannot reach p < 0.01")
+    assert row_from_record(record, "s", "2026-03-01T02:00:00+00:00", "")["mds"] is None
+    record.reach = record.latency_reach = None
+    assert row_from_record(record, "s", "2026-03-01T02:00:00+00:00", "")["mds"] is None
 
 
 @given(samples=st.lists(st.floats(min_value=1e-6, max_value=1e12), min_size=1, max_size=20),

@@ -1,7 +1,8 @@
 """LLM numerics on the CPU with small random-weight transformers models: what the decode window judges (the decode
 steps: ITL and their tokens/s) beside what it reports (end-to-end output tokens/s, TTFT, TPOT per request), decode
 FLOPs without the prompt pass, and the dtype a model runs in (bf16 inference casts the model, so its KV cache is
-bf16; training keeps autocast; train and plain infer windows build no KV cache)."""
+bf16; training keeps autocast; train and plain infer windows build no KV cache), and the planned looks both windows
+take against a baseline (issue 28)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from hwregress.measure.llm.window import run_llm
 from hwregress.measure.precision import numerics
 from hwregress.measure.timing import TimingPlan
 from hwregress.measure.window import RunOptions, build_step, run_model
+from hwregress.store.verdicts import Verdict
 from hwregress.workloads import Workload, causal_lm_loss, make_batch
 
 VOCAB, CONTEXT = 128, 8
@@ -186,7 +188,9 @@ def test_the_decode_record_says_how_many_warmup_generations_ran(probe):
     plan = TimingPlan(warmup_steps=3, rounds=3, min_round_s=0.001)
     result = run_llm(workload, "cpu", "decode", 1, "fp32", CONTEXT, plan, telemetry_interval_s=0.05, profile=False)
     generations = sum(prompt_passes)  # one prompt pass per generation
-    assert result.measurement.timing.warmup_steps == generations - plan.rounds
+    timed = len(result.measurement.timing.round_seconds)  # the planned rounds, or more where a noisy window extended
+    assert timed >= plan.rounds
+    assert result.measurement.timing.warmup_steps == generations - timed == llm_bench.DECODE_WARMUP_GENERATIONS
 
 
 class FixedTimer:
@@ -254,6 +258,49 @@ def test_fp16_serving_casts_to_half_and_leaves_autocast_off():
         assert torch.is_autocast_enabled("cpu")
     assert (next(numerics.model_for_mode(nn.Linear(4, 4), "causal-lm", "train", "fp16").parameters()).dtype
             == torch.float32)
+
+
+# -- the looks: the serving windows take them as every judged window does ------------------------------------------
+
+class PassAtLook:
+    """A window check that is undecided until look ``deciding``, then passes; it keeps what each look was shown."""
+
+    def __init__(self, deciding: int) -> None:
+        self.deciding = deciding
+        self.seen: list[tuple[list[float], int, int]] = []
+
+    def __call__(self, samples: list[float], look: int, looks: int) -> Verdict | None:
+        self.seen.append((samples, look, looks))
+        return Verdict.PASS if look >= self.deciding else None
+
+
+def test_a_decode_window_judged_against_a_baseline_stops_at_the_look_that_decides(probe):
+    new_tokens, batch = llm_bench.new_tokens_for("cpu"), 2
+    check = PassAtLook(2)
+    result = run_llm(probe.workload(), "cpu", "decode", batch, "fp32", CONTEXT, PLAN, telemetry_interval_s=0.05,
+                     profile=False, clock=StepClock(new_tokens, ttft_s=0.010, step_s=0.002), settled=check)
+    timing = result.measurement.timing
+    assert timing.looks is not None and timing.looks.decision == "pass"
+    assert timing.looks.rounds == timing.looks.planned[:2] and timing.looks.rounds[0] == PLAN.rounds
+    assert len(timing.round_seconds) == timing.looks.rounds[-1] and timing.verdict_rounds > 0
+    samples, look, looks = check.seen[-1]
+    assert (look, looks) == (2, len(timing.looks.planned))
+    assert samples == pytest.approx([batch / 0.002] * timing.looks.rounds[-1])  # the decode steps' tokens/s
+
+
+def test_a_prefill_window_that_passes_its_first_look_keeps_its_planned_rounds(probe):
+    check = PassAtLook(1)
+    result = run_llm(probe.workload(), "cpu", "prefill", 2, "fp32", CONTEXT, PLAN, telemetry_interval_s=0.05,
+                     profile=False, settled=check)
+    timing = result.measurement.timing
+    assert timing.looks is not None and timing.looks.rounds == [PLAN.rounds] and len(timing.round_seconds) == 3
+    assert [(look, looks) for _, look, looks in check.seen] == [(1, len(timing.looks.planned))]
+
+
+def test_without_a_baseline_a_serving_window_takes_no_looks(probe):
+    result = run_llm(probe.workload(), "cpu", "prefill", 1, "fp32", CONTEXT, PLAN, telemetry_interval_s=0.05,
+                     profile=False)
+    assert result.measurement.timing.looks is None and len(result.measurement.timing.round_seconds) >= PLAN.rounds
 
 
 @pytest.mark.parametrize(("mode", "rows"), [("prefill", 2 * CONTEXT), ("decode", 2)])

@@ -35,6 +35,17 @@ def test_injected_slowdown_fails_with_numbers_and_plain_rerun_passes(hw_project,
     assert verdicts == dict.fromkeys(THROUGHPUT_IDS, "regression")
     hw_project.run(*xdist_args).assert_outcomes(passed=2)
     assert {r["verdict"] for r in hw_project.results["records"]} == {"pass"}
+    # what each pass could have caught: the throughput's minimum detectable slowdown at the threshold it was judged
+    # at, and at the level of its window's last look (alpha / K of the K planned)
+    for record in hw_project.results["records"]:
+        reach = record["reach"]
+        assert reach["figure"] == "throughput" and reach["threshold"] == record["threshold"]
+        assert reach["alpha"] == record["alpha"] == pytest.approx(0.01 / len(record["looks"]["planned"]))
+        assert record["threshold"] <= reach["mds"] < 1 and reach["why_none"] is None and reach["sessions"] == 3
+    html = (hw_project.path / "reports" / "report.html").read_text()
+    assert "<th>catches ≥</th>" in html and "Throughput tolerance 15.0% on the CPU" in html
+    largest = max(r["reach"]["mds"] for r in hw_project.results["records"])
+    assert f"This session would catch a slowdown of ≥ {largest:.1%} on 2 of 2 judged tests" in html
 
 
 def test_results_and_report_have_every_field(hw_project):

@@ -16,7 +16,7 @@ from conftest import table_cells
 from hwregress.report import render, render_merge, write_outputs
 from hwregress.report.axes import nice_axis, tick_label
 from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, roofline_chart
-from hwregress.store.figures import CompileComparison, CompileFigures, LlmFigures
+from hwregress.store.figures import CompileComparison, CompileFigures, LlmFigures, LookFigures
 from hwregress.store.results import SessionResults, TestRecord, load
 from hwregress.store.verdicts import Verdict
 
@@ -97,6 +97,16 @@ def test_quantized_record_names_its_layers_and_base_dtype():
     record.details.update(quantized_layers=74, quantized_base_dtype="bf16")
     assert ("74 Linear layers quantized to int8, the rest "
             "of the model in bf16." in render(SessionResults(dict(META), [record])))
+
+
+def test_a_record_says_at_which_looks_its_window_was_looked_at_and_the_level_it_spent():
+    record = throughput_record("resnet18", 8, 10.0)
+    record.rounds, record.alpha = 25, 0.01 / 6
+    record.details["extended_rounds"] = 15
+    record.looks = LookFigures(planned=[10, 25, 50, 100, 200, 300], rounds=[10, 25], decision="pass")
+    page = render(SessionResults(dict(META), [record]))
+    assert "looked at after 10, 25 rounds (2 of 6 planned looks, α = 0.0017 each), the last deciding pass" in page
+    assert "rounds added for noise" not in page
 
 
 def test_charts_are_valid_svg_and_empty_without_data():

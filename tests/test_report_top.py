@@ -62,7 +62,7 @@ def test_each_red_test_is_listed_beside_the_chart_with_its_diagnosis_in_chart_or
     for number, (item, record) in enumerate(zip(items, regressions, strict=True), start=1):
         assert item.startswith(f'{number}"><b title="{record.test_id}">')
         assert all(cause in item for cause in record.diagnosis)
-    # the top comes before the charts, which come before the 19-column table
+    # the top comes before the charts, which come before the 20-column table
     assert html.index('id="summary-line"') < html.index("<h2>Charts</h2>") < html.index('id="results"')
     assert html.index('id="results"') < html.index("<h2>Hardware and software</h2>")
 

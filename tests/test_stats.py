@@ -19,6 +19,15 @@ def test_summary_of_known_values():
     assert summary.rel_iqr == pytest.approx(2 / 3)
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.floats(-1e12, 1e12, allow_nan=False), min_size=1, max_size=80))
+def test_summary_quartiles_and_extremes_are_numpys_bit_for_bit(values):
+    summary = summarize(values)
+    q1, median, q3 = np.percentile(values, [25, 50, 75])
+    assert (summary.q1, summary.median, summary.q3, summary.iqr) == (q1, median, q3, q3 - q1)
+    assert (summary.minimum, summary.maximum, summary.mean) == (min(values), max(values), np.mean(values))
+
+
 @pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
 def test_summary_rejects_empty_and_non_finite(bad):
     with pytest.raises(ValueError):

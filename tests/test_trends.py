@@ -17,7 +17,7 @@ from ruptures.costs import CostL1
 
 from hwregress.hardware.facts import PERFORMANCE_FIELDS
 from hwregress.judge import trends
-from hwregress.judge.changepoints import L1Cost, change_points
+from hwregress.judge.changepoints import L1Cost, change_points, last_change_index
 from hwregress.judge.trends import STATUSES, analyze, analyze_all, differences
 
 START = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
@@ -142,6 +142,16 @@ def reset_after_step(seed: int, reset_at: int = 25, reset: bool = True) -> list[
     return history(medians, verdict=lambda i: "regression" if 20 <= i < reset_at else "pass",
                    baseline=lambda i: LEVEL if i < reset_from else new_level,
                    recorded_at=lambda i: session_time(0 if i < reset_from else reset_at))
+
+
+def test_the_last_change_is_found_anew_when_a_history_changes_in_place():
+    history = [100.0] * 6 + [80.0] * 6
+    assert last_change_index(history) == 6
+    history[6:] = [100.0] * 6  # the same list object, now without a shift: the kept answer must not come back
+    assert last_change_index(history) == 0
+    assert last_change_index(np.array([100.0] * 4 + [60.0] * 4)) == 4
+    with pytest.raises(ValueError, match="finite and > 0"):
+        last_change_index([100.0, -1.0, 100.0])
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -3,7 +3,8 @@ sample list (:func:`summarize`), and the relative spread of a timed window (:fun
 
 The floor of the package: it imports nothing of hwregress, so every room may use it (a history row's summary in
 ``store/``, a window's stability in ``measure/``, a rank's figures in ``scaleout/``, the judge's comparison in
-``judge/``). Quartiles are numpy's linear-interpolation percentiles (``numpy.percentile``'s default method).
+``judge/``). Quartiles are numpy's linear-interpolation percentiles (``numpy.percentile``'s default method, computed
+here from one sort).
 """
 
 from __future__ import annotations
@@ -44,9 +45,22 @@ def summarize(samples: Sequence[float]) -> Summary:
         raise ValueError("cannot summarize an empty sample list")
     if not np.all(np.isfinite(values)):
         raise ValueError(f"samples must be finite, got {list(samples)!r}")
-    q1, median, q3 = np.percentile(values, [25, 50, 75])
-    return Summary(int(values.size), float(median), float(q1), float(q3), float(q3 - q1),
-                   float(values.mean()), float(values.min()), float(values.max()))
+    ordered = np.sort(values)
+    q1, median, q3 = (_quantile(ordered, q) for q in (0.25, 0.5, 0.75))
+    return Summary(int(values.size), median, q1, q3, q3 - q1, float(values.mean()), float(ordered[0]),
+                   float(ordered[-1]))
+
+
+def _quantile(ordered: np.ndarray, q: float) -> float:
+    """``numpy.percentile(values, 100 q)`` of the sorted ``values``, bit for bit (its default linear method, its
+    interpolation): a sixth of the time on the short lists a window holds, where numpy's general path costs more
+    than the sort (the judge summarizes the same rounds at every look)."""
+    position = q * (ordered.size - 1)
+    low = int(position)
+    high = min(low + 1, ordered.size - 1)
+    fraction = position - low
+    a, b = float(ordered[low]), float(ordered[high])
+    return b - (b - a) * (1 - fraction) if fraction >= 0.5 else a + (b - a) * fraction
 
 
 def relative_iqr(samples: Sequence[float]) -> float:

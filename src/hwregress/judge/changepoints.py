@@ -37,6 +37,7 @@ the two levels differ by more than the sessions' own spread (``p < SIGNIFICANCE_
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -170,6 +171,13 @@ def last_change_index(medians: Sequence[float]) -> int:
     Raises:
         ValueError: a median is not finite or not > 0; the message names the value.
     """
+    return _last_change_of(tuple(medians))
+
+
+@functools.lru_cache(maxsize=64)
+def _last_change_of(medians: tuple[float, ...]) -> int:
+    """:func:`last_change_index`, kept for the last few histories: a window's judge asks it of its baseline's history
+    at every look, in the verdict and in its reach."""
     breaks = _breakpoints(_checked_logs(medians))
     return breaks[-1] if breaks else 0
 

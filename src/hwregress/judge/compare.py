@@ -4,12 +4,15 @@ environment), with failure messages that state the numbers and typed figures for
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge import stats
-from hwregress.store.figures import CompileComparison, CompileFigures
+from hwregress.judge.compile_time import compile_time_onto
+from hwregress.judge.looks import look_alpha
+from hwregress.judge.reach import Reach, reach, threshold_reach
+from hwregress.store.figures import JUDGED_SUB_RECORDS, LookFigures, ReachFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -58,8 +61,10 @@ class Judgement:
         failures: sentences that make the test fail (empty: the test passes).
         notes: sentences shown beside the verdict.
         record: the record the judgement wrote its figures onto (:func:`judge`'s ``onto``): the ratio, threshold,
-            p-value, memory ratio, the baseline entry's figures, the environment and identity changes and the compile
-            time against the baseline's (``record.compile.vs_baseline``); a field left None was not judged.
+            p-value and the level it was judged at (``alpha``), memory ratio, the baseline entry's figures, the
+            environment and identity changes, the compile time against the baseline's (``record.compile.vs_baseline``)
+            and what each judged figure's verdict could catch (``record.reach``, ``latency_reach``,
+            ``efficiency_reach``, ``speedup_reach``: :mod:`hwregress.judge.reach`); a field left None was not judged.
     """
 
     record: TestRecord
@@ -90,6 +95,7 @@ class Measured:
     latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where judges_latency says so
     compile_s: float | None = None  # a compiled model's compile time (s) and the cache state it was measured in
     compile_cache: str | None = None
+    looks: LookFigures | None = None  # the planned looks at the window and those taken (None: no baseline steered it)
 
 
 # (family, mode) of the records whose latency is judged against the baseline: a stream's median latency is what
@@ -113,7 +119,12 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     in a field that changes performance, nothing is judged: verdict ``other-hardware`` with the fields that
     differ, unless ``accept_identity`` (then the differences are a note and the figures are judged).
 
-    Throughput: see :func:`hwregress.judge.stats.compare`. Memory: fails when current peak >
+    Throughput: see :func:`hwregress.judge.stats.compare`, at the significance level of the last look the window took
+    (:func:`hwregress.judge.looks.look_alpha`; ``tolerances.alpha`` for a window without looks), written to
+    ``record.alpha``; a window looked at is ``unstable`` when its rounds show neither a regression, nor an
+    improvement, nor a pass (the lower confidence bound of the ratio above ``1 - threshold``: no slowdown of the
+    threshold or more), whatever its noise; one without looks is ``unstable`` when no direction was found and its
+    rounds stayed noisy. Memory: fails when current peak >
     baseline peak * (1 + memory tolerance) (+ slack for sampled, inexact memory). Accuracy: fails when current <
     baseline - margin.
     Speedup: fails when current speedup < baseline speedup * (1 - threshold). Efficiency (scaling, co-location)
@@ -123,7 +134,10 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     when current > baseline latency (the median of its recorded sessions) * (1 + threshold), the threshold the
     throughput comparison's, widened by the latency's drift between the recorded sessions (capped likewise).
     Compile time is compared, never judged, and only with a baseline compile time of the same cache state
-    (:func:`compare_compile`).
+    (:func:`hwregress.judge.compile_time.compare_compile`). Each judged figure's reach (its minimum detectable
+    slowdown, :mod:`hwregress.judge.reach`) is computed where it is judged, with the same threshold, cap and alpha (the
+    throughput's at ``record.alpha``, the level of the last look taken: a window judged at its looks catches only what
+    that level's test can).
     """
     record = _reset_judged(onto if onto is not None else TestRecord(measured.test_id))
     if baseline is None:
@@ -146,7 +160,8 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     _judge_speedup(measured, baseline, tolerances, judgement)
     _judge_efficiency(measured, baseline, tolerances, judgement)
     _judge_latency(measured, baseline, tolerances, judgement)
-    _compare_compile(measured, baseline, judgement)
+    if measured.compile_s is not None:
+        judgement.notes += compile_time_onto(judgement.record, measured.compile_s, measured.compile_cache, baseline)
     _judge_environment(measured, baseline, strict_env, judgement)
     if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
                                                      Verdict.UNSTABLE):
@@ -157,7 +172,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 # the record fields a judgement writes (besides record.compile.vs_baseline): None or empty until judged
 JUDGED_FIELDS = ("ratio", "threshold", "p_value", "memory_ratio", "baseline_throughput", "baseline_peak_memory_bytes",
                  "baseline_accuracy", "baseline_speedup", "baseline_efficiency", "baseline_latency_ms",
-                 "wanted_threshold")
+                 "wanted_threshold", "alpha", *JUDGED_SUB_RECORDS)
 
 
 def _reset_judged(record: TestRecord) -> TestRecord:
@@ -199,14 +214,19 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     tolerance, provisional = starting_tolerance(baseline, measured.on_cpu, tolerances)
     if provisional:
         judgement.notes.append(provisional)
+    looks = measured.looks
+    alpha = tolerances.alpha if looks is None else look_alpha(len(looks.rounds), len(looks.planned), tolerances.alpha)
     comparison = stats.compare(measured.samples, baseline["samples"], tolerance,
-                               alpha=tolerances.alpha, z=tolerances.z, history=baseline.get("history", ()),
+                               alpha=alpha, z=tolerances.z, history=baseline.get("history", ()),
                                max_threshold=tolerances.max_threshold)
     baseline_median = summarize(baseline["samples"]).median
     record = judgement.record
     record.ratio, record.threshold, record.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
+    record.alpha = alpha
     record.baseline_throughput = baseline_median
     record.wanted_threshold = comparison.wanted_threshold
+    record.reach = reach_figures(reach(measured.samples, baseline["samples"], baseline.get("history", ()),
+                                       comparison.threshold, tolerances.max_threshold, alpha))
     if comparison.wanted_threshold is not None:
         judgement.notes.append("noise-limited: the baseline's noise and history asked for a "
                                f"{comparison.wanted_threshold:.1%} threshold, capped at "
@@ -214,8 +234,8 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     current_median = summarize(measured.samples).median
     if comparison.direction == "regression":
         judgement.verdict = Verdict.REGRESSION
-        why = (f"tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g}"
-               if comparison.p_slower < tolerances.alpha else
+        why = (f"tolerance {comparison.threshold:.1%}, Mann-Whitney p={comparison.p_slower:.2g} < alpha {alpha:.2g}"
+               if comparison.p_slower < alpha else
                f"a drop beyond the {comparison.threshold:.1%} cap counts whatever its significance: Mann-Whitney "
                f"p={comparison.p_slower:.2g} against a baseline that holds slow sessions too")
         judgement.failures.append(
@@ -229,7 +249,14 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
             f"faster than the baseline: ratio {comparison.ratio:.3f} > {1 + comparison.threshold:.3f}; "
             "refresh it with --update-baselines"
         )
-    elif not measured.stable:
+    elif looks is not None and comparison.p_no_slowdown >= alpha:
+        judgement.verdict = Verdict.UNSTABLE
+        judgement.notes.append(
+            f"undecided after {len(looks.rounds)} looks ({len(measured.samples)} rounds): ratio "
+            f"{comparison.ratio:.3f} shows no regression, nor that no slowdown of {comparison.threshold:.1%} or more "
+            f"is hidden (Mann-Whitney p={comparison.p_no_slowdown:.2g} against {1 - comparison.threshold:.3f} x the "
+            f"baseline, alpha {alpha:.2g}); more rounds (--time-budget) or a quieter machine would decide")
+    elif looks is None and not measured.stable:
         judgement.verdict = Verdict.UNSTABLE
         judgement.notes.append("the window stayed noisy after extending its rounds; the verdict is not trustworthy")
 
@@ -272,6 +299,8 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
         return
     judgement.record.baseline_speedup = base_speedup
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)  # the CPU side's noise counts too
+    judgement.record.speedup_reach = reach_figures(threshold_reach("speedup", measured.samples, (), threshold,
+                                                                   measured.reference_samples))
     if measured.speedup < base_speedup * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "
@@ -286,8 +315,11 @@ def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerance
         return
     judgement.record.baseline_efficiency = base_efficiency
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)
-    drift = stats.history_bound(baseline.get("efficiency_history") or ())  # how far it moved between sessions
+    history = baseline.get("efficiency_history") or ()
+    drift = stats.history_bound(history)  # how far it moved between sessions
     threshold = max(threshold, min(drift, tolerances.max_threshold))
+    judgement.record.efficiency_reach = reach_figures(
+        threshold_reach("efficiency", measured.samples, history, threshold, measured.reference_samples))
     if measured.efficiency < base_efficiency * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: efficiency {measured.efficiency:.3f} < baseline {base_efficiency:.3f} "
@@ -304,8 +336,10 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     threshold = judgement.record.threshold
     if threshold is None:  # no throughput was judged: the tolerance a throughput comparison would start from
         threshold = starting_tolerance(baseline, measured.on_cpu, tolerances)[0]
-    drift = stats.history_bound(baseline.get("latency_history") or ())
+    history = baseline.get("latency_history") or ()
+    drift = stats.history_bound(history)
     threshold = max(threshold, min(drift, tolerances.max_threshold))
+    judgement.record.latency_reach = reach_figures(threshold_reach("latency", measured.samples, history, threshold))
     if measured.latency_ms > base_latency * (1 + threshold):
         judgement.failures.append(
             f"{measured.test_id}: latency p50 {measured.latency_ms:.1f} ms > baseline {base_latency:.1f} ms "
@@ -313,47 +347,9 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
         )
 
 
-def compare_compile(compile_s: float, cache: str | None, baseline: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``compile_s`` (seconds, measured with a ``cache`` state of :data:`hwregress.measure.compilation.CACHE_STATES`)
-    against the baseline entry's ``compile_s`` (the median of its sessions of state ``compile_cache``).
-
-    A compile that found its work in a cache takes a fraction of one that did not (a tiny MLP under inductor on the
-    CPU: 24.6 s cold, 0.09 s warm), so a warm and a cold compile time are never compared, nor one whose state is
-    unknown (an entry recorded before states were kept).
-
-    Returns:
-        None when the baseline holds no compile time; else ``{"compared": True, "cache", "baseline_compile_s",
-        "ratio"}`` (ratio = compile_s / baseline_compile_s, above 1 is slower) or ``{"compared": False, "cache",
-        "baseline_cache", "reason"}``.
-    """
-    base_compile_s = baseline.get("compile_s")
-    if not base_compile_s:
-        return None
-    base_cache = baseline.get("compile_cache")
-    if cache is None or cache != base_cache:
-        return {"compared": False, "cache": cache, "baseline_cache": base_cache,
-                "reason": f"compile time not compared: this session compiled with {_cache_words(cache)}, the "
-                          f"baseline's with {_cache_words(base_cache, own=False)} (a warm and a cold compile are "
-                          "not comparable); record a baseline of the same cache state with --update-baselines"}
-    return {"compared": True, "cache": cache, "baseline_compile_s": base_compile_s, "ratio": compile_s / base_compile_s}
-
-
-def _cache_words(cache: str | None, own: bool = True) -> str:
-    if cache is None:
-        return "an unknown cache" if own else "an unknown one"
-    return f"a {cache} cache" if own else f"a {cache} one"
-
-
-def _compare_compile(measured: Measured, baseline: Mapping[str, Any], judgement: Judgement) -> None:
-    if measured.compile_s is None:
-        return
-    comparison = compare_compile(measured.compile_s, measured.compile_cache, baseline)
-    if comparison is not None:
-        record = judgement.record
-        record.compile = record.compile or CompileFigures()
-        record.compile.vs_baseline = CompileComparison.of(comparison)
-    if comparison is not None and not comparison["compared"]:
-        judgement.notes.append(comparison["reason"])
+def reach_figures(found: Reach) -> ReachFigures:
+    """The record's sub-record of a :class:`hwregress.judge.reach.Reach` (its rounds as a list, as JSON holds them)."""
+    return ReachFigures.of({**asdict(found), "rounds": list(found.rounds)})
 
 
 def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_samples: Sequence[float]) -> float:

@@ -199,8 +199,8 @@ def run_ceiling(spec: CeilingSpec, device: str, dtype: str, timer: RoundTimer, p
                 telemetry_interval_s: float = 0.1,
                 round_driver: Callable[[Callable[[], None], int], None] | None = None,
                 settled: VerdictCheck | None = None) -> CeilingMeasurement:
-    """Measure one roof. Per-round samples are in ``spec.unit`` (TFLOP/s or GB/s); ``settled`` extends the window
-    while the verdict against the baseline is open (:class:`hwregress.measure.window.RunOptions`); ``facts`` of the
+    """Measure one roof. Per-round samples are in ``spec.unit`` (TFLOP/s or GB/s); ``settled`` takes the window's
+    planned looks against the baseline (:class:`hwregress.measure.window.RunOptions`); ``facts`` of the
     result say how it was measured (``p2p``: the peer and whether direct peer access is possible).
 
     Peak memory and telemetry are those of ``device``: a ``p2p`` copy's destination buffer lives on the

@@ -32,7 +32,7 @@ with ``torch._inductor.utils.fresh_cache``). The cache hits and misses torch cou
 (``torch._dynamo.utils.counters``) are kept with the timing, and a hit (a remote cache, say) makes the
 compile ``warm`` whatever the folder. ``cache="warm"`` compiles with the caches as they are and is
 always called ``warm``. A ``compile_s`` is only ever compared with one of the same cache state
-(:func:`hwregress.judge.compare.compare_compile`).
+(:func:`hwregress.judge.compile_time.compare_compile`).
 
 A cold cache is not a cold process: the first compile in a process also pays the compiler's one-time set-up
 in it (whatever torch initializes on its first compile: about ten times a later cold compile's,

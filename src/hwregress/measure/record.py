@@ -24,6 +24,7 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
     record.latency_ms = summarize(measurement.timing.step_seconds).median * 1000.0
     record.peak_memory_bytes = measurement.peak_memory_bytes
     record.stable = measurement.timing.stable
+    record.looks = measurement.timing.looks
     record.details.update(extended_rounds=measurement.timing.extended_rounds,
                           verdict_rounds=measurement.timing.verdict_rounds,
                           warmup_steps=measurement.timing.warmup_steps, telemetry_series=measurement.telemetry_series)

@@ -43,9 +43,9 @@ class RunOptions:
             timed apart, before the warmup, as ``Measurement.compile``, with cold caches
             (``compilation.warm_up_compiled``).
         memory_format: ``contiguous`` or ``channels_last`` (weights and 4-D inputs converted).
-        settled: whether the verdict against the baseline is decided by the throughput samples so far (units of
-            work per second) and the window's seconds; the window is extended while it is not
-            (:func:`hwregress.judge.window_verdict.verdict_settled`). None: no baseline steers the window.
+        settled: what a planned look decides against the baseline on the throughput samples so far (units of work
+            per second): the window runs on to its next look while undecided
+            (:func:`hwregress.judge.window_verdict.look_decision`). None: no baseline steers the window.
     """
 
     plan: TimingPlan = field(default_factory=TimingPlan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hwregress.report.reach_view import reach_summary
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import NOTEWORTHY, Verdict
 
@@ -41,14 +42,19 @@ def status_word(record: TestRecord, outcome: str) -> str:
 
 
 def markdown_summary(results: SessionResults, title: str = "hwregress") -> str:
-    """A Markdown summary of a session: verdict counts, then each regression (and other noteworthy verdict)
-    with its figure, ratio and threshold and the first sentence of its message. Link-free."""
+    """A Markdown summary of a session: verdict counts, what the session would catch (the report's summary line:
+    :mod:`hwregress.report.reach_view`), then each regression (and other noteworthy verdict) with its figure, ratio,
+    threshold, minimum detectable slowdown and the first sentence of its message. Link-free."""
     counts = ", ".join(f"{count} {verdict}" for verdict, count in results.counts().items()) or "no hardware tests"
     lines = [f"## {title}", "", f"**{counts}**", ""]
+    catches = catch_line(results.records)
+    if catches:
+        lines += [catches, ""]
     noteworthy = sorted((r for r in results.records if r.verdict in NOTEWORTHY),
                         key=lambda r: (r.verdict.rank, r.test_id))
     if noteworthy:
-        lines += ["| verdict | test | figure | ratio | threshold | why |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += ["| verdict | test | figure | ratio | threshold | catches ≥ | why |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         lines += [_markdown_row(record) for record in noteworthy]
     moved = [t for t in (results.meta.get("history") or {}).get("trends", []) if t.get("status") in MOVED]
     if moved:
@@ -63,6 +69,13 @@ def markdown_summary(results: SessionResults, title: str = "hwregress") -> str:
 MOVED = ("regression", "drift", "improvement")  # history statuses worth a line in the job summary
 
 
+def catch_line(records: Iterable[TestRecord]) -> str:
+    """The report's line of what the session would catch (:meth:`hwregress.report.reach_view.ReachSummary.sentence`);
+    empty when no test was judged."""
+    summary = reach_summary(list(records))
+    return summary.sentence() if summary.judged else ""
+
+
 def _cell(text: str) -> str:
     return " ".join(text.splitlines()).replace("|", "\\|")
 
@@ -73,8 +86,15 @@ def _markdown_row(record: TestRecord) -> str:
              "" if value is None else f"{value:.4g} {record.unit}",
              "" if record.ratio is None else f"{record.ratio:.3f}",
              "" if record.threshold is None else f"{record.threshold:.1%}",
-             _first_sentence(record)]
+             _mds_cell(record), _first_sentence(record)]
     return "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+
+
+def _mds_cell(record: TestRecord) -> str:
+    headline = record.headline_reach()
+    if headline is None:
+        return ""
+    return f"{headline.mds:.1%}" if headline.mds is not None else f"none: {headline.why_none}"[:200]
 
 
 def _first_sentence(record: TestRecord) -> str:

@@ -65,8 +65,8 @@ class HwBench:
         return self.config.hook.pytest_hwregress_round_timer(config=self.config, device=device) or default_timer(device)
 
     def window_check(self, record: TestRecord, key: str) -> VerdictCheck | None:
-        """What keeps the timed window open while its verdict against the baseline entry ``key`` is undecided
-        (:func:`hwregress.judge.window_verdict.window_check`); None without a trustworthy entry (judged after the
+        """What the timed window's looks decide against the baseline entry ``key``
+        (:func:`hwregress.judge.window_verdict.look_decision`); None without a trustworthy entry (judged after the
         window)."""
         return check_from_terms(self.window_terms(record, key))
 
@@ -79,8 +79,7 @@ class HwBench:
         except BaselineError:
             return None  # the judgement after the window fails the test with the file's error
         policy = self.session.policy
-        return window_terms(entry, record.identity, policy.tolerances,
-                            device_kind(record.device or "cpu") == "cpu", self.settings.plan.confirm_s,
+        return window_terms(entry, record.identity, policy.tolerances, device_kind(record.device or "cpu") == "cpu",
                             policy.accept_identity)
 
     def round_driver(self) -> RoundDriver | None:

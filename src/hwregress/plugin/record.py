@@ -21,7 +21,9 @@ from hwregress.store.verdicts import Verdict
 
 RECORD_KEY = pytest.StashKey[TestRecord]()
 REPORT_ATTRIBUTE = "hwregress_record"
-JUNIT_PROPERTIES = ("verdict", "throughput", "unit", "ratio", "threshold", "peak_memory_bytes")
+RECORD_PROPERTIES = ("verdict", "throughput", "unit", "ratio", "threshold", "peak_memory_bytes")
+# and what the verdict could catch: the headline reach's minimum detectable slowdown, or why it states none
+JUNIT_PROPERTIES = (*RECORD_PROPERTIES, "mds", "mds_why_none")
 # verdicts a failing test keeps: the judge's own reasons to fail
 _FAILING_VERDICTS = (Verdict.REGRESSION, Verdict.INVALID, Verdict.FAILED)
 
@@ -96,8 +98,12 @@ def plain_json(record: TestRecord) -> dict[str, Any]:
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
-    """The short properties JUnit XML gets: verdict, throughput, unit, ratio, threshold, peak memory."""
-    values = {name: getattr(record, name) for name in JUNIT_PROPERTIES}
+    """The short properties JUnit XML gets: verdict, throughput, unit, ratio, threshold, peak memory, and the minimum
+    detectable slowdown of the test's headline reach (:meth:`TestRecord.headline_reach`, a fraction) or the sentence
+    saying why it has none; a value that is None is left out."""
+    headline = record.headline_reach()
+    values = {name: getattr(record, name) for name in RECORD_PROPERTIES}
+    values.update(mds=headline.mds if headline else None, mds_why_none=headline.why_none if headline else None)
     return [(f"hwregress.{name}", _junit_value(value)) for name, value in values.items() if value is not None]
 
 

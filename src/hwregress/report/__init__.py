@@ -23,6 +23,7 @@ from hwregress.hardware import roofline
 from hwregress.report import charts
 from hwregress.report.family_views import views_context
 from hwregress.report.history_view import HistorySection
+from hwregress.report.reach_view import reach_cells, tolerance_by_kind
 from hwregress.report.regressed_chart import top_context
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY
 from hwregress.store.archive import archive_stem, free_archive_stem
@@ -48,6 +49,7 @@ def _environment() -> Environment:
     env.filters.update(num=_num, gib=_gib, pct=_pct, shortid=_short_id, anchor=_anchor, ceiling_size=_ceiling_size,
                        finding=_finding, binary_size=_binary_size_text)
     env.tests.update(present=lambda value: not _missing(value))
+    env.filters.update(reach_cells=reach_cells)
     env.globals.update(has_detail=_has_detail)
     return env
 
@@ -151,6 +153,7 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         verdict_order=[v.value for v in Verdict],
         records=records,
         has_new=any(r.verdict == "new" for r in records),
+        tolerance_text=tolerance_by_kind(results.meta.get("tolerances") or {}, records),
         throughput_charts=_by_batch_charts(records, "throughput", "throughput ({unit})", by_unit=True,
                                            baseline_field="baseline_throughput"),
         memory_charts=_by_batch_charts(records, "peak_memory_bytes", "peak memory (GiB)", scale=2**-30),

@@ -8,6 +8,10 @@ machines of different speed share one axis and 1.0 is "as the baseline". Tests w
 point) are expanded: a trend chart with one series per hardware key, change points marked, and the change table of the
 report's History section (first bad session and what changed). The others are one row each with a sparkline.
 
+Per test the page also shows what each session's verdict could catch: its minimum detectable slowdown (the row's
+``mds``, :mod:`hwregress.judge.reach`), the latest in a moved test's status line and in a steady row's column beside a
+sparkline of it over the sessions, so a machine whose noise grows (and whose passes guarantee less) shows it.
+
 Filters by hardware key, device, model, family and status run in the browser; without JavaScript the filter form
 stays hidden and every test is shown.
 """
@@ -35,18 +39,26 @@ UNKNOWN = "–"
 
 @dataclass
 class SteadyRow:
-    """One (hardware key, test) whose history did not move: its ratios to the baseline and their sparkline, and how
-    many of its sessions did not run to their end (rows marked ``interrupted``)."""
+    """One (hardware key, test) whose history did not move: its ratios to the baseline and their sparkline, how
+    many of its sessions did not run to their end (rows marked ``interrupted``), and each session's minimum
+    detectable slowdown (None: not judged, none stated, or a row written before the field existed) with its
+    sparkline (empty with fewer than 2 sessions stating one)."""
 
     trend: Trend
     ratios: list[float]
     sparkline: Markup
     facets: dict[str, list[str]]
     interrupted: int
+    mds: list[float | None]
+    mds_sparkline: Markup
 
     @property
     def latest_ratio(self) -> float | None:
         return self.ratios[-1] if self.ratios else None
+
+    @property
+    def latest_mds(self) -> float | None:
+        return self.mds[-1] if self.mds else None
 
 
 @dataclass
@@ -84,7 +96,8 @@ def render_dashboard(trends: Sequence[Trend], warnings: Sequence[str] = (), dirs
     """
     dashboard = build_dashboard(trends)
     return _environment().get_template("dashboard.html.j2").render(
-        dashboard=dashboard, facets=FACETS, warnings=list(warnings)[:20], dirs=list(dirs), tolerance=tolerance,
+        dashboard=dashboard, facets=FACETS, session_mds=session_mds, warnings=list(warnings)[:20], dirs=list(dirs),
+        tolerance=tolerance,
         counts=status_counts(trends) if trends else "0 tests", status_badge=STATUS_BADGE, version=__version__,
         generated_at=generated_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
@@ -108,6 +121,11 @@ def build_dashboard(trends: Sequence[Trend]) -> Dashboard:
 def session_ratios(trend: Trend) -> list[float]:
     """Each session's median over its reference (see the module doc), in session order (dimensionless)."""
     return [row["median"] / reference for row, reference in zip(trend.rows, _references(trend), strict=True)]
+
+
+def session_mds(trend: Trend) -> list[float | None]:
+    """Each session's minimum detectable slowdown (fraction; None where the row has none), in session order."""
+    return [value if _positive(value := row.get("mds")) else None for row in trend.rows]
 
 
 def ratio_chart(test_id: str, trends: list[Trend]) -> Markup:
@@ -159,8 +177,11 @@ def _steady_row(trend: Trend) -> SteadyRow:
     ratios = session_ratios(trend)
     shown = ratios[-CHART_SESSIONS:]
     spark = charts.sparkline(list(range(len(shown))), shown, "median / baseline", "")
+    mds = session_mds(trend)
+    mds_shown = [None if value is None else value * 100 for value in mds[-CHART_SESSIONS:]]
+    mds_spark = charts.sparkline(list(range(len(mds_shown))), mds_shown, "MDS over sessions", "%")
     return SteadyRow(trend, ratios, spark, {name: [value] for name, value in facets_of(trend).items()},
-                     sum(bool(interrupted_note(row)) for row in trend.rows))
+                     sum(bool(interrupted_note(row)) for row in trend.rows), mds, mds_spark)
 
 
 def _merged_facets(trends: Sequence[Trend]) -> dict[str, list[str]]:

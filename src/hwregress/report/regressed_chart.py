@@ -3,7 +3,8 @@
 The chart holds a dot per judged test (a record with a finite ratio to its baseline and a threshold), worst first
 along x, at its ratio on y, over the test's threshold band ``[1 - threshold, 1 + threshold]`` (a regression lies
 below it, an improvement above: :func:`hwregress.judge.compare.judge`). Dots are coloured and shaped by verdict; every
-red test is numbered on the chart and listed beside it with its diagnosis.
+red test is numbered on the chart and listed beside it with its diagnosis. A dot's tooltip names what its throughput
+verdict could catch (its minimum detectable slowdown, or why there is none: :mod:`hwregress.report.reach_view`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from markupsafe import Markup, escape
 from hwregress.report import charts, legend
 from hwregress.report.axes import _plottable, format_value, nice_axis
 from hwregress.report.palette import marker_svg
+from hwregress.report.reach_view import reach_summary, tooltip_text
 from hwregress.report.record_values import number
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import verdict_rank
@@ -121,7 +123,8 @@ def _tooltip(judged: JudgedTest) -> str:
     r = judged.record
     band = f"{1 - judged.threshold:.3g}–{1 + judged.threshold:.3g}"
     figures = f"{format_value(r.throughput)} vs baseline {format_value(r.baseline_throughput)} {r.unit or ''}"
-    return f"{r.test_id}: {r.verdict}, ratio {judged.ratio:.3g} (band {band}), {figures}".strip()
+    text = f"{r.test_id}: {r.verdict}, ratio {judged.ratio:.3g} (band {band}), {figures}".strip()
+    return "; ".join(filter(None, [text, tooltip_text(r.reach)]))
 
 
 def _legend_entries(judged: Sequence[JudgedTest]) -> list[legend.LegendEntry]:
@@ -131,8 +134,9 @@ def _legend_entries(judged: Sequence[JudgedTest]) -> list[legend.LegendEntry]:
 
 
 def top_context(records: Sequence[TestRecord]) -> dict[str, Any]:
-    """The template context of the report's top: ``summary_line`` (:func:`summary_line`), ``what_regressed`` (the
-    chart) and ``regressed``: the red judged tests in the chart's order, then red tests without a ratio, each
+    """The template context of the report's top: ``summary_line`` (:func:`summary_line`), ``reach`` (what the session
+    would catch: :func:`hwregress.report.reach_view.reach_summary`), ``what_regressed`` (the chart) and ``regressed``:
+    the red judged tests in the chart's order, then red tests without a ratio, each
     ``{"number", "record", "ratio", "threshold"}`` (number None for a test not on the chart)."""
     judged = judged_tests(records)
     on_chart = [j for j in judged if str(j.record.verdict) in RED]
@@ -141,4 +145,5 @@ def top_context(records: Sequence[TestRecord]) -> dict[str, Any]:
                  for n, j in enumerate(on_chart, start=1)]
     regressed += [{"number": None, "record": r, "ratio": None, "threshold": None} for r in records
                   if str(r.verdict) in RED and id(r) not in charted_ids]
-    return {"summary_line": summary_line(records), "what_regressed": regressed_chart(judged), "regressed": regressed}
+    return {"summary_line": summary_line(records), "reach": reach_summary(records),
+            "what_regressed": regressed_chart(judged), "regressed": regressed}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -116,15 +117,17 @@ def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
 
 def judged_window(buffer: torch.Tensor, spec: JobSpec, device: str) -> dict[str, Any]:
     """All-reduces of ``buffer`` timed by :func:`hwregress.measure.timing.measure` with the session's plan, inside the
-    rank's telemetry and host-health window: rounds of at least ``min_round_s``, a noisy window extended, and a
-    window whose verdict against the baseline is still open (``spec.verdict``) extended and confirmed within the
-    time budget, every decision agreed by all ranks. Without it a short fixed window of gloo all-reduces moved too
-    much between unchanged sessions to be judged (docs/measured.md, 'Noise between sessions').
+    rank's telemetry and host-health window: rounds of at least ``min_round_s``; judged against a baseline
+    (``spec.verdict``), looked at at the planned looks while undecided, a lean to a regression confirmed, within the
+    time budget; without one, a noisy window extended; every decision agreed by all ranks. Without it a short fixed
+    window of gloo all-reduces moved too much between unchanged sessions to be judged
+    (docs/measured.md, 'Noise between sessions').
 
     Returns:
         ``seconds`` (per-op seconds of each round), ``busbw_samples`` (each round's bus bandwidth, GB/s),
-        ``steps_per_round`` (all-reduces per round), ``stable``, ``extended_rounds``, ``verdict_rounds``, and the
-        window's ``telemetry``, ``telemetry_series`` and ``health``
+        ``steps_per_round`` (all-reduces per round), ``stable``, ``extended_rounds``, ``verdict_rounds``, ``looks``
+        (:class:`hwregress.store.figures.LookFigures` as a dict, or None), and the window's ``telemetry``,
+        ``telemetry_series`` and ``health``
         (:func:`hwregress.scaleout.rank_timing.window_report`).
     """
     world = dist.get_world_size()
@@ -135,4 +138,5 @@ def judged_window(buffer: torch.Tensor, spec: JobSpec, device: str) -> dict[str,
                      agree=agree_on_max(device), settled=in_work_units(check_from_terms(spec.verdict), bus_gb_per_op))
     return {"seconds": timing.step_seconds, "busbw_samples": [bus_gb_per_op / t for t in timing.step_seconds],
             "steps_per_round": timing.steps_per_round, "stable": timing.stable,
-            "extended_rounds": timing.extended_rounds, "verdict_rounds": timing.verdict_rounds, **window_report(window)}
+            "extended_rounds": timing.extended_rounds, "verdict_rounds": timing.verdict_rounds,
+            "looks": asdict(timing.looks) if timing.looks else None, **window_report(window)}

@@ -1,11 +1,12 @@
 """One rank of a data-parallel scaling job: the workload wrapped in ``DistributedDataParallel``, its training
-window timed with the suite's discipline (warmup, calibrated rounds, device-synchronized timing, noise-driven
-extension) where every decision is the job's (the maximum over ranks), then a short profiled window for the
-communication share, and DDP's own account of its gradient buckets."""
+window timed with the suite's discipline (warmup, calibrated rounds, device-synchronized timing, planned looks against
+the baseline or, without one, noise-driven extension) where every decision is the job's (the maximum over ranks), then
+a short profiled window for the communication share, and DDP's own account of its gradient buckets."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -13,8 +14,9 @@ import torch.distributed as dist
 
 from hwregress.hardware.devices import synchronize
 from hwregress.hardware.facts import device_kind
+from hwregress.judge.window_verdict import check_from_terms
 from hwregress.measure.memory import PeakMemoryMeter
-from hwregress.measure.timing import TimingPlan, default_timer, measure
+from hwregress.measure.timing import TimingPlan, default_timer, in_work_units, measure
 from hwregress.measure.window import build_step, prepare_process
 from hwregress.scaleout.comm_profile import communication_share
 from hwregress.scaleout.rank_timing import HeartbeatTimer, agree_on_max, job_window, window_report
@@ -27,7 +29,9 @@ if TYPE_CHECKING:
 
 def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
     """This rank's training window: per-round seconds, peak memory, the profiled communication share, and DDP's
-    buckets. Every rank trains on a batch of the same shape."""
+    buckets. Every rank trains on a batch of the same shape. Judged against a baseline (``spec.verdict``), each rank
+    looks at the job's throughput as its own steps imply it (world size x its work per step / its step seconds; DDP's
+    all-reduce keeps the ranks' steps together) and the job takes each look's decision together."""
     device = context.device
     workload = get(spec.models[0])
     prepare_process(device)
@@ -40,12 +44,15 @@ def measure_rank(spec: JobSpec, context: RankContext) -> dict[str, Any]:
         context.on_warmup()
         timer = HeartbeatTimer(default_timer(device), lambda index: context.on_round(index, spec.plan.get("rounds")))
         window = job_window(device, spec.telemetry_interval_s)
+        job_work_per_step = spec.world_size * spec.batch_size * workload.work_per_sample(None)
         timing = measure(step, timer, TimingPlan(**spec.plan), window=memory.steady(window),
-                         agree=agree_on_max(device))
+                         agree=agree_on_max(device),
+                         settled=in_work_units(check_from_terms(spec.verdict), job_work_per_step))
     share = _profiled_share(step, device, spec.profile_steps, context) if spec.profile_steps else None
     buckets = ddp_buckets(ddp)
     return {"round_seconds": timing.round_seconds, "steps_per_round": timing.steps_per_round,
             "warmup_steps": timing.warmup_steps, "stable": timing.stable, "extended_rounds": timing.extended_rounds,
+            "verdict_rounds": timing.verdict_rounds, "looks": asdict(timing.looks) if timing.looks else None,
             "peak_memory_bytes": memory.peak_bytes, "work_per_step": spec.batch_size * workload.work_per_sample(None),
             "work_per_sample": workload.work_per_sample(None), "unit": workload.unit, **window_report(window),
             **(share or {}), **buckets}

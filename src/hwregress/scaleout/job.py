@@ -46,7 +46,7 @@ class JobSpec:
         telemetry_interval_s: each rank samples its device's telemetry this often over its window (s).
         workload_modules: modules that register workloads of the user's own (``--workloads``), imported by each rank.
         sys_path: the pytest process's import path, so ranks import what it imports.
-        verdict: the terms that keep a judged window open while its verdict against the baseline is undecided
+        verdict: the terms of the looks a judged window takes against the baseline
             (:func:`hwregress.judge.window_verdict.window_terms`), or None (nothing to judge against).
     """
 

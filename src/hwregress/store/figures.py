@@ -1,5 +1,6 @@
 """Family-specific figures of a :class:`hwregress.store.results.TestRecord`, as typed sub-records: data-parallel
-scaling, the all-reduce sweep, co-located processes, Spark, LLM prefill/decode and compilation.
+scaling, the all-reduce sweep, co-located processes, Spark, LLM prefill/decode, compilation and the looks at a timed
+window; and what each judged figure's verdict could catch (its minimum detectable slowdown).
 
 Each field carries its description (unit first) in ``metadata["doc"]``: the JSON Schema of ``results.json`` takes
 its descriptions from there (:mod:`hwregress.store.schemas.generate`). Every field has a default, so a record of
@@ -9,6 +10,7 @@ another version (fields missing, fields added) still builds; :meth:`Figures.from
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,7 +50,7 @@ class Figures:
 
     @classmethod
     def _from_mapping(cls: type[F], data: Mapping[str, Any], strict: bool) -> F:
-        hints = typing.get_type_hints(cls)
+        hints = _type_hints(cls)
         names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(names))
         if strict and unknown:
@@ -67,6 +69,13 @@ class Figures:
             raise TypeError(_unknown_fields(type(self), unknown))
         for name, value in values.items():
             setattr(self, name, value)
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, once per class: it evaluates every annotation's string anew on each call, and a
+    judge builds a sub-record per judged figure."""
+    return typing.get_type_hints(cls)
 
 
 def _unknown_fields(cls: type, names: list[str]) -> str:
@@ -266,7 +275,23 @@ class LlmFigures(Figures):
                                      "bf16/fp16)")
 
 
-# --- compilation (hwregress.measure.compilation, judge/compare.py compare_compile) --------------------------------
+# --- the planned looks at a timed window (hwregress.measure.timing, hwregress.judge.looks) --------------------------
+
+@dataclass
+class LookFigures(Figures):
+    """The planned looks at a window judged against a baseline, and those taken: the window stopped at the first look
+    that decided, or ran to its last (the verdict is judged with the level of the last look taken: the record's
+    ``alpha``)."""
+
+    planned: list[int] = doc("cumulative timed rounds at each planned look", factory=list)
+    rounds: list[int] = doc("timed rounds at each look taken (the last may hold fewer than planned where the time "
+                            "budget ended the window first)", factory=list)
+    decision: str | None = doc("what the last look taken decided: regression, pass, new (nothing to judge against), "
+                               "or null (undecided: the verdict is unstable unless the window's rounds show a "
+                               "regression or an improvement)")
+
+
+# --- compilation (hwregress.measure.compilation, judge/compile_time.py compare_compile) ---------------------------
 
 @dataclass
 class CompileComparison(Figures):
@@ -295,12 +320,52 @@ class CompileFigures(Figures):
     vs_baseline: CompileComparison | None = doc("the compile time against the baseline's")
 
 
+# --- what a verdict could catch (hwregress.judge.reach, judge/compare.py) ---------------------------------------
+
+@dataclass
+class ReachFigures(Figures):
+    """What one judged figure's verdict could catch: its minimum detectable slowdown (MDS), the smallest change the
+    verdict calls a regression with probability ``power``, from the two-level noise model of
+    :mod:`hwregress.judge.reach` (docs/verdicts.md, 'What a pass guarantees: the minimum detectable slowdown')."""
+
+    figure: str | None = doc("the judged figure: throughput (ratio and Mann-Whitney test), latency, efficiency or "
+                             "speedup (threshold rules)")
+    mds: float | None = doc("fraction of the baseline's figure, the smallest change caught with probability power: "
+                            "lost for throughput, efficiency, speedup (0.12: 12% lower), added for latency (0.12: "
+                            "12% longer); null: no number (why_none)")
+    power: float | None = doc("the probability the MDS is caught with (0.9)")
+    alpha: float | None = doc("significance level of the test (throughput); null for a threshold rule")
+    threshold: float | None = doc("fraction, the verdict's threshold the MDS was computed at (the MDS is not below "
+                                  "it)")
+    within: float | None = doc("relative spread of this window's rounds (MAD x 1.4826 / median): the part more rounds "
+                               "lower")
+    reference_within: float | None = doc("relative spread of the same-session reference's rounds the figure divides "
+                                         "by (efficiency, speedup), else null")
+    between: float | None = doc("relative spread of the baseline's recorded sessions since their last level shift "
+                                "(MAD x 1.4826 / median; 0: fewer than 3 sessions, not known): more rounds do not "
+                                "lower it")
+    sessions: int | None = doc("baseline sessions the between spread and the baseline's level come from")
+    rounds: list[int] = doc("[rounds now, the other side's count]: the baseline's samples (throughput), the "
+                            "same-session reference's rounds (efficiency, speedup), 0 (latency)", factory=list)
+    why_none: str | None = doc("why there is no MDS (a window too short for the test ever to reach alpha, fewer than "
+                               "2 rounds, nothing up to 99% caught), else null")
+
+
 # --- reading files of schema version 1 and 2 ---------------------------------------------------------------------
 
 SUB_RECORDS: dict[str, type[Figures]] = {
     "scaling": ScalingFigures, "allreduce": AllreduceFigures, "colocated": ColocatedFigures, "spark": SparkFigures,
-    "llm": LlmFigures, "compile": CompileFigures}
+    "llm": LlmFigures, "compile": CompileFigures, "looks": LookFigures, "reach": ReachFigures,
+    "latency_reach": ReachFigures, "efficiency_reach": ReachFigures, "speedup_reach": ReachFigures}
 """The record's sub-record fields by name, each its class."""
+
+JUDGED_SUB_RECORDS = ("reach", "latency_reach", "efficiency_reach", "speedup_reach")
+"""The sub-record fields the judge fills (:func:`hwregress.judge.compare.judge`), whatever the family; a family
+declares only the ones its measurement fills (``Family.sub_records``)."""
+
+WINDOW_SUB_RECORDS = ("looks",)
+"""The sub-record fields the timed window fills, whatever the family (:func:`hwregress.measure.record.fill_measurement`,
+a job's ranks through :func:`hwregress.plugin.families.jobs.fill_samples`); declared by no family either."""
 
 LEGACY_COMPILE_KEYS = {"compile_s": "compile_s", "compile_setup_s": "setup_s", "compile_backend": "backend",
                        "frames_compiled": "frames_compiled", "compile_cache": "cache",

@@ -66,6 +66,9 @@ class HistoryRow(_RequiredFields, total=False):
     health: Annotated[dict[str, float], "CPU health probe: other_cpu_fraction, steal_fraction, cpu_freq_mhz"]
     diagnosis: Annotated[list[str], "the first two likely causes of a regression (hwregress.judge.diagnosis)"]
     interrupted: Annotated[bool, "true on the rows of a session that did not run to its end (absent otherwise)"]
+    mds: Annotated[float | None, "the minimum detectable slowdown of the session's verdict on the test, a fraction at "
+                   "90% power (its headline reach: the throughput's where judged; hwregress.judge.reach); null: not "
+                   "judged or no number stated (absent on rows written before hwregress 0.5)"]
 
 
 TELEMETRY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct")
@@ -107,6 +110,7 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str, 
                    if (value := _finite_or_none((record.health or {}).get(key))) is not None},
         "diagnosis": list(record.diagnosis[:2]),
         **({"interrupted": True} if interrupted else {}),
+        "mds": _finite_or_none(headline.mds) if (headline := record.headline_reach()) is not None else None,
     }
 
 

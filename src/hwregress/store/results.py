@@ -8,6 +8,16 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **5** (hwregress 0.5): what each judged figure's verdict could catch, as typed sub-records
+  (:class:`hwregress.store.figures.ReachFigures`: the minimum detectable slowdown at 90% power, alpha, the within- and
+  between-session spreads, the rounds, or why there is no number): ``reach`` (the throughput's: ratio and
+  Mann-Whitney test), ``latency_reach``, ``efficiency_reach`` and ``speedup_reach`` (threshold rules), each an object
+  or null (null: that figure was not judged). A window judged against a baseline is looked at at planned round
+  counts; the record keeps them (``looks``: :class:`hwregress.store.figures.LookFigures`, the planned looks, those
+  taken and the last one's decision; null where no baseline steered the window) and the significance level its
+  throughput verdict was judged at (``alpha``: the level of the last look taken, or the plain alpha without looks;
+  null where not judged). Files of versions 1 to 4 read with all of these null.
+
 - **4** (hwregress 0.4): the hardware a record was measured on and the inputs its verdict was judged with are typed
   fields: ``identity``, ``device_facts``, ``stable`` and ``reference_samples`` instead of ``details["identity"]``,
   ``details["device_facts"]``, ``details["stable"]`` and ``details["cpu_samples"]`` /
@@ -47,6 +57,8 @@ from hwregress.store.figures import (
     CompileFigures,
     Figures,
     LlmFigures,
+    LookFigures,
+    ReachFigures,
     ScalingFigures,
     SparkFigures,
     doc,
@@ -54,8 +66,8 @@ from hwregress.store.figures import (
 )
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 4
-READABLE_RESULTS_VERSIONS = (1, 2, 3, 4)
+RESULTS_SCHEMA_VERSION = 5
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5)
 
 
 @dataclass
@@ -63,7 +75,9 @@ class TestRecord:
     """One test's measurements and verdict (a row of ``results.json``).
 
     Family figures live in typed sub-records (:mod:`hwregress.store.figures`; None where the family does not apply):
-    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``. ``details`` holds the rest, the
+    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``; the looks at the timed window in
+    ``looks``; what each judged figure's verdict could catch in ``reach`` (throughput), ``latency_reach``,
+    ``efficiency_reach`` and ``speedup_reach`` (:meth:`reaches`). ``details`` holds the rest, the
     open-ended facts a view or a plugin may add: ``worker``, the variant (``compiler``, ``memory_format``,
     ``context``), the window's ``extended_rounds``, ``verdict_rounds``, ``warmup_steps`` and ``telemetry_series``,
     ``profile_steps``, ``max_batch``, ``quantized_layers``/``quantized_base_dtype``, ``samples_per_s``/
@@ -112,6 +126,8 @@ class TestRecord:
     ratio: float | None = doc("throughput / baseline throughput")
     threshold: float | None = doc("the ratio below which the throughput is a regression")
     p_value: float | None = doc("p-value of the test of samples against the baseline's")
+    alpha: float | None = doc("the significance level the throughput verdict was judged at: the level of the last "
+                              "look taken (looks), else the session's alpha")
     memory_ratio: float | None = doc("peak memory / baseline peak memory")
     wanted_threshold: float | None = doc("what the noise/history bounds asked for when the cap cut it")
     verdict: Verdict = field(default=Verdict.NEW, metadata={"doc": "the test's verdict"})
@@ -156,6 +172,25 @@ class TestRecord:
     spark: SparkFigures | None = doc("Spark engine and pipeline figures (family spark)")
     llm: LlmFigures | None = doc("prefill and decode windows of a causal LM (hwregress.measure.llm)")
     compile: CompileFigures | None = doc("the compiling first call, or the compile error (compiled variants)")
+    looks: LookFigures | None = doc("the planned looks at the timed window and those taken (null: no baseline "
+                                    "steered the window)")
+    reach: ReachFigures | None = doc("what the throughput verdict could catch: its minimum detectable slowdown "
+                                     "(null: the throughput was not judged)")
+    latency_reach: ReachFigures | None = doc("what the judged latency's verdict could catch (null: not judged)")
+    efficiency_reach: ReachFigures | None = doc("what the efficiency verdict could catch (null: not judged)")
+    speedup_reach: ReachFigures | None = doc("what the speedup verdict could catch (null: not judged)")
+
+    def reaches(self) -> list[ReachFigures]:
+        """The reach of each judged figure, the throughput's first (the one a test's MDS is quoted by where it
+        was judged), then latency, efficiency and speedup; empty when nothing was judged."""
+        return [r for r in (self.reach, self.latency_reach, self.efficiency_reach, self.speedup_reach)
+                if r is not None]
+
+    def headline_reach(self) -> ReachFigures | None:
+        """The reach a test's minimum detectable slowdown is quoted by (the report's summary line, JUnit, the job
+        summary, the history): the throughput's where it was judged, else the first judged figure's; None when
+        nothing was judged."""
+        return next(iter(self.reaches()), None)
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON types (the verdict as its string, sub-records as objects)."""

@@ -40,8 +40,11 @@ import torch
 
 from hwregress.hardware.devices import synchronize
 from hwregress.measure.llm.model_api import cache_argument, cache_key_dtype, logits_to_keep_argument, output_cache
+from hwregress.measure.timing import RoundsDriver, drive_rounds, warm_up
 
 ITL_PERCENTILES = (50, 90, 99)
+
+
 class Clock(Protocol):
     """A monotonic clock: each call returns the current time in seconds (``time.perf_counter``)."""
 
@@ -159,7 +162,8 @@ class DecodeTiming:
 
 def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                   new_tokens: int, rounds: int, device: str, clock: Clock = time.perf_counter,
-                  warmup: int = 1, after_warmup: Callable[[], None] | None = None) -> DecodeTiming:
+                  warmup: int = 1, after_warmup: Callable[[], None] | None = None,
+                  driver: RoundsDriver | None = None) -> DecodeTiming:
     """Time greedy generation of ``new_tokens`` tokens per sequence, ``rounds`` times after ``warmup`` untimed rounds.
 
     Each round: the prompt pass ``model(input_ids [B, S], attention_mask [B, S], use_cache=True)`` (with
@@ -177,11 +181,14 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
         input_ids: prompt token ids [B, S], dtype ``torch.long``; moved to ``device``.
         attention_mask: [B, S], 1 where a position is attended, 0 at padding; None means all ones.
         new_tokens: tokens to generate per sequence, the first (from the prompt pass) included, >= 1.
-        rounds: timed rounds, >= 1.
+        rounds: timed rounds, >= 1 (unless ``driver`` decides them).
         device: torch device string to synchronize (``"cuda:0"``, ``"cpu"``).
         clock: seconds; injectable for tests.
         warmup: untimed rounds first (allocator growth, kernel selection), >= 0.
         after_warmup: called once between the warmup and the timed rounds (a peak-memory meter's ``settle``, say).
+        driver: runs the timed rounds instead of ``rounds`` of them (:data:`RoundsDriver`); a round's judged seconds
+            are its decode steps' (the prompt pass left out). With a driver the last warmup round is timed by the
+            wall clock after a synchronization.
 
     Returns:
         :class:`DecodeTiming` with TTFT and per-step seconds of each round, the last round's tokens and the dtype
@@ -197,18 +204,23 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
     step_s: list[list[float]] = []
     tokens: list[list[int]] = []
     cache_dtype: torch.dtype | None = None
+
+    def run_round() -> float:
+        nonlocal tokens, cache_dtype
+        generated, boundaries, cache_dtype = _generate(model, input_ids, attention_mask, new_tokens, device,
+                                                       clock=clock)
+        intervals = [end - start for start, end in itertools.pairwise(boundaries)]
+        prefill_s.append(intervals[0])
+        step_s.append(intervals[1:])
+        tokens = generated.tolist()
+        return sum(intervals[1:])
+
     with _inference(model):
-        for _ in range(warmup):
-            _generate(model, input_ids, attention_mask, new_tokens, device, clock=None)
+        warmup_round_s = warm_up(lambda: _generate(model, input_ids, attention_mask, new_tokens, device, clock=None),
+                                 warmup, device, timed=driver is not None)
         if after_warmup is not None:
             after_warmup()
-        for _ in range(rounds):
-            generated, boundaries, cache_dtype = _generate(model, input_ids, attention_mask, new_tokens, device,
-                                                           clock=clock)
-            intervals = [end - start for start, end in itertools.pairwise(boundaries)]
-            prefill_s.append(intervals[0])
-            step_s.append(intervals[1:])
-            tokens = generated.tolist()
+        drive_rounds(run_round, rounds, driver, warmup_round_s)
     return DecodeTiming(prefill_s=prefill_s, step_s=step_s, batch_size=input_ids.shape[0],
                         prompt_tokens=input_ids.shape[1], new_tokens=new_tokens, tokens=tokens,
                         kv_cache_dtype=None if cache_dtype is None else str(cache_dtype).removeprefix("torch."))
@@ -216,14 +228,15 @@ def decode_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
 
 def prefill_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                    rounds: int, device: str, clock: Clock = time.perf_counter, warmup: int = 1,
-                   after_warmup: Callable[[], None] | None = None) -> list[float]:
+                   after_warmup: Callable[[], None] | None = None, driver: RoundsDriver | None = None) -> list[float]:
     """Seconds of each of ``rounds`` prompt passes ``model(input_ids [B, S], attention_mask [B, S], use_cache=True)``
     after ``warmup`` untimed ones; the KV cache is built and only the last position's logits [B, 1, vocab] are
     asked for (``logits_to_keep=1`` where the forward takes it), as serving runs it. Each pass is bounded by a
     device synchronization before each clock reading. Tokens/s of a pass: ``B * S / seconds``.
 
     Runs under ``torch.inference_mode()`` with the model in eval mode (training flag restored afterwards);
-    ``after_warmup`` is called once between the warmup and the timed passes.
+    ``after_warmup`` is called once between the warmup and the timed passes. ``driver`` runs the timed passes instead
+    of ``rounds`` of them (:data:`RoundsDriver`, as :func:`decode_rounds`).
 
     Raises:
         ValueError: ``rounds < 1``, ``warmup < 0``, ``input_ids`` not a non-empty 2-D long tensor, or an
@@ -239,17 +252,19 @@ def prefill_rounds(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
               **last_logits)
 
+    def run_round() -> float:
+        synchronize(device)
+        start = clock()
+        prompt_pass()
+        synchronize(device)
+        seconds.append(clock() - start)
+        return seconds[-1]
+
     with _inference(model):
-        for _ in range(warmup):
-            prompt_pass()
+        warmup_round_s = warm_up(prompt_pass, warmup, device, timed=driver is not None)
         if after_warmup is not None:
             after_warmup()
-        for _ in range(rounds):
-            synchronize(device)
-            start = clock()
-            prompt_pass()
-            synchronize(device)
-            seconds.append(clock() - start)
+        drive_rounds(run_round, rounds, driver, warmup_round_s)
     return seconds
 
 

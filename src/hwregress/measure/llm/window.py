@@ -3,7 +3,10 @@
 ``prefill``: the prompt pass alone (``use_cache=True``, logits of the last position only, as a server runs it),
 timed per round; throughput in tokens/s of prompt (batch x context per round). ``decode``: greedy generation of
 ``new_tokens`` per sequence with a KV cache (:func:`hwregress.measure.llm.decode.decode_rounds`), one round per
-generation.
+generation. Both windows take their rounds as every other window does (:func:`hwregress.measure.timing.run_rounds`):
+``plan.rounds`` first; then, judged against a baseline, on to planned looks while undecided (a lean to a regression
+confirmed over ``plan.confirm_s``), or without one while noisy, within ``plan.budget_s`` of judged seconds (a decode
+round's: its decode steps').
 
 What a decode record judges is the decode steps on their own: its throughput samples are the tokens/s of the
 ``new_tokens - 1`` cached steps of each round (``B * (new_tokens - 1) / sum(step seconds)``) and its latency is the
@@ -39,7 +42,7 @@ from hwregress.measure.memory import PeakMemoryMeter
 from hwregress.measure.out_of_memory import out_of_memory_released
 from hwregress.measure.precision import quantization
 from hwregress.measure.precision.numerics import forward_precision, model_for_mode, runs_in_dtype
-from hwregress.measure.timing import Timing, TimingPlan
+from hwregress.measure.timing import Rounds, Timing, TimingPlan, VerdictCheck, in_work_units, run_rounds
 from hwregress.measure.window import Measurement, guard_host_memory, prepare_process
 from hwregress.summary import relative_iqr
 from hwregress.workloads import Workload, build_on, make_batch
@@ -71,10 +74,12 @@ def new_tokens_for(device: str) -> int:
 
 def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: str, context: int,
             plan: TimingPlan, telemetry_interval_s: float = 0.1, profile: bool = True,
-            clock: Clock = time.perf_counter) -> LlmMeasurement:
+            clock: Clock = time.perf_counter, settled: VerdictCheck | None = None) -> LlmMeasurement:
     """Measure ``mode`` (``prefill`` or ``decode``) of ``workload`` at ``batch_size`` sequences of ``context``
     prompt tokens. ``plan.rounds`` timed rounds after untimed ones: ``plan.warmup_steps`` prompt passes (prefill),
     :data:`DECODE_WARMUP_GENERATIONS` whole generations (decode); the record's ``warmup_steps`` is the count run.
+    Then more at the looks ``settled`` takes on the throughput samples so far
+    (:func:`hwregress.measure.timing.run_rounds`; None: no baseline, more rounds only while noisy).
 
     Returns:
         the measurement (prefill: prompt tokens/s per pass; decode: tokens/s of the decode steps per round, FLOPs of
@@ -97,13 +102,24 @@ def run_llm(workload: Workload, device: str, mode: str, batch_size: int, dtype: 
     prepare_process(device)
     return out_of_memory_released(
         lambda: _measure(workload, device, mode, batch_size, dtype, context, plan, telemetry_interval_s, profile,
-                         clock),
+                         clock, settled),
         device, batch_size)
 
 
 def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype: str, context: int,
-             plan: TimingPlan, telemetry_interval_s: float, profile: bool, clock: Clock) -> LlmMeasurement:
+             plan: TimingPlan, telemetry_interval_s: float, profile: bool, clock: Clock,
+             settled: VerdictCheck | None) -> LlmMeasurement:
     new_tokens = new_tokens_for(device)
+    work_per_round = batch_size * (context if mode == "prefill" else new_tokens - 1)
+    rounds: list[Rounds] = []
+
+    def driver(run_round: Callable[[], float], warmup_round_s: float | None) -> None:
+        # the looks are planned with the warmup round's time, at most min_round_s: a decode warmup is the process's
+        # first generation and may carry one-time costs, and a slow estimate would leave the window too few looks
+        # (more looks than the budget allows only spend alpha more thinly: the budget cuts them short)
+        round_s = min(warmup_round_s or plan.min_round_s, plan.min_round_s)
+        rounds.append(run_rounds(run_round, plan, round_s=round_s, settled=in_work_units(settled, work_per_round)))
+
     # a CPU batch that cannot fit ends as oom before the kernel's OOM killer can end the session; the prompt pass
     # is the footprint (the KV cache of a few dozen new tokens adds little to it)
     guard_host_memory(workload, device, "infer", batch_size, dtype, context)
@@ -118,19 +134,20 @@ def _measure(workload: Workload, device: str, mode: str, batch_size: int, dtype:
             if mode == "prefill":
                 with sampler:
                     seconds = prefill_rounds(model, ids, mask, plan.rounds, device, clock, warmup=plan.warmup_steps,
-                                             after_warmup=memory.settle)
+                                             after_warmup=memory.settle, driver=driver)
                 latency = {"prefill_ms": statistics.median(seconds) * 1000.0}
-                work_per_round, per_sample = batch_size * context, context
+                per_sample = context
             else:
                 with sampler:
                     timing = decode_rounds(model, ids, mask, new_tokens, plan.rounds, device, clock,
-                                           warmup=DECODE_WARMUP_GENERATIONS, after_warmup=memory.settle)
+                                           warmup=DECODE_WARMUP_GENERATIONS, after_warmup=memory.settle, driver=driver)
                 seconds = [sum(steps) for steps in timing.step_s]  # the decode steps alone: the judged window
                 latency = _decode_latency(timing)
-                work_per_round, per_sample = batch_size * (new_tokens - 1), new_tokens - 1
+                per_sample = new_tokens - 1
     warmup = plan.warmup_steps if mode == "prefill" else DECODE_WARMUP_GENERATIONS
     window = Timing(round_seconds=seconds, steps_per_round=1, warmup_steps=warmup,
-                    stable=relative_iqr(seconds) <= plan.max_rel_iqr)
+                    stable=relative_iqr(seconds) <= plan.max_rel_iqr, extended_rounds=rounds[0].extended,
+                    verdict_rounds=rounds[0].verdict_rounds, looks=rounds[0].looks)
     measurement = Measurement(window, work_per_round, memory.peak_bytes, sampler.summary(), sampler.compact_series(),
                               health=sampler.health, work_per_sample=per_sample, quantized_layers=quantized,
                               quantized_base_dtype=quantization.base_dtype_name(dtype, device),

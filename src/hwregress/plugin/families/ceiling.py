@@ -16,6 +16,7 @@ from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.jobs import DistributedJobs, fill_samples
 from hwregress.plugin.matrix import DISTRIBUTED_KINDS, Selection, leads_its_kind, node_gpus
 from hwregress.plugin.record import skip_with
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.scaleout import collectives
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import AllreduceFigures
@@ -26,6 +27,7 @@ CEILINGS = ("gemm", "copy", "h2d", "d2h", "p2p", "allreduce")
 CUDA_ONLY_CEILINGS = ("h2d", "d2h", "p2p")
 # GEMM roofs measured by default per device kind (plus any --dtypes): every tensor-core mode on GPUs
 DEFAULT_CEILING_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "tf32", "bf16", "fp16"), "mps": ("fp32", "fp16")}
+PCIE_BYTES_S = 50e9  # pinned host <-> device copies over PCIe Gen5 x16: the H100 measured 55 GB/s (docs/measured.md)
 
 
 class Ceiling:
@@ -87,6 +89,24 @@ class Ceiling:
         bench.benchmark_extra_info(record)
         return bench.conclude(record, key)
 
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """A roof's window: a GEMM at 80% of the dtype's peak (the H200 measured 69-77%), a copy at 90% of the memory
+        bandwidth, a bus copy at PCIe Gen5 x16's ~50 GB/s pinned (its pinned buffer once per process); the two-GPU
+        roofs and the all-reduce need two ranks (``unsupported`` on one GPU), the all-reduce is a spawned job."""
+        device, name = case["device"], case["ceiling"]
+        two_ranks = device_kind(device) == "cpu" or cost.a.gpus >= 2
+        if name in ("p2p", "allreduce") and not two_ranks:
+            return cost.unsupported()
+        if name == "allreduce":  # a calibrated round lasts min_round_s whatever the message
+            return cost.job(lambda rank: rank.roof(device, 0.0, cost.plan.min_round_s))
+        size = ceilings.default_spec(name, device).size
+        if name == "gemm":
+            step = 2 * size**3 / (0.8 * cost.peak_tflops(case["dtype"], device) * 1e12)
+            return cost.roof(device, cost.a.ceiling_setup_s, step)
+        if name == "copy":
+            return cost.roof(device, cost.a.ceiling_setup_s, 2 * size / (0.9 * cost.memory_bytes_s(device)))
+        return cost.roof(device, cost.a.ceiling_setup_s + cost.pinned_s(size / 2**30), size / PCIE_BYTES_S)
+
 
 def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
     """The GEMM roof's dtypes: the device's defaults and the selected floating dtypes. The roof multiplies float
@@ -129,7 +149,6 @@ def _allreduce(jobs: DistributedJobs, record: TestRecord, device: str) -> str:
     jobs.participants_stop_here(record, spec)
     fill_samples(record, ranks[0]["busbw_samples"], ranks)
     record.stable = ranks[0].get("stable")  # the sweep's ranks time one collective together: rank 0 speaks for it
-    record.details.update({name: ranks[0].get(name) for name in ("extended_rounds", "verdict_rounds")})
     roof = None if topology.multi_node else interconnect.published_roof("allreduce", device, record.device_name or "")
     if roof is not None:
         record.details.update(published=roof[0], published_source=roof[1])

@@ -5,6 +5,7 @@ Opt-in on the CPU (``-m colocated`` or ``--colocate``)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from hwregress import workloads
@@ -12,6 +13,7 @@ from hwregress.hardware.facts import device_kind
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.jobs import DistributedJobs, fill_samples
 from hwregress.plugin.matrix import TRAINING_DTYPES, Selection, batch_sizes_for, smallest
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.scaleout import figures
 from hwregress.scaleout.colocation import mps_status
 from hwregress.scaleout.topology import threads_per_rank
@@ -49,6 +51,17 @@ class Colocated:
         record = bench.start(self.name, device, members, mode, batch_size, dtype)
         _measure(DistributedJobs(bench), record, device, members.split("+"), batch_size, dtype)
         return bench.conclude(record, entry_key(self.name, members, mode, batch_size, dtype))
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """A job per distinct member alone, then one of the group, whose processes take turns on the device."""
+        members = case["members"].split("+")
+
+        def member(name: str) -> Callable[[CostModel], Cost]:
+            return lambda rank: rank.model_window(name, case["mode"], case["batch_size"], case["device"],
+                                                  case["dtype"], count=False)
+
+        solo = [cost.job(member(name)) for name in dict.fromkeys(members)]
+        return sum(solo, Cost()) + cost.job(member(members[0]), sharing=len(members))
 
 
 def colocated_members(selection: Selection, device: str) -> list[tuple[str, ...]]:

@@ -25,6 +25,7 @@ from hwregress.scaleout.launch import DistributedJobError, RankOutOfMemory, run_
 from hwregress.scaleout.session_store import NodeMismatch, SessionStore, SessionStoreError
 from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
 from hwregress.store.atomic import safe_file_name
+from hwregress.store.figures import LookFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -156,7 +157,8 @@ class DistributedJobs:
 
 def fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str, Any]]) -> None:
     """The record's throughput figures from per-round samples, the largest rank's peak memory, and the window's
-    facts: stable when every rank's window was, the most rounds any rank extended by, rank 0's warmup steps."""
+    facts: stable when every rank's window was, the most rounds any rank extended by, rank 0's warmup steps, rounds
+    run while a look was undecided and looks."""
     summary = summarize(samples)
     record.samples = samples
     record.throughput, record.throughput_iqr = summary.median, summary.iqr
@@ -166,7 +168,9 @@ def fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str,
     record.peak_memory_bytes = max(peaks) if peaks else None
     record.stable = all(r.get("stable", True) for r in ranks)
     record.details.update(extended_rounds=max((r.get("extended_rounds", 0) for r in ranks), default=0),
-                          warmup_steps=ranks[0].get("warmup_steps"))
+                          verdict_rounds=ranks[0].get("verdict_rounds", 0), warmup_steps=ranks[0].get("warmup_steps"))
+    looks = ranks[0].get("looks")  # the ranks took every look's decision together: rank 0's looks are the job's
+    record.looks = LookFigures.of(looks) if looks else None
     fill_telemetry(record, ranks)
 
 

@@ -19,6 +19,7 @@ from hwregress.measure.precision.quantization import QuantizationUnsupported
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection, models_for
 from hwregress.plugin.record import skip_with
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
@@ -62,6 +63,10 @@ class OutputParity:
         failure = result.failure(device, dtype)
         failures = [f"{record.test_id}: {failure}"] if failure else []
         return bench.conclude(record, entry_key(self.name, workload, "infer", parity.PARITY_SAMPLES, dtype), failures)
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """The CPU reference once per model, the device's copy and its forward."""
+        return cost.output_parity(case["workload"], case["dtype"], case["device"])
 
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """Drop the CPU references when the next test is none of this family's."""

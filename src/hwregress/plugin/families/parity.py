@@ -10,6 +10,7 @@ from typing import Any
 from hwregress.measure import parity
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.results import TestRecord
 
@@ -45,6 +46,10 @@ class Parity:
                                 f"CPU's {record.reference_accuracy:.4f} by more than {margin:.3f}")
         return bench.conclude(record, entry_key(self.name, "digits_cnn", "train", parity.DIGITS_BATCH, dtype),
                               failures)
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """The digits training on the device; off the CPU, the CPU's accuracy once per session, untimed."""
+        return cost.digits(case["device"])
 
 
 FAMILY = Parity()

@@ -5,7 +5,12 @@ A family is one module: an object with the attributes and the two methods below,
 (:mod:`hwregress.plugin.families.registry`). The plugin asks the registry for it by the marker on a test
 (parametrizing the test over :meth:`Family.cases`) and by name in ``hwbench.measure(name, **case)`` (running
 :meth:`Family.measure`). The registered object is also registered with pytest as a plugin, so a family may implement
-pytest hooks as methods of its own (the ``spark`` family stops its Spark session in ``pytest_sessionfinish``)."""
+pytest hooks as methods of its own (the ``spark`` family stops its Spark session in ``pytest_sessionfinish``).
+
+A family may also say what its tests cost, for the tier estimate (:mod:`hwregress.plugin.tier_estimate`): a method
+``estimated_cost(case, cost) -> Cost`` built from the parts of :class:`hwregress.plugin.tier_costs.CostModel` (a model
+window, a roof, a spawned job). It is optional (:data:`MEMBERS` does not list it): without it the family's tests cannot
+be estimated, and the estimate says so."""
 
 from __future__ import annotations
 

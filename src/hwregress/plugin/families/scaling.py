@@ -5,6 +5,7 @@ co-located pair."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from hwregress.plugin.matrix import (
     leads_its_kind,
     node_gpus,
 )
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.plugin.xdist import session_temp
 from hwregress.scaleout import figures
 from hwregress.store.baseline_file import entry_key
@@ -67,6 +69,19 @@ class Scaling:
         key_mode = _measure(DistributedJobs(bench), record, device, workload, world_size, batch_size, dtype)
         return bench.conclude(record, entry_key(self.name, workload, key_mode, batch_size, dtype))
 
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """A job of ``world_size`` ranks, each on a device of its own, profiled but not counted; above one rank, the
+        session's T(1) job first unless a W=1 test ran it."""
+        key = ("scaling-w1", case["device"], case["workload"], case["batch_size"], case["dtype"])
+
+        def rank(process: CostModel) -> Cost:
+            return process.model_window(case["workload"], case.get("mode", "train"), case["batch_size"],
+                                        case["device"], case["dtype"], count=False)
+
+        job = cost.job(rank)
+        reference = cost.once(key, job.total_s, per_session=True)
+        return job if case["world_size"] == 1 else job + Cost(reference)
+
 
 def scaling_models(selection: Selection, device: str) -> list[str]:
     """The family's models: the selected ones that train, else :data:`SCALING_MODELS` of the device kind."""
@@ -89,7 +104,11 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str,
     """Measure DDP training at ``world_size`` ranks and fill ``record``; returns the baseline entry's mode."""
     record.unit = workloads.get(model).unit
     per_node = jobs.ranks_per_node_of(world_size, device)
-    spec = jobs.spec("scaling", device, world_size, per_node, [model], batch_size, dtype)
+    nodes = f"-n{jobs.topology.nnodes}" if jobs.topology.multi_node else ""
+    mode = f"train-w{world_size}{nodes}"
+    key = entry_key("scaling", model, mode, batch_size, dtype)  # as judged: its looks judge against it too
+    spec = dataclasses.replace(jobs.spec("scaling", device, world_size, per_node, [model], batch_size, dtype),
+                               verdict=jobs.bench.window_terms(record, key))
     spec, ranks = jobs.launch(record, spec, joint=True)
     scaling = record.scaling = ScalingFigures.of(figures.scaling_details(ranks, spec.nnodes, spec.backend))
     jobs.participants_stop_here(record, spec)
@@ -106,8 +125,7 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str,
     record.reference_samples = reference
     scaling.update(efficiency=record.efficiency, reference_throughput=reference_median,
                    per_device_throughput=(record.throughput or 0.0) / world_size)
-    nodes = f"-n{jobs.topology.nnodes}" if jobs.topology.multi_node else ""
-    return f"train-w{world_size}{nodes}"
+    return mode
 
 
 # -- T(1) ------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from hwregress.measure.record import fill_measurement
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.model_window import model_window
 from hwregress.plugin.matrix import Selection, batch_sizes_for, models_for, numeric
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.plugin.xdist import session_temp
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.results import TestRecord
@@ -53,6 +54,12 @@ class Speedup:
         record.details["cpu_throughput"] = cpu_median
         record.reference_samples = cpu_samples
         return bench.conclude(record, key)
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """The GPU window, unprofiled, and the CPU side once per model and batch in the session."""
+        name, mode, batch = case["workload"], case.get("mode", "train"), case["batch_size"]
+        return (cost.model_window(name, mode, batch, case["device"], case["dtype"], profile=False, count=False)
+                + cost.cpu_reference(name, mode, batch))
 
 
 def _cpu_reference(bench: BenchContext, record: TestRecord, model: str, mode: str, batch_size: int,

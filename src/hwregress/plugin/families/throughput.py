@@ -28,6 +28,7 @@ from hwregress.plugin.matrix import (
     variant_suffix,
 )
 from hwregress.plugin.record import skip_with
+from hwregress.plugin.tier_costs import Cost, CostModel, not_estimated
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import LlmFigures
 from hwregress.store.results import TestRecord
@@ -75,7 +76,7 @@ class Throughput:
         if batch_size == MAX_BATCH:
             batch_size = record.batch_size = _max_batch(record, workload, device, mode, dtype, context, memory_format)
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
-            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1)
+            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1, key)
         else:
             fill_measurement(record, model_window(bench, record, workload, device, mode, batch_size, dtype,
                                                   bench.round_driver(), context=context, compiler=compiler,
@@ -83,6 +84,17 @@ class Throughput:
                                                   settled=bench.window_check(record, key)))
             bench.benchmark_extra_info(record)
         return bench.conclude(record, key)
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """A step mode's model window, profiled and counted, or a prefill or decode window (eager, numeric batches)."""
+        if case.get("compiler", "eager") != "eager" or case["batch_size"] == MAX_BATCH:
+            raise not_estimated(case, "compilation and the max-batch search are not costed; leave out --compile and "
+                                      "--batch-sizes max")
+        if case["mode"] in LLM_MODES:
+            return cost.serving(case["workload"], case["mode"], case["batch_size"], case["device"], case["dtype"],
+                                case.get("context"))
+        return cost.model_window(case["workload"], case["mode"], case["batch_size"], case["device"], case["dtype"],
+                                 case.get("context"))
 
 
 def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
@@ -102,13 +114,15 @@ def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: st
 
 
 def _llm(bench: BenchContext, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
-         context: int) -> None:
+         context: int, key: str) -> None:
     """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode steps'
-    tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in ``record.llm``."""
+    tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in ``record.llm``.
+    Its looks judge against the baseline entry ``key``."""
     settings = bench.settings
     try:
         result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, settings.plan,
-                         settings.telemetry_interval_s, profile=settings.profile_steps > 0)
+                         settings.telemetry_interval_s, profile=settings.profile_steps > 0,
+                         settled=bench.window_check(record, key))
     except OutOfMemory as error:
         record.message = str(error)
         skip_with(Verdict.OOM, str(error))
