@@ -45,33 +45,51 @@ def test_a_look_outside_the_plan_or_a_bad_alpha_is_refused(number, looks, alpha,
 
 # -- the plan of looks -----------------------------------------------------------------------------------------------
 
-def test_the_looks_start_at_the_planned_rounds_meet_the_confirmation_and_end_at_the_budget():
-    plan = TimingPlan(rounds=10, budget_s=30.0, confirm_s=10.0)
+def test_the_looks_start_at_the_first_look_meet_the_confirmation_and_end_at_the_budget():
+    plan = TimingPlan(rounds=10, first_look=10, budget_s=30.0, confirm_s=10.0)
     assert plan.look_rounds(0.1) == [10, 25, 50, 100, 200, 300]  # 100 rounds of 0.1 s: the confirmation
 
 
+def test_by_default_a_judged_window_first_looks_after_5_rounds_while_a_recording_keeps_10():
+    plan = TimingPlan()
+    assert (plan.rounds, plan.judged_rounds) == (10, 5)
+    assert plan.look_rounds(0.1) == [5, 13, 25, 50, 100, 200, 300]
+
+
+def test_the_first_look_never_comes_after_the_rounds_of_a_recording():
+    plan = TimingPlan(rounds=4, first_look=5)
+    assert plan.judged_rounds == 4 and plan.look_rounds(0.1)[0] == 4
+
+
+def test_a_first_look_too_early_for_a_median_and_iqr_is_refused():
+    with pytest.raises(ValueError, match=r"first look must come after >= 3 rounds.*got 2"):
+        TimingPlan(first_look=2)
+
+
 def test_without_a_confirmation_time_the_looks_double_from_the_planned_rounds():
-    assert TimingPlan(rounds=10, budget_s=30.0, confirm_s=0.0).look_rounds(0.1) == [10, 20, 40, 80, 160, 300]
+    assert TimingPlan(first_look=10, budget_s=30.0, confirm_s=0.0).look_rounds(0.1) == [10, 20, 40, 80, 160, 300]
 
 
 def test_a_last_look_too_close_to_the_one_before_replaces_it():
-    assert TimingPlan(rounds=10, budget_s=22.0, confirm_s=10.0).look_rounds(0.1) == [10, 25, 50, 100, 220]
+    assert TimingPlan(first_look=10, budget_s=22.0, confirm_s=10.0).look_rounds(0.1) == [10, 25, 50, 100, 220]
 
 
 def test_rounds_longer_than_the_budget_leave_one_look_at_the_planned_rounds():
-    assert TimingPlan(rounds=10, budget_s=30.0, confirm_s=10.0).look_rounds(5.0) == [10]
+    assert TimingPlan(first_look=10, budget_s=30.0, confirm_s=10.0).look_rounds(5.0) == [10]
 
 
 def test_a_budget_of_too_few_more_rounds_adds_no_look():
-    assert TimingPlan(rounds=10, budget_s=1.4, confirm_s=10.0).look_rounds(0.1) == [10]
+    assert TimingPlan(first_look=10, budget_s=1.4, confirm_s=10.0).look_rounds(0.1) == [10]
 
 
 @settings(max_examples=200, deadline=None)
-@given(rounds=st.integers(3, 60), budget_s=st.floats(0.01, 600.0), confirm_s=st.floats(0.0, 600.0),
-       round_s=st.floats(1e-3, 10.0))
-def test_the_looks_grow_by_at_least_half_from_the_planned_rounds_to_the_budget(rounds, budget_s, confirm_s, round_s):
-    plan = TimingPlan(rounds=rounds, budget_s=budget_s, confirm_s=confirm_s)
+@given(rounds=st.integers(3, 60), first_look=st.integers(3, 60), budget_s=st.floats(0.01, 600.0),
+       confirm_s=st.floats(0.0, 600.0), round_s=st.floats(1e-3, 10.0))
+def test_the_looks_grow_by_at_least_half_from_the_first_look_to_the_budget(rounds, first_look, budget_s, confirm_s,
+                                                                            round_s):
+    plan = TimingPlan(rounds=rounds, first_look=first_look, budget_s=budget_s, confirm_s=confirm_s)
     looks = plan.look_rounds(round_s)
+    rounds = min(first_look, rounds)
     assert looks[0] == rounds
     assert all(later >= 1.5 * earlier for earlier, later in itertools.pairwise(looks))
     budget_rounds = plan.budget_rounds(round_s)
@@ -106,21 +124,26 @@ class ScriptedLooks:
         return self.answers[min(len(self.seen) - 1, len(self.answers) - 1)]
 
 
-PLAN = TimingPlan(warmup_steps=1, rounds=10, min_round_s=0.1, budget_s=30.0, confirm_s=10.0)
+PLAN = TimingPlan(warmup_steps=1, rounds=10, first_look=5, min_round_s=0.1, budget_s=30.0, confirm_s=10.0)
 
 
 def test_the_window_is_looked_at_only_at_its_planned_looks_and_stops_at_the_first_that_decides():
     check = ScriptedLooks([None, None, Verdict.PASS])
     timing = measure(lambda: None, SteadyTimer(0.1), PLAN, settled=check)
-    assert check.seen == [(10, 1, 6), (25, 2, 6), (50, 3, 6)]  # not after every round
-    assert len(timing.round_seconds) == 50
-    assert timing.looks == LookFigures(planned=[10, 25, 50, 100, 200, 300], rounds=[10, 25, 50], decision="pass")
+    assert check.seen == [(5, 1, 7), (13, 2, 7), (25, 3, 7)]  # not after every round
+    assert len(timing.round_seconds) == 25
+    assert timing.looks == LookFigures(planned=[5, 13, 25, 50, 100, 200, 300], rounds=[5, 13, 25], decision="pass")
+
+
+def test_a_window_clear_at_its_first_look_stops_after_5_rounds_half_a_recording():
+    timing = measure(lambda: None, SteadyTimer(0.1), PLAN, settled=ScriptedLooks([Verdict.PASS]))
+    assert len(timing.round_seconds) == 5 and timing.extended_rounds == 0
 
 
 def test_a_lean_to_a_regression_is_decided_only_once_the_window_lasted_the_confirmation_time():
     check = ScriptedLooks([Verdict.REGRESSION])
     timing = measure(lambda: None, SteadyTimer(0.1), PLAN, settled=check)
-    assert [look for _, look, _ in check.seen] == [1, 2, 3, 4]
+    assert [look for _, look, _ in check.seen] == [1, 2, 3, 4, 5]
     assert len(timing.round_seconds) == 100 and sum(timing.round_seconds) == pytest.approx(10.0)
     assert timing.looks is not None and timing.looks.decision == "regression"
 
@@ -148,8 +171,8 @@ def test_the_time_budget_cuts_a_look_short_and_that_look_is_the_last():
     check = ScriptedLooks([None])
     timing = measure(lambda: None, SlowingTimer(0.1, 0.35), PLAN, settled=check)
     assert 30.0 <= sum(timing.round_seconds) < 30.0 + 0.35
-    assert timing.looks is not None and timing.looks.rounds == [10, 25, 50, 86]  # look 4 planned at 100 rounds
-    assert check.seen[-1] == (86, 4, 6)
+    assert timing.looks is not None and timing.looks.rounds == [5, 13, 25, 50, 86]  # look 5 planned at 100 rounds
+    assert check.seen[-1] == (86, 5, 7)
 
 
 def test_without_a_baseline_the_window_keeps_its_planned_rounds_and_no_looks():

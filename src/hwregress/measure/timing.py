@@ -74,7 +74,9 @@ class TimingPlan:
 
     Attributes:
         warmup_steps: untimed steps first (compilation, cuDNN autotuning, allocator growth).
-        rounds: timed rounds at least: a window judged against a baseline takes its first look after them.
+        rounds: timed rounds at least of a window without a baseline (what a recording session stores).
+        first_look: timed rounds a window judged against a baseline runs before its first look (at most ``rounds``):
+            a clear window decides there, and the window grows to its later planned looks only while undecided.
         min_round_s: a round lasts at least this long (steps per round calibrated after warmup).
         max_rel_iqr: a window without a baseline whose IQR/median exceeds this is extended round by round ...
         budget_s: ... until stable or the timed rounds have taken this many seconds in total; a window judged against a
@@ -86,6 +88,7 @@ class TimingPlan:
 
     warmup_steps: int = 3
     rounds: int = 10
+    first_look: int = 5
     min_round_s: float = 0.1
     max_rel_iqr: float = 0.10
     budget_s: float = 30.0
@@ -96,10 +99,18 @@ class TimingPlan:
             raise ValueError(f"warmup steps must be >= 1, got {self.warmup_steps}")
         if self.rounds < 3:
             raise ValueError(f"rounds must be >= 3 for a median and IQR, got {self.rounds}")
+        if self.first_look < 3:
+            raise ValueError(f"the first look must come after >= 3 rounds for a median and IQR, got {self.first_look}")
         if self.min_round_s <= 0 or self.budget_s <= 0:
             raise ValueError(f"min round time and time budget must be > 0 s, got {self.min_round_s}, {self.budget_s}")
         if self.confirm_s < 0:
             raise ValueError(f"confirmation time must be >= 0 s, got {self.confirm_s}")
+
+    @property
+    def judged_rounds(self) -> int:
+        """Timed rounds before the first look of a window judged against a baseline: ``first_look``, never more than
+        ``rounds``."""
+        return min(self.first_look, self.rounds)
 
     def budget_rounds(self, round_s: float) -> int:
         """Rounds of ``round_s`` seconds (> 0) that fit in the time budget."""
@@ -111,13 +122,13 @@ class TimingPlan:
 
     def look_rounds(self, round_s: float) -> list[int]:
         """The planned looks of a window of rounds of about ``round_s`` seconds (> 0, known before the timed rounds:
-        the calibration's), as cumulative timed rounds: the first after ``rounds``, the last where the time budget
-        ends, between them a doubling series through the rounds that last ``confirm_s`` (a lean to a regression is
-        decided as soon as it may be), each look at least 1.5 times the rounds of the one before. With 0.1-s rounds
-        and the defaults: 10, 25, 50, 100, 200, 300. A look too close to the budget's gives way to it; the first never
-        does. The looks never depend on the timed rounds, so the levels spent on them (:mod:`hwregress.judge.looks`)
-        are fixed before any round is seen."""
-        first = self.rounds
+        the calibration's), as cumulative timed rounds: the first after :attr:`judged_rounds`, the last where the time
+        budget ends, between them a doubling series through the rounds that last ``confirm_s`` (a lean to a regression
+        is decided as soon as it may be), each look at least 1.5 times the rounds of the one before. With 0.1-s rounds
+        and the defaults: 5, 13, 25, 50, 100, 200, 300. A look too close to the budget's gives way to it; the first
+        never does. The looks never depend on the timed rounds, so the levels spent on them
+        (:mod:`hwregress.judge.looks`) are fixed before any round is seen."""
+        first = self.judged_rounds
         last = max(first, self.budget_rounds(round_s))
         confirm = self.confirm_rounds(round_s)
         anchor = confirm if first < confirm else first
@@ -148,7 +159,8 @@ class Timing:
         steps_per_round: steps in every round.
         warmup_steps: untimed steps run first.
         stable: IQR/median of the per-step times is within the plan's bound.
-        extended_rounds: rounds added beyond the plan's ``rounds`` because the window was noisy or its verdict open.
+        extended_rounds: rounds added beyond the plan's first rounds (``rounds``, or ``judged_rounds`` when judged)
+            because the window was noisy or its verdict open.
         verdict_rounds: how many of those were added while the verdict was open (a look was undecided).
         looks: the planned looks and those taken (None: no baseline steered the window).
     """
@@ -222,7 +234,7 @@ class Rounds:
 
     Attributes:
         seconds: each timed round's seconds.
-        extended: rounds beyond the plan's ``rounds``.
+        extended: rounds beyond the plan's first rounds (``rounds``; ``judged_rounds`` when judged).
         verdict_rounds: how many of those ran while a look was undecided.
         looks: the planned looks and those taken; None when no check steered the window.
     """
@@ -238,7 +250,8 @@ def run_rounds(run_round: Callable[[], float], plan: TimingPlan, round_s: float 
                agree: Callable[[int], int] | None = None, settled: VerdictCheck | None = None) -> Rounds:
     """Run the timed rounds of a window: ``run_round()`` runs one and returns its seconds (``steps_per_round`` steps).
 
-    First ``plan.rounds`` rounds (through ``round_driver(run, n)`` when given). Then, without ``settled``, one more
+    First ``plan.rounds`` rounds, or ``plan.judged_rounds`` with ``settled`` (through ``round_driver(run, n)`` when
+    given). Then, without ``settled``, one more
     round at a time while the rounds' IQR/median exceeds ``plan.max_rel_iqr``, within ``plan.budget_s``. With
     ``settled``, the window is looked at only at its planned looks (:meth:`TimingPlan.look_rounds` for rounds of
     ``round_s`` seconds, known before the timed rounds; None: ``plan.min_round_s``): ``settled(step_seconds, look,
@@ -255,7 +268,7 @@ def run_rounds(run_round: Callable[[], float], plan: TimingPlan, round_s: float 
     def timed() -> None:
         seconds.append(run_round())
 
-    (round_driver or _loop)(timed, plan.rounds)
+    (round_driver or _loop)(timed, plan.rounds if settled is None else plan.judged_rounds)
     if settled is None:
         extended = 0
         while agree(int(relative_iqr(seconds) > plan.max_rel_iqr and sum(seconds) < plan.budget_s)):
@@ -267,7 +280,7 @@ def run_rounds(run_round: Callable[[], float], plan: TimingPlan, round_s: float 
 
 def _looked_at(timed: Callable[[], None], seconds: list[float], plan: TimingPlan, round_s: float,
                steps_per_round: int, agree: Callable[[int], int], settled: VerdictCheck) -> Rounds:
-    """The looks of :func:`run_rounds` after the first ``plan.rounds`` rounds (``seconds``), each round run by
+    """The looks of :func:`run_rounds` after the first ``plan.judged_rounds`` rounds (``seconds``), each round run by
     ``timed``."""
     round_s = agree(max(1, round(round_s * 1e6))) / 1e6  # the job plans its looks with its slowest rank's rounds
     planned, confirm = plan.look_rounds(round_s), plan.confirm_rounds(round_s)
@@ -286,7 +299,7 @@ def _looked_at(timed: Callable[[], None], seconds: list[float], plan: TimingPlan
         decided = decision is not None and (decision != Verdict.REGRESSION or confirmed)
         if cut_short or number == len(planned) or not agree(int(not decided)):
             break
-    extended = len(seconds) - plan.rounds
+    extended = len(seconds) - plan.judged_rounds
     return Rounds(seconds, extended, extended,
                   LookFigures(planned=planned, rounds=taken, decision=None if decision is None else str(decision)))
 

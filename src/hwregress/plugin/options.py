@@ -75,7 +75,10 @@ OPTIONS: tuple[Option, ...] = (
            "no noise or history bound raises the threshold past this"),
     Option("--memory-tolerance", "hwregress_memory_tolerance", "0.10", "peak-memory growth tolerated, fraction"),
     Option("--rounds", "hwregress_rounds", "10",
-           "timed rounds per test before its first look (>= 5 for significance at alpha 0.01)"),
+           "timed rounds of a window without a baseline (a recording) at least; more while noisy"),
+    Option("--first-look", "hwregress_first_look", "5",
+           "timed rounds a window judged against a baseline runs before its first look (at most --rounds); "
+           "it grows to planned later looks only while undecided"),
     Option("--warmup", "hwregress_warmup", "3", "untimed warmup steps"),
     Option("--min-round-time", "hwregress_min_round_time", "0.1", "seconds a timed round lasts at least"),
     Option("--time-budget", "hwregress_time_budget", "30",

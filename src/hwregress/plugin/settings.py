@@ -235,6 +235,7 @@ def _timing_plan(config: pytest.Config) -> TimingPlan:
     return TimingPlan(
         warmup_steps=number_of(config, "hwregress_warmup", int, 1, 10_000),
         rounds=number_of(config, "hwregress_rounds", int, 3, 100_000),
+        first_look=number_of(config, "hwregress_first_look", int, 3, 100_000),
         min_round_s=number_of(config, "hwregress_min_round_time", float, 1e-6, 3600),
         budget_s=number_of(config, "hwregress_time_budget", float, 1e-3, 86_400),
         confirm_s=number_of(config, "hwregress_confirm_time", float, 0.0, 86_400),
