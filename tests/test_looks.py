@@ -47,13 +47,18 @@ def test_a_look_outside_the_plan_or_a_bad_alpha_is_refused(number, looks, alpha,
 
 def test_the_looks_start_at_the_first_look_meet_the_confirmation_and_end_at_the_budget():
     plan = TimingPlan(rounds=10, first_look=10, budget_s=30.0, confirm_s=10.0)
-    assert plan.look_rounds(0.1) == [10, 25, 50, 100, 200, 300]  # 100 rounds of 0.1 s: the confirmation
+    assert plan.look_rounds(0.1) == [10, 20, 50, 100, 200, 300]  # 100 rounds of 0.1 s: the confirmation
 
 
 def test_by_default_a_judged_window_first_looks_after_5_rounds_while_a_recording_keeps_10():
     plan = TimingPlan()
     assert (plan.rounds, plan.judged_rounds) == (10, 5)
-    assert plan.look_rounds(0.1) == [5, 13, 25, 50, 100, 200, 300]
+    assert plan.look_rounds(0.1) == [5, 10, 25, 50, 100, 200, 300]
+
+
+def test_a_window_undecided_at_its_first_look_gets_a_recordings_rounds_at_its_second():
+    assert TimingPlan(first_look=6).look_rounds(0.1)[:2] == [6, 12]
+    assert TimingPlan(first_look=5, confirm_s=1.2).look_rounds(0.1)[:2] == [5, 12]  # 10 would leave out 12 to confirm
 
 
 def test_the_first_look_never_comes_after_the_rounds_of_a_recording():
@@ -71,7 +76,7 @@ def test_without_a_confirmation_time_the_looks_double_from_the_planned_rounds():
 
 
 def test_a_last_look_too_close_to_the_one_before_replaces_it():
-    assert TimingPlan(first_look=10, budget_s=22.0, confirm_s=10.0).look_rounds(0.1) == [10, 25, 50, 100, 220]
+    assert TimingPlan(first_look=10, budget_s=22.0, confirm_s=10.0).look_rounds(0.1) == [10, 20, 50, 100, 220]
 
 
 def test_rounds_longer_than_the_budget_leave_one_look_at_the_planned_rounds():
@@ -130,9 +135,9 @@ PLAN = TimingPlan(warmup_steps=1, rounds=10, first_look=5, min_round_s=0.1, budg
 def test_the_window_is_looked_at_only_at_its_planned_looks_and_stops_at_the_first_that_decides():
     check = ScriptedLooks([None, None, Verdict.PASS])
     timing = measure(lambda: None, SteadyTimer(0.1), PLAN, settled=check)
-    assert check.seen == [(5, 1, 7), (13, 2, 7), (25, 3, 7)]  # not after every round
+    assert check.seen == [(5, 1, 7), (10, 2, 7), (25, 3, 7)]  # not after every round
     assert len(timing.round_seconds) == 25
-    assert timing.looks == LookFigures(planned=[5, 13, 25, 50, 100, 200, 300], rounds=[5, 13, 25], decision="pass")
+    assert timing.looks == LookFigures(planned=[5, 10, 25, 50, 100, 200, 300], rounds=[5, 10, 25], decision="pass")
 
 
 def test_a_window_clear_at_its_first_look_stops_after_5_rounds_half_a_recording():
@@ -171,7 +176,7 @@ def test_the_time_budget_cuts_a_look_short_and_that_look_is_the_last():
     check = ScriptedLooks([None])
     timing = measure(lambda: None, SlowingTimer(0.1, 0.35), PLAN, settled=check)
     assert 30.0 <= sum(timing.round_seconds) < 30.0 + 0.35
-    assert timing.looks is not None and timing.looks.rounds == [5, 13, 25, 50, 86]  # look 5 planned at 100 rounds
+    assert timing.looks is not None and timing.looks.rounds == [5, 10, 25, 50, 86]  # look 5 planned at 100 rounds
     assert check.seen[-1] == (86, 5, 7)
 
 

@@ -125,7 +125,7 @@ class TimingPlan:
         the calibration's), as cumulative timed rounds: the first after :attr:`judged_rounds`, the last where the time
         budget ends, between them a doubling series through the rounds that last ``confirm_s`` (a lean to a regression
         is decided as soon as it may be), each look at least 1.5 times the rounds of the one before. With 0.1-s rounds
-        and the defaults: 5, 13, 25, 50, 100, 200, 300. A look too close to the budget's gives way to it; the first
+        and the defaults: 5, 10, 25, 50, 100, 200, 300. A look too close to the budget's gives way to it; the first
         never does. The looks never depend on the timed rounds, so the levels spent on them
         (:mod:`hwregress.judge.looks`) are fixed before any round is seen."""
         first = self.judged_rounds
@@ -133,6 +133,8 @@ class TimingPlan:
         confirm = self.confirm_rounds(round_s)
         anchor = confirm if first < confirm else first
         candidates = {first, last}
+        if 3 * first <= anchor:  # a window undecided at the first look gets a recording's rounds, or so, at the second
+            candidates.add(2 * first)
         below = anchor
         while below > first:
             candidates.add(below)
