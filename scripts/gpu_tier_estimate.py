@@ -20,6 +20,7 @@ Usage:
     PYTHONPATH=src:. python scripts/gpu_tier_estimate.py                    # the table, and the check of the cases
     PYTHONPATH=src:. python scripts/gpu_tier_estimate.py --machine nvidia-h200
     PYTHONPATH=src:. python scripts/gpu_tier_estimate.py --before           # the same tier under the previous code
+    PYTHONPATH=src:. python scripts/gpu_tier_estimate.py --judged           # a nightly session against baselines
     PYTHONPATH=src:. python scripts/gpu_tier_estimate.py --measure llama_1b  # re-measure MODEL_FACTS rows here
 """
 
@@ -37,6 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hwregress.measure.timing import TimingPlan
 from hwregress.plugin import matrix, tier_assumptions, tier_estimate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,6 +138,9 @@ def main() -> None:
     parser.add_argument("--before", action="store_true",
                         help="the previous code: CPU builds, a CPU reference per test, two llama_1b batches per "
                              "serving mode, 64 decode tokens")
+    parser.add_argument("--judged", action="store_true",
+                        help="a session judged against baselines (pytest -m gpu): every window decides at its first "
+                             "look (--first-look rounds, 5) instead of a recording's --rounds (10)")
     parser.add_argument("--no-check", action="store_true", help="skip comparing the cases with pytest's collection")
     parser.add_argument("--measure", nargs="+", metavar="MODEL", help="re-measure these models' facts on this machine")
     args = parser.parse_args()
@@ -148,8 +153,10 @@ def main() -> None:
         cases = previous_cases()
         assumptions = dataclasses.replace(assumptions, builds_on_device=False, shared_parity_reference=False,
                                           decode_tokens=64)
-    result = tier_estimate.estimate(cases, assumptions)
-    print(f"Estimated default GPU tier on {assumptions.name} (an estimate, not a measurement):\n")
+    plan = TimingPlan(rounds=TimingPlan().judged_rounds) if args.judged else None
+    result = tier_estimate.estimate(cases, assumptions, plan=plan)
+    session = "judged against baselines, every window clear at its first look" if args.judged else "recording"
+    print(f"Estimated default GPU tier on {assumptions.name}, {session} (an estimate, not a measurement):\n")
     print(tier_estimate.table(result))
     if not args.no_check and not args.before:
         print("\n" + check_collection(cases))

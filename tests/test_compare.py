@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hwregress.judge.compare import Measured, Tolerances, judge
@@ -40,11 +42,26 @@ def test_speedup_is_improvement_not_failure():
 
 
 def test_memory_ceiling():
-    tolerances = Tolerances(memory=0.10, memory_slack_bytes=0)
+    tolerances = Tolerances(sampled_memory=0.10, memory_slack_bytes=0)
     assert not judge(measured(peak=1100 * 2**20), BASE, tolerances).failures
     judgement = judge(measured(peak=1101 * 2**20), BASE, tolerances)
     assert (judgement.verdict == "regression"
             and "peak memory 1101.0 MiB exceeds the ceiling 1100.0 MiB" in judgement.failures[0])
+
+
+def test_an_exact_peak_is_held_to_the_memory_tolerance_and_a_sampled_one_to_the_sampled_tolerance():
+    exact = dataclasses.replace(measured(peak=1200 * 2**20), exact_memory=True)
+    assert "exceeds the ceiling 1100.0 MiB" in judge(exact, BASE, Tolerances()).failures[0]
+    assert not judge(measured(peak=1200 * 2**20), BASE, Tolerances(memory_slack_bytes=0)).failures  # within 25%
+
+
+def test_a_quiet_cpu_session_whose_rss_peak_took_its_other_level_passes_and_twice_the_memory_fails():
+    # alexnet train bs8 on the 2-core VM, unchanged code: baseline 772.1 MiB, a quiet session's peak 920.5 MiB
+    # failed the ceiling of 772.1 x 1.1 + 64 = 913.3 MiB
+    baseline = {**BASE, "peak_memory_bytes": int(772.1 * 2**20)}
+    assert not judge(measured(peak=int(920.5 * 2**20)), baseline, Tolerances()).failures
+    doubled = judge(measured(peak=int(2 * 772.1 * 2**20)), baseline, Tolerances())
+    assert doubled.verdict == "regression" and "x (1 + 25%) + 64 MiB slack" in doubled.failures[0]
 
 
 def test_accuracy_margin():

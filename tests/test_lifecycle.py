@@ -95,3 +95,46 @@ def test_entry_keeps_the_compile_time_with_its_cache_state_and_restarts_when_the
     assert (warm["compile_s"], warm["compile_cache"], warm["compile_history"]) == (0.1, "warm", [0.1])
     assert make_entry(compiled_record(5.0, "cold", "2.14.0"), entry)["compile_history"] == [5.0]
     assert "compile_s" not in make_entry(record(10.0))
+
+
+def _with_peak(peak: int | None, torch_version: str = "2.13.0") -> TestRecord:
+    measured = record(100.0, torch_version)
+    measured.peak_memory_bytes = peak
+    return measured
+
+
+MIB = 2**20
+
+
+def test_the_memory_ceiling_is_based_on_the_largest_peak_of_the_last_sessions():
+    # alexnet train bs8 on the 2-core VM, unchanged code: RSS peaks of 922, 771, 782 MiB, then a quiet 921 MiB
+    # session failed the ceiling of the latest session's 772 MiB x 1.1 + 64 MiB = 913 MiB
+    entry = None
+    for peak in (922 * MIB, 771 * MIB, 772 * MIB):
+        entry = make_entry(_with_peak(peak), entry)
+    assert entry["peak_memory_bytes"] == 922 * MIB
+    assert entry["peak_memory_history"] == [922 * MIB, 771 * MIB, 772 * MIB]
+
+
+def test_the_peak_memory_history_keeps_the_pooled_sessions_and_restarts_on_a_new_stack():
+    from hwregress.judge.lifecycle import POOLED_SESSIONS
+
+    entry = None
+    for peak in range(1, POOLED_SESSIONS + 3):
+        entry = make_entry(_with_peak(peak * MIB), entry)
+    assert entry["peak_memory_history"] == [peak * MIB for peak in range(3, POOLED_SESSIONS + 3)]
+    fresh = make_entry(_with_peak(5 * MIB, torch_version="2.14.0"), entry)
+    assert fresh["peak_memory_history"] == [5 * MIB] and fresh["peak_memory_bytes"] == 5 * MIB
+
+
+@pytest.mark.parametrize("history", [["900"], [None], [-1], [float("nan")], [True], "oops"])
+def test_an_entry_of_before_or_a_hand_edited_history_starts_the_peak_history_with_what_it_can_read(history):
+    old = make_entry(_with_peak(800 * MIB))
+    del old["peak_memory_history"]
+    assert make_entry(_with_peak(700 * MIB), old)["peak_memory_history"] == [800 * MIB, 700 * MIB]
+    old["peak_memory_history"] = history
+    assert make_entry(_with_peak(700 * MIB), old)["peak_memory_history"] == [800 * MIB, 700 * MIB]
+
+
+def test_a_record_without_a_peak_keeps_no_memory_history():
+    assert "peak_memory_history" not in make_entry(_with_peak(None))

@@ -516,6 +516,21 @@ def test_exactly_once_means_nothing_lost_repeated_or_unexpected(counts, once):
     assert _result(**counts).exactly_once is once
 
 
+# -- a noisy batch pipeline ------------------------------------------------------------------------------------------
+
+def test_a_batch_pipeline_whose_passes_stayed_noisy_is_unstable_when_no_direction_is_found():
+    from hwregress.plugin.families.spark import batch_stable
+    from hwregress.store.results import TestRecord
+
+    quiet, noisy = [100.0, 101.0, 99.0, 100.5, 99.5], [100.0, 70.0, 130.0, 85.0, 115.0]
+    assert batch_stable(quiet, 0.10) and not batch_stable(noisy, 0.10)
+    record = TestRecord("spark/tiny/batch", hardware_key="k", device="cpu", model="tiny", mode="infer", batch_size=8,
+                        dtype="fp32", samples=noisy, environment=ENV)
+    record.stable = batch_stable(noisy, 0.10)
+    baseline = {"samples": [100.0] * 10, "history": [100.0] * 4, "environment": ENV}
+    assert judge(_measured(record), baseline, Tolerances()).verdict == Verdict.UNSTABLE
+
+
 # -- latency verdict and baseline ------------------------------------------------------------------------------------
 ENV = {"torch": "2.13.0", "spark": "4.0.0"}
 

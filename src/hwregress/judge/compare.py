@@ -32,7 +32,9 @@ class Tolerances:
             development VM, three sessions recorded then three unchanged ones: session medians 6-11% below the
             baseline's while each baseline's own history varied 1-3%).
         max_threshold: no noise or history bound raises the throughput threshold past this (fraction).
-        memory: relative peak-memory growth tolerated (fraction).
+        memory: relative peak-memory growth tolerated where the peak is exact (the CUDA caching allocator's), fraction.
+        sampled_memory: the same where the peak is sampled RSS growth (CPU, MPS), which moves between unchanged
+            sessions (the 2-core VM, one day: alexnet train bs8 768 or 921 MiB, +20%; resnet18 train 441 to 558 MiB).
         memory_slack_bytes: absolute growth tolerated on top, for RSS-sampled (CPU, MPS) memory only: the
             CUDA allocator's peak is exact, and a slack there would let a small model grow 2-6x unseen.
         accuracy_margin: absolute accuracy drop tolerated against the baseline (fraction).
@@ -45,6 +47,7 @@ class Tolerances:
     cpu_throughput: float = 0.15
     max_threshold: float = 0.25
     memory: float = 0.10
+    sampled_memory: float = 0.25
     memory_slack_bytes: int = 64 * 2**20
     accuracy_margin: float = 0.02
     device_accuracy_margin: float = 0.03
@@ -269,13 +272,14 @@ def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: T
     judgement.record.baseline_peak_memory_bytes = base_peak
     judgement.record.memory_ratio = measured.peak_memory_bytes / base_peak if base_peak else None
     slack = 0 if measured.exact_memory else tolerances.memory_slack_bytes
-    ceiling = base_peak * (1 + tolerances.memory) + slack
+    tolerance = tolerances.memory if measured.exact_memory else tolerances.sampled_memory
+    ceiling = base_peak * (1 + tolerance) + slack
     if measured.peak_memory_bytes > ceiling:
         slack_text = f" + {slack / 2**20:.0f} MiB slack" if slack else ""
         judgement.failures.append(
             f"{measured.test_id}: peak memory {measured.peak_memory_bytes / 2**20:.1f} MiB exceeds the ceiling "
             f"{ceiling / 2**20:.1f} MiB (baseline {base_peak / 2**20:.1f} MiB x "
-            f"(1 + {tolerances.memory:.0%}){slack_text})"
+            f"(1 + {tolerance:.0%}){slack_text})"
         )
 
 

@@ -8,6 +8,7 @@ unstable) keeps the old entry unless the mode is ``force`` (add this session to 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,8 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
     earlier = {} if fresh else _same_machine(record, previous or {})
     if record.samples:
         entry.update(_pooled(record, earlier))
+    if record.peak_memory_bytes is not None:
+        entry.update(_pooled_peak_memory(record.peak_memory_bytes, earlier))
     if record.efficiency is not None:
         entry.update(_pooled_efficiency(record.efficiency, earlier))
     if record.latency_ms is not None and judges_latency(record.family, record.mode):
@@ -112,6 +115,25 @@ def _pooled_compile(compile_s: float, cache: str | None, previous: dict[str, Any
     same_state = previous.get("compile_cache") == cache
     history = [*(previous.get("compile_history", []) if same_state else []), compile_s][-HISTORY_LENGTH:]
     return {"compile_s": float(np.median(history)), "compile_cache": cache, "compile_history": history}
+
+
+def _pooled_peak_memory(peak_bytes: int, previous: dict[str, Any]) -> dict[str, Any]:
+    """A peak memory (bytes) against which the ceiling is judged: the largest of the last :data:`POOLED_SESSIONS`
+    sessions' peaks (``peak_memory_history``, oldest first). A CPU peak is sampled RSS growth and moves between
+    sessions of unchanged code (alexnet train bs8 on the 2-core VM: 768 or 921 MiB, one or the other, in the sessions of
+    one day), so the ceiling of the latest session alone failed a quiet one; the CUDA allocator's peaks repeat
+    exactly, and their largest is the same figure. An entry written before the history starts it with its own peak;
+    a value that is not a non-negative number (a hand-edited file) is left out."""
+    recorded = previous.get("peak_memory_history")
+    earlier = [value for value in (recorded if isinstance(recorded, list) else []) if _a_peak(value)]
+    if not earlier and isinstance(previous.get("peak_memory_bytes"), (int, float)):
+        earlier = [previous["peak_memory_bytes"]]
+    history = [int(value) for value in [*earlier, peak_bytes][-POOLED_SESSIONS:]]
+    return {"peak_memory_bytes": max(history), "peak_memory_history": history}
+
+
+def _a_peak(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def _pooled_efficiency(efficiency: float, previous: dict[str, Any]) -> dict[str, Any]:

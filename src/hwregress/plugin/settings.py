@@ -242,6 +242,14 @@ def _timing_plan(config: pytest.Config) -> TimingPlan:
     )
 
 
+def _memory_tolerances(config: pytest.Config, defaults: Tolerances) -> dict[str, float]:
+    """``--memory-tolerance`` for every device where given, else each kind of peak's default (exact, sampled)."""
+    if value_of(config, "hwregress_memory_tolerance")[0] is None:
+        return {"memory": defaults.memory, "sampled_memory": defaults.sampled_memory}
+    given = number_of(config, "hwregress_memory_tolerance", float, 0.0, 100.0)
+    return {"memory": given, "sampled_memory": given}
+
+
 def _policy(config: pytest.Config) -> Policy:
     update = config.getoption("hwregress_update")
     if update is not None and update not in UPDATE_MODES:
@@ -258,7 +266,7 @@ def _policy(config: pytest.Config) -> Policy:
     tolerances = Tolerances(throughput=defaults.throughput if tolerance is None else tolerance,
                             cpu_throughput=defaults.cpu_throughput if tolerance is None else tolerance,
                             max_threshold=max_threshold,
-                            memory=number_of(config, "hwregress_memory_tolerance", float, 0.0, 100.0))
+                            **_memory_tolerances(config, defaults))
     return Policy(tolerances, update, config.getoption("hwregress_require"), config.getoption("hwregress_strict_env"),
                   config.getoption("hwregress_accept_identity"))
 
