@@ -20,12 +20,13 @@ alone
 With the first look after 10 rounds (before issue 28 part 3) the medians were 10, 10, 10 and 10 rounds and the false
 regressions 0.00%, 0.00%, 0.02% and 0.00%. "Test alone" judges without tolerance, noise or history bound, so the
 significance levels the looks spend are all that stands between a noisy A/A session and a false regression (the
-default thresholds keep A/A sessions far from the boundary: 3 of 40,000 were regressions). The loop before issue 28, measured by the same script: 0.00%, 0.00%, 0.01%
-and 0.00% with the default thresholds, its A/A windows 10 (13), 10 (24), 10 (10) and 10 (11) rounds; with the test
-alone 1.15% on normal and 1.40% on log-normal (2,000 trials each, MC SE 0.22%: above alpha, within alpha + 3 SE =
-1.67%, so the old loop is not shown to fail the bound), its windows 299 (301) and 277 (280) rounds; old against new in
-full, docs/verdicts.md. This file takes about 50 s of one core of the 2-core VM (each model 10-12 s, the test alone
-7 s, measured on a quiet VM; 47 s of CPU and 65 s of wall time on a busy one).
+default thresholds keep A/A sessions far from the boundary: 3 of 40,000 were regressions). The loop before issue 28,
+measured by the same script: 0.00%, 0.00%, 0.01% and 0.00% with the default thresholds, its A/A windows 10 (13), 10
+(24), 10 (10) and 10 (11) rounds; with the test alone 1.15% on normal and 1.40% on log-normal (2,000 trials each, MC
+SE 0.22%: above alpha, within alpha + 3 SE = 1.67%, so the old loop is not shown to fail the bound), its windows 299
+(301) and 277 (280) rounds; old against new in full, docs/verdicts.md. This file takes about 50 s of one core of the
+2-core VM (each model 10-12 s, the test alone 7 s, measured on a quiet VM; 47 s of CPU and 65 s of wall time on a busy
+one).
 """
 
 from __future__ import annotations
