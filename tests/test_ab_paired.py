@@ -43,7 +43,7 @@ from hwregress.judge.reach import POWER
 from hwregress.store.verdicts import Verdict
 
 ALPHA = 0.01
-LEVELS = (0.05, 0.01, 0.005, 0.0025, 0.001)
+LEVELS = (0.05, 0.01, 2**-7, 0.005, 0.0025, 0.001)  # 2^-7: a level the exact law attains, where p < alpha is strict
 
 
 def _with_signed_rank(n: int, total: int) -> list[float]:
