@@ -49,6 +49,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "scaleout": {"measure", "hardware", "workloads", "judge.window_verdict", "store"},
     "spark": {"measure", "hardware", "workloads", "store"},
     "check": {"measure", "hardware", "workloads", "store"},
+    "ab": {"judge", "measure", "hardware", "workloads", "store"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge"},
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark"},

@@ -1,0 +1,49 @@
+"""Ending a worker's process group, every process of it, and how a process ended, in words. Torch-free."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+TERM_GRACE_S = 3.0  # between SIGTERM and SIGKILL
+
+
+def exit_status(returncode: int | None) -> str:
+    """``"killed by signal SIGKILL"``, ``"exit code 1"`` or ``"still running"``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def end_process_group(process: subprocess.Popen[bytes], grace_s: float = TERM_GRACE_S) -> None:
+    """End every process of the worker's group (the worker leads its own session, so the group id is its pid):
+    SIGTERM, ``grace_s`` for the worker to exit, SIGKILL to the group, reap the worker, then wait up to ``grace_s``
+    for the group to be gone."""
+    if process.poll() is None:
+        _signal_group(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace_s)
+    _signal_group(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + grace_s
+    while _signal_group(process.pid, 0) and time.monotonic() < deadline:
+        time.sleep(0.02)  # killed members not yet reaped by their new parent
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

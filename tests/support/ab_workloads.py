@@ -1,0 +1,48 @@
+"""Workloads for the A/B worker self-tests (tests/test_ab_workers.py), imported by a worker as a ``--workloads``
+module: a tiny model, one whose forward prints to stdout (the worker's channel must stay clean), one whose forward
+runs out of memory, and one whose build leaves a child process in the worker's process group that ignores SIGTERM."""
+
+import subprocess
+import sys
+
+import torch
+from torch import nn
+
+from hwregress import workloads
+
+CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('child up', flush=True); " \
+        "time.sleep(600)"
+
+
+def _tiny() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, 16), nn.ReLU(), nn.Linear(16, 10))
+
+
+class _Noisy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _tiny()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        print("a library printing to stdout", flush=True)
+        return self.body(x)
+
+
+class _OutOfMemory(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _tiny()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise getattr(torch, "OutOfMemoryError", RuntimeError)("CUDA out of memory (injected by the self-test)")
+
+
+def _with_child() -> nn.Module:
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=sys.stderr)
+    print(f"ab_with_child: started child {child.pid}", file=sys.stderr, flush=True)
+    return _tiny()
+
+
+for _name, _build in (("ab_tiny", _tiny), ("ab_noisy", _Noisy), ("ab_oom", _OutOfMemory),
+                      ("ab_with_child", _with_child)):
+    workloads.register(workloads.Workload(_name, _build, input_shape=(3, 4, 4), num_classes=10), replace=True)
