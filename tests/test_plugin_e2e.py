@@ -320,6 +320,24 @@ def test_usage_errors_suggest_valid_values(hw_project, args, expected):
     assert expected in result.stderr.str()
 
 
+def test_an_option_value_pytest_took_for_the_rootdir_is_a_usage_error_that_says_write_flag_equals_value(
+        hw_project, tmp_path_factory):
+    # pytest chooses the rootdir before plugins' options are known: '--baseline-dir /elsewhere' made /elsewhere the
+    # rootdir, the project's ini went unread and its self-tests were collected (the VM's A/A run of 2026-11-27)
+    elsewhere = tmp_path_factory.mktemp("baselines-elsewhere")
+    result = hw_project.run("--baseline-dir", str(elsewhere), fast=False)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"pytest took --baseline-dir's value {elsewhere} for a test path when it chose the rootdir" in (
+        result.stderr.str())
+    assert f"write --baseline-dir={elsewhere}" in result.stderr.str()
+    assert hw_project.run(f"--baseline-dir={elsewhere}", "--update-baselines").ret == pytest.ExitCode.OK
+
+
+def test_an_option_value_inside_the_project_given_as_two_words_is_fine(hw_project):
+    (hw_project.path / "other-baselines").mkdir()
+    assert hw_project.run("--baseline-dir", "other-baselines", "--update-baselines").ret == pytest.ExitCode.OK
+
+
 @pytest.mark.parametrize(("ini", "expected"), [
     ('hwregress_models = ["resnet9000"]', "ini option hwregress_models: unknown model 'resnet9000'"),
     ('hwregress_batch_sizes = ["4", "4"]', "ini option hwregress_batch_sizes=['4', '4'] names 4 more than once"),

@@ -6,6 +6,7 @@ error names the flag or ini key the bad value came from, the value, and what wou
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,31 @@ def was_given(config: pytest.Config, ini: str) -> bool:
 
 def source_of(config: pytest.Config, ini: str) -> str:
     return _BY_INI[ini].flag if config.getoption(ini) is not None else f"ini option {ini}"
+
+
+def value_taken_for_the_rootdir(config: pytest.Config) -> tuple[str, str] | None:
+    """The (flag, value) of an hwregress option given as two words (``--baseline-dir /tmp/b``) that pytest took for a
+    test path when it chose the rootdir, or None. pytest chooses the rootdir, and reads the ini file there, before
+    plugins' options are known, so ``/tmp/b`` then counts as the only test path given: the rootdir is found from it,
+    and the ini file of the project the session runs in is never read. That happens when the value is an existing
+    path outside the invocation folder and no test path was given (with one inside the project, pytest finds the
+    project's ini from it); the form ``--baseline-dir=/tmp/b`` is never taken for a path."""
+    source = getattr(config, "args_source", None)
+    if source is not None and source.name == "ARGS":
+        return None  # test paths given: pytest found the rootdir from them as well
+    invocation = config.invocation_params.dir
+    words = [str(arg) for arg in config.invocation_params.args]
+    valued = {option.flag for option in OPTIONS}
+    for flag, value in itertools.pairwise(words):
+        path = invocation / value
+        if flag in valued and not value.startswith("-") and path.exists() and not _within(path, invocation):
+            return flag, value
+    return None
+
+
+def _within(path: Path, folder: Path) -> bool:
+    resolved = path.resolve()
+    return resolved == folder.resolve() or folder.resolve() in resolved.parents
 
 
 def value_of(config: pytest.Config, ini: str) -> tuple[Any, str]:

@@ -26,6 +26,7 @@ from hwregress.plugin.options import (
     source_of,
     switch_of,
     value_of,
+    value_taken_for_the_rootdir,
     was_given,
 )
 from hwregress.scaleout.topology import Topology, oversubscription, usable_cores
@@ -62,8 +63,10 @@ def build_settings(config: pytest.Config) -> Settings:
 
     Raises:
         pytest.UsageError: a bad device, model, mode, dtype, batch size, number or folder; the message names
-            the value, the option (or ini key) it came from, and the valid values.
+            the value, the option (or ini key) it came from, and the valid values; an option's value pytest took
+            for the rootdir (:func:`hwregress.plugin.options.value_taken_for_the_rootdir`).
     """
+    _check_rootdir(config)
     _load_workloads(config)
     policy = _policy(config)
     baseline_dir = path_of(config, "hwregress_baseline_dir")
@@ -91,6 +94,16 @@ def build_settings(config: pytest.Config) -> Settings:
         workload_modules=tuple(list_of(config, "hwregress_workloads") or ()),
         spark=_spark(config),
     )
+
+
+def _check_rootdir(config: pytest.Config) -> None:
+    taken = value_taken_for_the_rootdir(config)
+    if taken is not None:
+        flag, value = taken
+        raise pytest.UsageError(
+            f"pytest took {flag}'s value {value} for a test path when it chose the rootdir ({config.rootpath}; it "
+            f"chooses it before hwregress's options are known), so this project's pytest settings were not read: "
+            f"write {flag}={value}")
 
 
 def _spark(config: pytest.Config) -> SparkSettings:
