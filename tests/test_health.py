@@ -348,12 +348,19 @@ def test_mps_clients_are_recorded_and_a_stranger_among_them_is_contention():
     assert "another MPS client on the GPU during the window (pids 555)" in " | ".join(health.findings(state))
 
 
+def _wait_for_name(pid: int, name: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while psutil.Process(pid).name() != name and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_our_mps_clients_alone_are_no_contention_and_the_mps_server_is_not_a_stranger(tmp_path):
     """Under MPS, NVML's compute list names the MPS server, which holds the shared context; it runs no work of
     its own. A process named like NVIDIA's server (a copy of ``sleep``) is recognised by its name."""
     server_binary = tmp_path / "nvidia-cuda-mps-server"
     shutil.copy(shutil.which("sleep"), server_binary)
     server = subprocess.Popen([str(server_binary), "60"])
+    _wait_for_name(server.pid, "nvidia-cuda-mps-server")  # before its exec, the child still bears python's name
     try:
         state = gpu_health.gpu_health("h", MpsNvml(pids=(server.pid,), mps_pids=(100, 101)), our_pids={100, 101})
     finally:

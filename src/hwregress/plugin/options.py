@@ -147,8 +147,11 @@ def value_taken_for_the_rootdir(config: pytest.Config) -> tuple[str, str] | None
     test path when it chose the rootdir, or None. pytest chooses the rootdir, and reads the ini file there, before
     plugins' options are known, so ``/tmp/b`` then counts as the only test path given: the rootdir is found from it,
     and the ini file of the project the session runs in is never read. That happens when the value is an existing
-    path outside the invocation folder and no test path was given (with one inside the project, pytest finds the
-    project's ini from it); the form ``--baseline-dir=/tmp/b`` is never taken for a path."""
+    path outside the invocation folder, no test path was given (with one inside the project, pytest finds the
+    project's ini from it) and pytest read no ini file; the form ``--baseline-dir=/tmp/b`` is never taken for a
+    path."""
+    if config.inipath is not None:
+        return None  # pytest read an ini file: the session runs under settings someone wrote
     source = getattr(config, "args_source", None)
     if source is not None and source.name == "ARGS":
         return None  # test paths given: pytest found the rootdir from them as well
