@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -228,14 +228,19 @@ def clear_tests(sessions: Sequence[Session]) -> list[str]:
 def rounds_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str, Totals]:
     """Timed rounds of ``tests`` summed per tree over the ``aa`` sessions, the ``load`` sessions and both
     (``judged``)."""
-    sessions = counted(sessions)
+    return _judged_totals(sessions, tests, lambda record: record.rounds or 0)
+
+
+def _judged_totals(sessions: Sequence[Session], tests: Sequence[str],
+                   figure: Callable[[TestFigures], float]) -> dict[str, Totals]:
+    """``figure`` of each record of ``tests`` summed per tree over the ``aa``, the ``load`` sessions and both."""
     totals = {kind: Totals() for kind in (*JUDGED_KINDS, "judged")}
-    for s in sessions:
+    for s in counted(sessions):
         if s.kind not in JUDGED_KINDS:
             continue
-        rounds = sum(s.records[test].rounds or 0 for test in tests if test in s.records)
+        value = sum(figure(s.records[test]) for test in tests if test in s.records)
         for kind in (s.kind, "judged"):
-            setattr(totals[kind], s.tree, getattr(totals[kind], s.tree) + rounds)
+            setattr(totals[kind], s.tree, getattr(totals[kind], s.tree) + value)
     return totals
 
 
@@ -258,15 +263,7 @@ def window_ratios(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str
 
 def duration_totals(sessions: Sequence[Session], tests: Sequence[str]) -> dict[str, Totals]:
     """Per-test wall time (``duration_s``, s) of ``tests`` summed per tree over the ``aa``, ``load`` and both."""
-    sessions = counted(sessions)
-    totals = {kind: Totals() for kind in (*JUDGED_KINDS, "judged")}
-    for s in sessions:
-        if s.kind not in JUDGED_KINDS:
-            continue
-        seconds = sum(s.records[test].duration_s or 0.0 for test in tests if test in s.records)
-        for kind in (s.kind, "judged"):
-            setattr(totals[kind], s.tree, getattr(totals[kind], s.tree) + seconds)
-    return totals
+    return _judged_totals(sessions, tests, lambda record: record.duration_s or 0.0)
 
 
 def wall_totals(sessions: Sequence[Session]) -> dict[str, Totals]:
