@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 SLEEP_ENV = "HWREGRESS_AB_TEST_SLEEP_S"  # tests/support/ab_workloads.py's: seconds each forward of ab_sleepy sleeps
+FAIL_ENV = "HWREGRESS_AB_TEST_FAIL_CALL"  # and the forward call of ab_sleepy that raises
 TIMEOUT_S = 300.0  # generous: each worker starts an interpreter and imports torch on a loaded 2-core machine
 SLEEPY = Case("ab_sleepy", "train", 2, warmup_steps=1)
 A = Stack("A", sys.executable)
@@ -89,6 +90,22 @@ def test_a_b_three_times_slower_is_a_regression_naming_its_setting(monkeypatch):
     assert result.looks == [4]  # a gross drop on 4 pairs decides the first look
     assert f"env {SLEEP_ENV}: 0.02 -> 0.06" in result.difference
     assert all(pair.b < pair.a for pair in result.pairs)
+
+
+def test_a_failed_window_drops_its_pair_with_the_error_and_one_of_the_other_order_and_the_test_goes_on(monkeypatch):
+    # B's forward call 5 raises: call 1 is the warmup, each window runs 3 (one untimed step, 2 timed), so B's window
+    # of pair 1 fails; pair 1 and the latest complete pair of the other order are dropped, 8 of 10 pairs kept.
+    monkeypatch.setenv(SLEEP_ENV, "0.05")
+    plan = PairPlan(steps=2, seed=7, threshold=0.5, looks=(4, 10))
+    result = run(Stack("B", sys.executable, {FAIL_ENV: "5"}), plan)
+    failed = result.pairs[1]
+    assert failed.b is None and failed.a is not None and "forward call 5 failed (injected" in failed.b_error
+    assert len(result.pairs) == 10 and all(pair.complete for pair in result.pairs if pair.index != 1)
+    assert len(result.dropped) == 2 and result.dropped[0].index == 1
+    assert "stack B's window failed" in result.dropped[0].dropped and "balanced" in result.dropped[1].dropped
+    assert result.dropped[1].order != failed.order
+    assert result.comparison.pairs == 8 and result.verdict is Verdict.PASS, result.to_dict()
+    assert f"env {FAIL_ENV}: unset -> 5" in result.difference
 
 
 def test_a_worker_killed_mid_test_is_worker_died_naming_it_and_no_worker_is_left(monkeypatch):

@@ -42,6 +42,7 @@ class _OutOfMemory(nn.Module):
 
 
 SLEEP_ENV = "HWREGRESS_AB_TEST_SLEEP_S"  # seconds each forward of ab_sleepy sleeps (unset: 0)
+FAIL_ENV = "HWREGRESS_AB_TEST_FAIL_CALL"  # the forward call of ab_sleepy (from 1) that raises (unset: none)
 
 
 class _Sleepy(nn.Module):
@@ -49,8 +50,13 @@ class _Sleepy(nn.Module):
         super().__init__()
         self.body = _tiny()
         self.sleep_s = float(os.environ.get(SLEEP_ENV, "0"))
+        self.fail_call = int(os.environ.get(FAIL_ENV, "0"))
+        self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.fail_call:
+            raise RuntimeError(f"forward call {self.calls} failed (injected by the self-test)")
         time.sleep(self.sleep_s)
         return self.body(x)
 
