@@ -1,9 +1,13 @@
 """Workloads for the A/B worker self-tests (tests/test_ab_workers.py), imported by a worker as a ``--workloads``
 module: a tiny model, one whose forward prints to stdout (the worker's channel must stay clean), one whose forward
-runs out of memory, and one whose build leaves a child process in the worker's process group that ignores SIGTERM."""
+runs out of memory, one whose build leaves a child process in the worker's process group that ignores SIGTERM, and
+one whose forward sleeps for the seconds :data:`SLEEP_ENV` gives (a stack made slower by a setting of its own, for
+tests/test_ab_session.py)."""
 
+import os
 import subprocess
 import sys
+import time
 
 import torch
 from torch import nn
@@ -37,6 +41,26 @@ class _OutOfMemory(nn.Module):
         raise getattr(torch, "OutOfMemoryError", RuntimeError)("CUDA out of memory (injected by the self-test)")
 
 
+SLEEP_ENV = "HWREGRESS_AB_TEST_SLEEP_S"  # seconds each forward of ab_sleepy sleeps (unset: 0)
+FAIL_ENV = "HWREGRESS_AB_TEST_FAIL_CALL"  # the forward call of ab_sleepy (from 1) that raises (unset: none)
+
+
+class _Sleepy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _tiny()
+        self.sleep_s = float(os.environ.get(SLEEP_ENV, "0"))
+        self.fail_call = int(os.environ.get(FAIL_ENV, "0"))
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.fail_call:
+            raise RuntimeError(f"forward call {self.calls} failed (injected by the self-test)")
+        time.sleep(self.sleep_s)
+        return self.body(x)
+
+
 def _with_child() -> nn.Module:
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=sys.stderr)
     print(f"ab_with_child: started child {child.pid}", file=sys.stderr, flush=True)
@@ -44,5 +68,5 @@ def _with_child() -> nn.Module:
 
 
 for _name, _build in (("ab_tiny", _tiny), ("ab_noisy", _Noisy), ("ab_oom", _OutOfMemory),
-                      ("ab_with_child", _with_child)):
+                      ("ab_with_child", _with_child), ("ab_sleepy", _Sleepy)):
     workloads.register(workloads.Workload(_name, _build, input_shape=(3, 4, 4), num_classes=10), replace=True)

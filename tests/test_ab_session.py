@@ -1,0 +1,158 @@
+"""One A/B test (hwregress.ab.session.run_ab) on real worker processes of this interpreter and a tiny CPU model whose
+forward sleeps for a stack's setting (tests/support/ab_workloads.py): an A/A test passes, a B three times slower is a
+regression naming its setting, a worker killed mid-session is WorkerDied and leaves no process; bad plans are refused
+with the value."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hwregress.ab.order import balanced_order
+from hwregress.ab.protocol import Case
+from hwregress.ab.session import ABResult, PairPlan, run_ab
+from hwregress.ab.stacks import Stack
+from hwregress.ab.workers import StackWorker, WorkerDied
+from hwregress.store.verdicts import Verdict
+
+pytestmark = pytest.mark.slow
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+SLEEP_ENV = "HWREGRESS_AB_TEST_SLEEP_S"  # tests/support/ab_workloads.py's: seconds each forward of ab_sleepy sleeps
+FAIL_ENV = "HWREGRESS_AB_TEST_FAIL_CALL"  # and the forward call of ab_sleepy that raises
+TIMEOUT_S = 300.0  # generous: each worker starts an interpreter and imports torch on a loaded 2-core machine
+SLEEPY = Case("ab_sleepy", "train", 2, warmup_steps=1)
+A = Stack("A", sys.executable)
+
+
+@pytest.fixture(autouse=True)
+def workload_path(monkeypatch):
+    """Workers find tests/support/ab_workloads.py on their PYTHONPATH; no sleep unless a test sets one; one torch
+    thread in both stacks, so that a busy shared machine's other jobs move a window's time little beside its sleep."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(SLEEP_ENV, raising=False)
+
+
+def worker(stack: Stack) -> StackWorker:
+    return StackWorker(stack, "cpu", TIMEOUT_S, workload_modules=["ab_workloads"])
+
+
+def group_gone(pgid: int) -> bool:
+    """Whether no process of the group ``pgid`` is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def run(b: Stack, plan: PairPlan) -> ABResult:
+    with worker(A) as worker_a, worker(b) as worker_b:
+        return run_ab(SLEEPY, (worker_a, worker_b), plan)
+
+
+def test_an_a_a_test_passes_in_the_balanced_order_with_alike_fingerprints(monkeypatch):
+    # 50 ms of sleep per step in both stacks: each window's time is mostly the sleep (10 ms left the tiny model's
+    # step to a loaded machine: A/A ratios from 0.5 to 3), so A/A log-ratios lie well within +-log(1.5) and the 8
+    # pairs' bounds (their extremes at alpha/2) show no 50% difference either way.
+    monkeypatch.setenv(SLEEP_ENV, "0.05")
+    plan = PairPlan(steps=2, seed=7, threshold=0.5, looks=(4, 8))
+    result = run(Stack("B", sys.executable), plan)
+    assert result.verdict is not Verdict.REGRESSION
+    assert result.verdict is Verdict.PASS, result.to_dict()
+    assert result.looks == [4, 8]  # 4 pairs cannot bound the ratio at alpha/2 = 0.005: no pass there
+    assert [pair.order for pair in result.pairs] == balanced_order(8, 7)
+    assert [pair.index for pair in result.pairs] == list(range(8)) and result.dropped == []
+    assert all(pair.a > 0 and pair.b > 0 for pair in result.pairs)
+    assert 0.5 < result.comparison.ratio < 1.5 and result.comparison.pairs == 8
+    assert result.alpha == 0.005 and result.reach.alpha == 0.005
+    assert result.fingerprints["A"]["python_executable"] == result.fingerprints["B"]["python_executable"]
+    assert result.fingerprints["A"]["torch"] and result.difference == []
+    saved = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert saved["verdict"] == "pass" and saved["comparison"]["verdict"] == "pass"
+    assert [pair["order"] for pair in saved["pairs"]] == balanced_order(8, 7)
+
+
+def test_a_b_three_times_slower_is_a_regression_naming_its_setting(monkeypatch):
+    monkeypatch.setenv(SLEEP_ENV, "0.02")
+    plan = PairPlan(steps=2, seed=3, threshold=0.05, looks=(4, 8))
+    result = run(Stack("B", sys.executable, {SLEEP_ENV: "0.06"}), plan)
+    assert result.verdict is Verdict.REGRESSION, result.to_dict()
+    assert result.comparison.ratio < 0.5
+    assert result.looks == [4]  # a gross drop on 4 pairs decides the first look
+    assert f"env {SLEEP_ENV}: 0.02 -> 0.06" in result.difference
+    assert all(pair.b < pair.a for pair in result.pairs)
+
+
+def test_a_failed_window_drops_its_pair_with_the_error_and_one_of_the_other_order_and_the_test_goes_on(monkeypatch):
+    # B's forward call 5 raises: call 1 is the warmup, each window runs 3 (one untimed step, 2 timed), so B's window
+    # of pair 1 fails; pair 1 and the latest complete pair of the other order are dropped, 8 of 10 pairs kept.
+    monkeypatch.setenv(SLEEP_ENV, "0.05")
+    plan = PairPlan(steps=2, seed=7, threshold=0.5, looks=(4, 10))
+    result = run(Stack("B", sys.executable, {FAIL_ENV: "5"}), plan)
+    failed = result.pairs[1]
+    assert failed.b is None and failed.a is not None and "forward call 5 failed (injected" in failed.b_error
+    assert len(result.pairs) == 10 and all(pair.complete for pair in result.pairs if pair.index != 1)
+    assert len(result.dropped) == 2 and result.dropped[0].index == 1
+    assert "stack B's window failed" in result.dropped[0].dropped and "balanced" in result.dropped[1].dropped
+    assert result.dropped[1].order != failed.order
+    assert result.comparison.pairs == 8 and result.verdict is Verdict.PASS, result.to_dict()
+    assert f"env {FAIL_ENV}: unset -> 5" in result.difference
+
+
+def test_a_worker_killed_mid_test_is_worker_died_naming_it_and_no_worker_is_left(monkeypatch):
+    monkeypatch.setenv(SLEEP_ENV, "0.2")  # each window takes about 0.6 s: the kill lands before the test can end
+    plan = PairPlan(steps=2, seed=0, threshold=0.05, looks=(4, 8))
+    with worker(A) as worker_a, worker(Stack("B", sys.executable)) as worker_b:
+
+        def kill_b_after_the_first_pair() -> None:
+            deadline = time.monotonic() + TIMEOUT_S
+            while worker_b.stderr_tail().count("window of") < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.kill(worker_b.pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_b_after_the_first_pair)
+        killer.start()
+        try:
+            with pytest.raises(WorkerDied) as raised:
+                run_ab(SLEEPY, (worker_a, worker_b), plan)
+        finally:
+            killer.join()
+        pids = worker_a.pid, worker_b.pid
+    assert raised.value.label == "B" and raised.value.signal == signal.SIGKILL
+    assert f"worker B ({sys.executable}) died during window" in str(raised.value)
+    assert "window of 2 steps" in raised.value.stderr_tail
+    assert all(group_gone(pid) for pid in pids)
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"steps": 0}, "steps 0"),
+    ({"steps": 2.5}, "steps 2.5"),
+    ({"looks": ()}, "looks ()"),
+    ({"looks": (3, 6)}, "look 3 of (3, 6) is not an even pair count"),
+    ({"looks": (0,)}, "look 0 of (0,) is not an even pair count"),
+    ({"looks": (10, 10)}, "look 10 of (10, 10) does not come after 10"),
+    ({"looks": (20, 10)}, "look 10 of (20, 10) does not come after 20"),
+    ({"threshold": 1.0}, "threshold 1.0"),
+    ({"alpha": 0.5}, "alpha 0.5"),
+    ({"max_threshold": 0.0}, "max_threshold 0.0"),
+], ids=["no-steps", "float-steps", "no-looks", "odd-look", "zero-look", "repeated-look", "decreasing-looks",
+        "threshold", "alpha", "max-threshold"])
+def test_a_bad_plan_is_refused_naming_the_value(fields, named):
+    with pytest.raises(ValueError, match="A/B plan") as raised:
+        PairPlan(**{"steps": 2, "seed": 0, "threshold": 0.05, **fields})
+    assert named in str(raised.value)
+
+
+def test_a_plan_keeps_its_looks_as_a_tuple_and_spends_alpha_over_them():
+    plan = PairPlan(steps=1, seed=0, threshold=0.05, looks=[10, 20, 40])  # type: ignore[arg-type]
+    assert plan.looks == (10, 20, 40) and plan.alpha_at(2) == pytest.approx(0.01 / 3)
+    assert PairPlan(steps=1, seed=0, threshold=0.05).looks == (10, 20, 40)
