@@ -52,6 +52,7 @@ from typing import Any, Union
 
 from hwregress.store.figures import (
     SUB_RECORDS,
+    ABFigures,
     AllreduceFigures,
     ColocatedFigures,
     CompileFigures,
@@ -179,6 +180,8 @@ class TestRecord:
     latency_reach: ReachFigures | None = doc("what the judged latency's verdict could catch (null: not judged)")
     efficiency_reach: ReachFigures | None = doc("what the efficiency verdict could catch (null: not judged)")
     speedup_reach: ReachFigures | None = doc("what the speedup verdict could catch (null: not judged)")
+    ab: ABFigures | None = doc("B against A in an interleaved A/B session (--ab-python, --ab-env; docs/ab.md); null "
+                               "outside one")
 
     def reaches(self) -> list[ReachFigures]:
         """The reach of each judged figure, the throughput's first (the one a test's MDS is quoted by where it
