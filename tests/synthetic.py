@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from hwregress.store.figures import SUB_RECORDS, migrate_legacy_details
+from hwregress.store.figures import migrate_legacy_details
 from hwregress.store.history import HistoryStore
 from hwregress.store.history_row import HISTORY_ROW_VERSION
 from hwregress.store.results import SessionResults, TestRecord, record_problem
+from hwregress.store.sub_records import SUB_RECORDS
 from hwregress.store.verdicts import Verdict
 
 MODELS = ("resnet18", "mobilenet_v3_small", "vit_b_16", "bert", "gpt2")

@@ -52,7 +52,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "ab": {"judge", "measure", "hardware", "workloads", "store"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge"},
-    "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark"},
+    "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab"},
     "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
 }
 INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from hwregress.report import render
 from hwregress.store import schemas
 from hwregress.store.figures import (
-    SUB_RECORDS,
     AllreduceFigures,
     AllreducePoint,
     ColocatedFigures,
@@ -33,6 +32,7 @@ from hwregress.store.figures import (
 from hwregress.store.journal import record_from_json
 from hwregress.store.results import SessionResults, TestRecord, load, record_problem
 from hwregress.store.schemas.generate import REGENERATE, SCHEMA_PATH, schema_text
+from hwregress.store.sub_records import SUB_RECORDS
 
 UNION = type(int | None)
 SCALAR = {float: st.floats(allow_nan=False, allow_infinity=False, width=64), int: st.integers(-(2**53), 2**53),

@@ -2,7 +2,7 @@
 module: a tiny model, one whose forward prints to stdout (the worker's channel must stay clean), one whose forward
 runs out of memory, one whose build leaves a child process in the worker's process group that ignores SIGTERM, and
 one whose forward sleeps for the seconds :data:`SLEEP_ENV` gives (a stack made slower by a setting of its own, for
-tests/test_ab_session.py)."""
+tests/test_ab_session.py and tests/test_ab_plugin.py), raises at a given call, or exits the worker at a given call."""
 
 import os
 import subprocess
@@ -43,6 +43,8 @@ class _OutOfMemory(nn.Module):
 
 SLEEP_ENV = "HWREGRESS_AB_TEST_SLEEP_S"  # seconds each forward of ab_sleepy sleeps (unset: 0)
 FAIL_ENV = "HWREGRESS_AB_TEST_FAIL_CALL"  # the forward call of ab_sleepy (from 1) that raises (unset: none)
+EXIT_CALL_ENV = "HWREGRESS_AB_TEST_EXIT_CALL"  # the forward call of ab_sleepy at which the worker exits 3 (unset: none)
+EXIT_BATCH_ENV = "HWREGRESS_AB_TEST_EXIT_BATCH"  # ... only for inputs of this batch size (unset: any)
 
 
 class _Sleepy(nn.Module):
@@ -51,12 +53,18 @@ class _Sleepy(nn.Module):
         self.body = _tiny()
         self.sleep_s = float(os.environ.get(SLEEP_ENV, "0"))
         self.fail_call = int(os.environ.get(FAIL_ENV, "0"))
+        self.exit_call = int(os.environ.get(EXIT_CALL_ENV, "0"))
+        self.exit_batch = int(os.environ.get(EXIT_BATCH_ENV, "0"))
         self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         if self.calls == self.fail_call:
             raise RuntimeError(f"forward call {self.calls} failed (injected by the self-test)")
+        if self.calls == self.exit_call and self.exit_batch in (0, x.shape[0]):
+            print(f"ab_sleepy: exiting at forward call {self.calls} (injected by the self-test)", file=sys.stderr,
+                  flush=True)
+            os._exit(3)
         time.sleep(self.sleep_s)
         return self.body(x)
 

@@ -30,6 +30,8 @@ from hwregress.store.verdicts import Verdict
 
 DEFAULT_LOOKS = (10, 20, 40)
 DEFAULT_ALPHA = 0.01
+DEFAULT_WINDOW_S = 0.1  # s, a calibrated window lasts at least this long (the session's --min-round-time)
+MAX_CALIBRATED_STEPS = 100_000
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class PairPlan:
     """How one A/B test runs its pairs and judges them.
 
     Attributes:
-        steps: timed steps per window (>= 1; each window also runs one untimed step first).
+        steps: timed steps per window (>= 1; each window also runs one untimed step first); None: calibrated after the
+            warmup so that a window lasts at least ``window_s`` in the faster stack (:func:`calibrated_steps`).
         seed: the seed of the pairs' order (:func:`hwregress.ab.order.balanced_order`).
         threshold: the relative change that counts (fraction in [0, 1): 0.05 is 5%).
         looks: the planned cumulative pair counts at which the pairs are judged: each even (so that the order is
@@ -49,16 +52,21 @@ class PairPlan:
         ValueError: a bad field; the message names the field, the value and the fix.
     """
 
-    steps: int
+    steps: int | None
     seed: int
     threshold: float
     looks: tuple[int, ...] = DEFAULT_LOOKS
     alpha: float = DEFAULT_ALPHA
     max_threshold: float | None = DEFAULT_MAX_THRESHOLD
+    window_s: float = DEFAULT_WINDOW_S
 
     def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"A/B plan steps {self.steps!r}: a window times 1 or more steps; give an int >= 1")
+        if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int)
+                                       or self.steps < 1):
+            raise ValueError(f"A/B plan steps {self.steps!r}: a window times 1 or more steps; give an int >= 1, or "
+                             "None to calibrate")
+        if not self.window_s > 0:
+            raise ValueError(f"A/B plan window_s {self.window_s!r}: a window lasts a positive time; give e.g. 0.1")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"A/B plan seed {self.seed!r} is not an int; give e.g. 0")
         if not 0 <= self.threshold < 1:
@@ -104,6 +112,7 @@ class ABResult:
         alpha: the level of the look that ended the test (alpha / K).
         fingerprints: ``{"A": ..., "B": ...}``: each worker's ``hello`` answer.
         difference: :func:`hwregress.ab.stacks.fingerprint_difference` of A's and B's, in lines.
+        steps: timed steps per window (the plan's, or calibrated).
     """
 
     verdict: Verdict
@@ -115,6 +124,7 @@ class ABResult:
     alpha: float
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     difference: list[str] = field(default_factory=list)
+    steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-able dict (no NaN or infinity: a value that is not finite becomes None)."""
@@ -124,7 +134,7 @@ class ABResult:
         return _finite({"verdict": str(self.verdict), "comparison": comparison, "reach": asdict(self.reach),
                         "pairs": [asdict(pair) for pair in self.pairs], "dropped": [asdict(p) for p in self.dropped],
                         "looks": list(self.looks), "alpha": self.alpha, "fingerprints": self.fingerprints,
-                        "difference": list(self.difference)})
+                        "difference": list(self.difference), "steps": self.steps})
 
 
 def _finite(value: Any) -> Any:
@@ -150,11 +160,12 @@ def run_ab(case: Case, workers: tuple[StackWorker, StackWorker], plan: PairPlan)
     fingerprints = _greet(workers)
     for worker in workers:
         worker.prepare(case)
+    steps = plan.steps if plan.steps is not None else calibrated_steps(workers, plan.window_s)
     order = balanced_order(plan.looks[-1], plan.seed)
     pairs: list[Pair] = []
     taken: list[int] = []
     for look, count in enumerate(plan.looks, start=1):
-        pairs += [_run_pair(index, order[index], workers, plan.steps) for index in range(len(pairs), count)]
+        pairs += [_run_pair(index, order[index], workers, steps) for index in range(len(pairs), count)]
         taken.append(count)
         comparison, kept, dropped = _judge(pairs, plan, look)
         if comparison is not None and comparison.verdict is not None:
@@ -163,7 +174,19 @@ def run_ab(case: Case, workers: tuple[StackWorker, StackWorker], plan: PairPlan)
     alpha = plan.alpha_at(look)
     reach = paired_reach(log_ratios(kept), plan.threshold, alpha, max_threshold=plan.max_threshold)
     return ABResult(verdict, comparison, reach, pairs, dropped, taken, alpha, fingerprints,
-                    fingerprint_difference(fingerprints["A"], fingerprints["B"]))
+                    fingerprint_difference(fingerprints["A"], fingerprints["B"]), steps)
+
+
+def calibrated_steps(workers: tuple[StackWorker, StackWorker], window_s: float) -> int:
+    """Timed steps per window such that a window lasts at least ``window_s`` (s) in the faster stack: one window of
+    one step in each worker (untimed for the verdict; it also settles each after its warmup), then
+    ``ceil(window_s / faster step)``, at most :data:`MAX_CALIBRATED_STEPS`.
+
+    Raises:
+        WorkerDied, WorkerTimedOut, WorkerFailed: a worker's calibrating window failed.
+    """
+    step_s = min(float(worker.window(1)["seconds"]) for worker in workers)
+    return max(1, min(MAX_CALIBRATED_STEPS, math.ceil(window_s / step_s)))
 
 
 def _greet(workers: tuple[StackWorker, StackWorker]) -> dict[str, dict[str, Any]]:

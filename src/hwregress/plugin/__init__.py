@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
-from hwregress.plugin import hookspecs, options, progress, record, xdist
+from hwregress.plugin import ab_pool, hookspecs, options, progress, record, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.families import registry
 from hwregress.plugin.families import spark as spark_family
@@ -75,6 +75,8 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[SETTINGS_KEY] = build_settings(config)
     config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy)
     xdist.register(config)
+    if settings.ab is not None:
+        ab_pool.register(config, settings.ab.stacks, settings.ab.timeout_s, settings.workload_modules)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
         spark_family.warn_of_a_shared_gpu(config, settings.spark, settings.selection.devices)
@@ -82,7 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
-    return progress.header_lines(config, settings.selection.devices, settings.baseline_dir, settings.history_dir)
+    return progress.header_lines(config, settings.selection.devices, settings.baseline_dir, settings.history_dir,
+                                 settings.ab)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

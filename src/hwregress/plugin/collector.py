@@ -206,6 +206,7 @@ class Collector:
             "tolerances": vars(self.settings.policy.tolerances),
             "pid": os.getpid(),
             **({"history": self._history_meta()} if self.history is not None else {}),
+            **({"ab": self.settings.ab.meta()} if self.settings.ab is not None else {}),
         }
 
     def _history_meta(self) -> dict[str, Any]:

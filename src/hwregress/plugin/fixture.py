@@ -18,6 +18,7 @@ from hwregress.judge.window_verdict import check_from_terms, window_terms
 from hwregress.measure.timing import RoundTimer, VerdictCheck, default_timer
 from hwregress.plugin.context import RoundDriver
 from hwregress.plugin.families import registry
+from hwregress.plugin.families.ab_window import skip_outside_ab
 from hwregress.plugin.parametrize import settings
 from hwregress.plugin.record import RECORD_KEY
 from hwregress.plugin.xdist import holding_devices, is_worker
@@ -48,6 +49,8 @@ class HwBench:
         Raises:
             hwregress.plugin.families.registry.FamilyError: no family of that name.
         """
+        if self.settings.ab is not None and family != "throughput":
+            skip_outside_ab(f"the {family} family")
         return registry.get(family).measure(self, **params)
 
     def start(self, family: str, device: str, model: str, mode: str, batch_size: Any, dtype: str) -> TestRecord:

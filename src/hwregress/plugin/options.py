@@ -95,6 +95,18 @@ OPTIONS: tuple[Option, ...] = (
            "steps in the separate profiled window (0: no profile, no FLOPs)"),
     Option("--cudnn-benchmark", "hwregress_cudnn_benchmark", "on",
            "torch.backends.cudnn.benchmark during every window: on (what training jobs run) or off; fingerprinted"),
+    Option("--ab-python", "hwregress_ab_python", None,
+           "A/B: stack B's interpreter (e.g. a venv with another torch); judges B against this interpreter, A, in "
+           "interleaved pairs of windows (default with --ab-env: this interpreter)"),
+    Option("--ab-threshold", "hwregress_ab_threshold", "0.05",
+           "A/B: the change of B against A that counts, fraction; a pass bounds B/A within 1 +- this"),
+    Option("--ab-looks", "hwregress_ab_looks", "10,20,40",
+           "A/B: the pair counts at which a test's pairs are judged (even, increasing; the last is the most pairs)",
+           True),
+    Option("--ab-seed", "hwregress_ab_seed", "0", "A/B: the seed of the balanced AB/BA order of the pairs"),
+    Option("--ab-timeout", "hwregress_ab_timeout", "600",
+           "A/B: seconds one request to a stack's worker (start, build and warmup, a window) may take before the "
+           "worker is ended and the test fails"),
 )
 _BY_INI = {option.ini: option for option in OPTIONS}
 
@@ -128,6 +140,11 @@ def add_options(parser: pytest.Parser) -> None:
                     help="a Spark setting for the spark family's session, e.g. spark.executor.memory=4g (repeatable) "
                          "[ini: hwregress_spark_conf, one per line]")
     parser.addini("hwregress_spark_conf", "Spark settings KEY=VALUE, one per line", type="linelist", default=[])
+    group.addoption("--ab-env", action="append", dest="hwregress_ab_env", default=None, metavar="KEY=VALUE",
+                    help="A/B: an environment setting for stack B only, e.g. OMP_NUM_THREADS=1 (repeatable) "
+                         "[ini: hwregress_ab_env, one per line]")
+    parser.addini("hwregress_ab_env", "A/B: stack B's environment settings KEY=VALUE, one per line", type="linelist",
+                  default=[])
     group.addoption("--no-history", action="store_true", dest="hwregress_no_history",
                     help="do not append this session to the history (--history-dir)")
     group.addoption("--no-hwregress-report", action="store_true", dest="hwregress_no_report",

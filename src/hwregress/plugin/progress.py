@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from hwregress.hardware.devices import describe, unavailable_reason
+from hwregress.plugin.ab_settings import ABSettings
 from hwregress.store.baselines import BaselineStore
 
 INTERVAL_S = 10.0
@@ -51,15 +52,23 @@ def is_quiet(config: pytest.Config) -> bool:
 
 
 # -- the header ------------------------------------------------------------------------------------------------
-def header_lines(config: pytest.Config, devices: list[str], baseline_dir: Path, history_dir: Path | None) -> list[str]:
+def header_lines(config: pytest.Config, devices: list[str], baseline_dir: Path, history_dir: Path | None,
+                 ab: ABSettings | None = None) -> list[str]:
     """The ``hwregress`` lines of pytest's header: the selected devices, each one's hardware key and baselines file
-    (or :data:`NO_BASELINES` where that file is missing), the history folder, and whether live lines are written."""
+    (or :data:`NO_BASELINES` where that file is missing), the history folder, the two stacks of an A/B session, and
+    whether live lines are written."""
     store = BaselineStore(baseline_dir)
     lines = [f"hwregress: devices {', '.join(devices)}"]
     for device in devices:
         lines.append(f"hwregress: {device}: {_device_line(device, store, config.rootpath)}")
-    history = (f"{_shown(history_dir, config.rootpath)} (one <hardware-key>.jsonl)" if history_dir
-               else "off (--no-history)")
+    if ab is not None:
+        a, b = ab.stacks
+        lines.append(f"hwregress: A/B: stack {b.describe()} against stack {a.describe()}, interleaved pairs of "
+                     f"windows judged at {', '.join(map(str, ab.looks))} pairs, threshold +-{ab.threshold:.0%}")
+        history = "off in an A/B session (its figures are B against A, not this machine's)"
+    else:
+        history = (f"{_shown(history_dir, config.rootpath)} (one <hardware-key>.jsonl)" if history_dir
+                   else "off (--no-history)")
     lines.append(f"hwregress: history {history}")
     lines.append(f"hwregress: live progress {_live_state(config)}")
     return lines

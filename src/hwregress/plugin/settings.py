@@ -16,6 +16,7 @@ from hwregress.judge.compare import Tolerances
 from hwregress.judge.lifecycle import UPDATE_MODES
 from hwregress.judge.session import Policy
 from hwregress.measure.timing import TimingPlan
+from hwregress.plugin.ab_settings import ABSettings, ab_settings
 from hwregress.plugin.matrix import MAX_BATCH, Selection, node_gpus, validate
 from hwregress.plugin.options import (
     flag_of,
@@ -56,6 +57,7 @@ class Settings:
     dist_timeout_s: float = 300.0
     workload_modules: tuple[str, ...] = ()  # --workloads: the ranks of a distributed job import them too
     spark: SparkSettings = field(default_factory=SparkSettings)
+    ab: ABSettings | None = None  # an interleaved A/B of two stacks (--ab-python, --ab-env), else None
 
 
 def build_settings(config: pytest.Config) -> Settings:
@@ -76,6 +78,7 @@ def build_settings(config: pytest.Config) -> Settings:
     summary = value_of(config, "hwregress_summary_md")[0]
     report_dir = path_of(config, "hwregress_report_dir")
     topology = _topology(config)
+    ab = ab_settings(config, policy.update_mode, topology.nnodes)
     return Settings(
         selection=_selection(config, topology.nnodes),
         plan=_timing_plan(config),
@@ -83,7 +86,7 @@ def build_settings(config: pytest.Config) -> Settings:
         baseline_dir=baseline_dir,
         report_dir=report_dir,
         summary_md=config.rootpath / summary if summary else None,
-        history_dir=_history_dir(config, report_dir),
+        history_dir=None if ab is not None else _history_dir(config, report_dir),  # B against A: not this machine's
         telemetry_interval_s=number_of(config, "hwregress_telemetry_interval", float, 0.001, 60),
         profile_steps=number_of(config, "hwregress_profile_steps", int, 0, 1000),
         cudnn_benchmark=switch_of(config, "hwregress_cudnn_benchmark"),
@@ -93,6 +96,7 @@ def build_settings(config: pytest.Config) -> Settings:
         dist_timeout_s=number_of(config, "hwregress_dist_timeout", float, 1, 86_400),
         workload_modules=tuple(list_of(config, "hwregress_workloads") or ()),
         spark=_spark(config),
+        ab=ab,
     )
 
 

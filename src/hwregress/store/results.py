@@ -50,9 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from hwregress.store.ab_figures import ABFigures
 from hwregress.store.figures import (
-    SUB_RECORDS,
-    ABFigures,
     AllreduceFigures,
     ColocatedFigures,
     CompileFigures,
@@ -65,6 +64,7 @@ from hwregress.store.figures import (
     doc,
     migrate_legacy_details,
 )
+from hwregress.store.sub_records import SUB_RECORDS
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
 RESULTS_SCHEMA_VERSION = 5

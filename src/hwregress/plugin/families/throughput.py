@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from hwregress import workloads
+from hwregress.ab.protocol import Case
 from hwregress.hardware.facts import device_kind
 from hwregress.measure.batch_search import find_max_batch
 from hwregress.measure.llm.window import run_llm
@@ -16,6 +17,7 @@ from hwregress.measure.precision.quantization import QuantizationUnsupported
 from hwregress.measure.record import fill_measurement
 from hwregress.measure.window import batch_probe
 from hwregress.plugin.context import BenchContext
+from hwregress.plugin.families.ab_window import measure_ab, skip_outside_ab, unsupported_in_ab
 from hwregress.plugin.families.model_window import model_window
 from hwregress.plugin.matrix import (
     MAX_BATCH,
@@ -73,6 +75,8 @@ class Throughput:
         mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
             {"compiler": compiler, "memory_format": memory_format})
         key = entry_key(self.name, workload, mode_key, batch_size, dtype)
+        if bench.settings.ab is not None:
+            return _ab(bench, record, workload, device, mode, batch_size, dtype, context, compiler, memory_format)
         if batch_size == MAX_BATCH:
             batch_size = record.batch_size = _max_batch(record, workload, device, mode, dtype, context, memory_format)
         if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
@@ -95,6 +99,17 @@ class Throughput:
                                 case.get("context"))
         return cost.model_window(case["workload"], case["mode"], case["batch_size"], case["device"], case["dtype"],
                                  case.get("context"))
+
+
+def _ab(bench: BenchContext, record: TestRecord, workload: str, device: str, mode: str, batch_size: Any, dtype: str,
+        context: int | None, compiler: str, memory_format: str) -> TestRecord:
+    """The case's A/B form (:mod:`hwregress.plugin.families.ab_window`), or a skip saying why it has none."""
+    unsupported = unsupported_in_ab(mode, compiler, memory_format, batch_size)
+    if unsupported is not None:
+        skip_outside_ab(f"{unsupported}")
+    case = Case(workload, mode, batch_size, device=device, dtype=dtype, context=context,
+                warmup_steps=bench.settings.plan.warmup_steps, cudnn_benchmark=bench.settings.cudnn_benchmark)
+    return measure_ab(bench, record, device, case)
 
 
 def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,

@@ -53,6 +53,12 @@ META_SCHEMA: dict[str, Any] = {
                     "properties": {"dir": {"type": "string"},
                                    "warnings": {"type": "array", "items": {"type": "string"}},
                                    "trends": {"type": "array", "items": _TRENDS}}},
+        "ab": {"description": "an interleaved A/B session's stacks as given (--ab-python, --ab-env), its threshold "
+                              "(fraction), planned looks (pair counts) and order seed (absent outside one)",
+               "type": "object", "required": ["stacks", "threshold", "looks", "seed"],
+               "properties": {"stacks": {"type": "object"}, "threshold": {"type": "number"},
+                              "looks": {"type": "array", "items": {"type": "integer"}},
+                              "seed": {"type": "integer"}}},
     },
 }
 """The session metadata (``SessionResults.meta``): written by hand, it is an open mapping in the code."""

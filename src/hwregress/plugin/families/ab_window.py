@@ -1,0 +1,143 @@
+"""A throughput test's A/B form: in an A/B session (``--ab-python``, ``--ab-env``) the test's case runs as pairs of
+windows in its device's two stack workers (:mod:`hwregress.plugin.ab_pool`, :func:`hwregress.ab.session.run_ab`), and
+its record holds B against A: the verdict, the ratio B/A and its interval, the paired minimum detectable slowdown,
+every pair and both stacks' fingerprints (``record.ab``). Nothing is judged against a baseline and nothing is recorded
+into one. A worker that dies or hangs fails the test with its stderr's last lines, and the device's next test starts a
+fresh pair; a stack that cannot run a worker fails this test and the device's later ones with the same error."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+from typing import NoReturn
+
+import pytest
+
+from hwregress.ab.pairs import kept_in_balance
+from hwregress.ab.protocol import Case
+from hwregress.ab.session import ABResult, run_ab
+from hwregress.ab.workers import StackUnusable, WorkerDied, WorkerError, WorkerFailed, WorkerTimedOut
+from hwregress.judge.compare import reach_figures
+from hwregress.plugin.ab_pool import POOL_KEY
+from hwregress.plugin.context import BenchContext
+from hwregress.plugin.record import skip_with
+from hwregress.store.ab_figures import ABFigures, ABPairFigures
+from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
+
+AB_VARIANTS = "eager, contiguous train and infer windows of a fixed batch size"
+
+
+def unsupported_in_ab(mode: str, compiler: str, memory_format: str, batch_size: object) -> str | None:
+    """Why a throughput case has no A/B form (its workers build eager, contiguous train and infer steps of a given
+    batch), or None when it has one."""
+    if mode not in ("train", "infer"):
+        return f"mode {mode}"
+    if compiler != "eager":
+        return f"compiler {compiler}"
+    if memory_format != "contiguous":
+        return f"memory format {memory_format}"
+    if not isinstance(batch_size, int):
+        return f"batch size {batch_size}"
+    return None
+
+
+def skip_outside_ab(what: str) -> NoReturn:
+    """Skip a test an A/B session does not compare (``what``: e.g. ``"the ceiling family"``), saying what it does."""
+    skip_with(Verdict.SKIPPED, f"A/B session: {what} is not compared; an A/B session compares the throughput "
+                               f"family's {AB_VARIANTS} (docs/ab.md)")
+
+
+def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case) -> TestRecord:
+    """Run ``case`` as an A/B test on ``device``'s worker pair and fill ``record`` with B against A; a regression fails
+    the test with the ratio and its interval. Returns the record.
+
+    Raises:
+        pytest's failure: a regression; a worker that died, hung or could not run; a case a stack could not build.
+        pytest's skip (``oom``): a stack ran out of memory building the case.
+    """
+    ab = bench.settings.ab
+    assert ab is not None
+    pool = bench.config.stash[POOL_KEY]
+    plan = ab.plan(bench.settings.plan.min_round_s, bench.settings.policy.tolerances.max_threshold)
+    try:
+        result = run_ab(case, pool.pair(device), plan)
+    except StackUnusable as error:
+        pool.mark_unusable(device, str(error))
+        _fail(record, str(error))
+    except (WorkerDied, WorkerTimedOut) as error:
+        pool.end(device)
+        _fail(record, f"{error}\nthe device's next A/B test starts a fresh pair of workers")
+    except WorkerFailed as error:
+        if error.kind == "oom":
+            record.message = str(error)
+            skip_with(Verdict.OOM, str(error))
+        _fail(record, f"{error}\n{error.traceback.strip().splitlines()[-1] if error.traceback.strip() else ''}")
+    except WorkerError as error:
+        pool.end(device)
+        _fail(record, str(error))
+    fill_record(record, result, ab.meta()["stacks"], plan.seed)
+    if result.verdict == Verdict.REGRESSION:
+        pytest.fail(record.message, pytrace=False)
+    return record
+
+
+def _fail(record: TestRecord, message: str) -> NoReturn:
+    record.verdict, record.message = Verdict.FAILED, message
+    pytest.fail(message, pytrace=False)
+
+
+def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object], seed: int) -> None:
+    """``record``'s verdict and figures from ``result``: the verdict, ratio (B/A), threshold (1 - the A/B threshold,
+    the ratio below which B is a regression), level, p-value of "B slower", the kept pairs' B throughputs as
+    ``samples`` and A's as ``reference_samples`` (samples/s), B's median as ``throughput``, the paired reach, and the
+    whole A/B test in ``record.ab``."""
+    kept, _ = kept_in_balance(result.pairs)
+    a_values = [pair.a for pair in kept if pair.a is not None]
+    b_values = [pair.b for pair in kept if pair.b is not None]
+    comparison = result.comparison
+    threshold = comparison.threshold if comparison is not None else result.reach.threshold
+    record.verdict = result.verdict
+    record.unit = "samples/s"
+    record.samples, record.reference_samples = b_values, a_values
+    record.throughput = statistics.median(b_values) if b_values else None
+    record.rounds, record.steps_per_round = len(kept), result.steps
+    record.alpha = result.alpha
+    record.reach = reach_figures(result.reach)
+    if comparison is not None:
+        record.ratio, record.p_value = comparison.ratio, comparison.p_slower
+    if threshold is not None:
+        record.threshold = 1 - threshold
+    record.ab = ABFigures.of({
+        **({} if comparison is None else {key: value for key, value in asdict(comparison).items()
+                                          if key not in ("pairs", "verdict")}),
+        "pairs_kept": len(kept), "looks_taken": list(result.looks), "steps_per_window": result.steps, "seed": seed,
+        "a_throughput": statistics.median(a_values) if a_values else None, "threshold": threshold,
+        "b_throughput": record.throughput, "stacks": stacks, "fingerprints": result.fingerprints,
+        "difference": result.difference, "memory": "both",
+        "pairs": _pairs_with_reasons(result)})
+    record.message = summary_line(result, len(kept))
+
+
+def _pairs_with_reasons(result: ABResult) -> list[ABPairFigures]:
+    """Every pair in time order, a dropped one with why it was dropped."""
+    reasons = {pair.index: pair.dropped for pair in result.dropped}
+    return [ABPairFigures.of({**asdict(pair), "dropped": reasons.get(pair.index)}) for pair in result.pairs]
+
+
+def summary_line(result: ABResult, kept: int) -> str:
+    """``"B/A 0.962 [0.951, 0.973] on 20 of 20 pairs at alpha 0.0033: regression beyond -5%"``: the verdict in words."""
+    comparison = result.comparison
+    if comparison is None:
+        return f"B against A undecided: {kept} of {len(result.pairs)} pairs kept, too few to judge"
+    bounds = (f" [{comparison.ratio_low:.3f}, {comparison.ratio_high:.3f}]"
+              if comparison.ratio_low is not None and comparison.ratio_high is not None else "")
+    band = f"{comparison.threshold:.0%}"
+    what = {Verdict.REGRESSION: f"B slower beyond -{band}" + (" (a gross drop)" if comparison.gross else ""),
+            Verdict.IMPROVEMENT: f"B faster beyond +{band}",
+            Verdict.PASS: f"no difference beyond +-{band}",
+            Verdict.UNSTABLE: f"undecided after the last look (neither a change beyond {band} nor within it shown)"}
+    reach = result.reach
+    caught = f"; could catch {reach.mds:.1%}" if reach.mds is not None else f"; no MDS: {reach.why_none}"
+    return (f"B/A {comparison.ratio:.3f}{bounds} on {kept} of {len(result.pairs)} pairs at alpha "
+            f"{result.alpha:.2g}: {what.get(result.verdict, str(result.verdict))}{caught}")

@@ -1,0 +1,22 @@
+"""Every typed sub-record of :class:`hwregress.store.results.TestRecord`, by its field's name."""
+
+from __future__ import annotations
+
+from hwregress.store.ab_figures import ABFigures
+from hwregress.store.figures import (
+    AllreduceFigures,
+    ColocatedFigures,
+    CompileFigures,
+    Figures,
+    LlmFigures,
+    LookFigures,
+    ReachFigures,
+    ScalingFigures,
+    SparkFigures,
+)
+
+SUB_RECORDS: dict[str, type[Figures]] = {
+    "scaling": ScalingFigures, "allreduce": AllreduceFigures, "colocated": ColocatedFigures, "spark": SparkFigures,
+    "llm": LlmFigures, "compile": CompileFigures, "looks": LookFigures, "reach": ReachFigures,
+    "latency_reach": ReachFigures, "efficiency_reach": ReachFigures, "speedup_reach": ReachFigures, "ab": ABFigures}
+"""The record's sub-record fields by name, each its class."""

@@ -1,0 +1,127 @@
+"""The A/B session end to end through the plugin (``--ab-python``, ``--ab-env``): a pytester project runs the
+throughput tests of a tiny model that sleeps per a stack's setting (tests/support/ab_workloads.py, ``ab_sleepy``) as
+pairs of windows in two real worker processes, and results.json holds B against A."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import jsonschema
+import psutil
+import pytest
+
+from hwregress.store import schemas
+
+SUPPORT = Path(__file__).resolve().parent / "support"
+# two steps a window at 20 ms a step: windows long against the tiny model's own step on a busy 2-core host
+AB = ["--workloads", "ab_workloads", "--models", "ab_sleepy", "--batch-sizes", "2", "--modes", "infer",
+      "--min-round-time", "0.04", "--ab-looks", "4,8", "--ab-threshold", "0.5"]
+SLEEP = "HWREGRESS_AB_TEST_SLEEP_S"
+
+pytestmark = pytest.mark.slow
+
+
+def _run(hw_project, *args: str, env: dict[str, str] | None = None):
+    hw_project.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SUPPORT),
+                                                                              os.environ.get("PYTHONPATH")])))
+    return hw_project.run(*AB, *args, env={SLEEP: "0.02", **(env or {})})
+
+
+def _records(hw_project) -> dict[str, dict]:
+    return {record["test_id"].split("[")[1].rstrip("]"): record for record in hw_project.results["records"]}
+
+
+def test_an_aa_session_passes_with_both_fingerprints_and_records_nothing_of_this_machine(hw_project, xdist_args):
+    result = _run(hw_project, f"--ab-python={sys.executable}", "--batch-sizes", "2,4", *xdist_args)
+    result.assert_outcomes(passed=2)
+    assert f"A/B: stack B ({sys.executable}) against stack A ({sys.executable})" in result.stdout.str()
+    results = hw_project.results
+    jsonschema.validate(results, schemas.schema("results"))
+    assert results["meta"]["ab"]["stacks"]["B"] == {"python": sys.executable, "env": {}}
+    for record in results["records"]:
+        ab = record["ab"]
+        assert record["verdict"] in ("pass", "unstable"), record["message"]  # never a false regression
+        assert ab["ratio_low"] <= ab["ratio"] <= ab["ratio_high"] and 0.5 < ab["ratio"] < 2
+        assert record["ratio"] == ab["ratio"] and record["threshold"] == pytest.approx(0.5)
+        assert set(ab["fingerprints"]) == {"A", "B"} and ab["difference"] == []
+        assert ab["fingerprints"]["B"]["python_executable"] == sys.executable
+        assert ab["pairs_kept"] == ab["looks_taken"][-1] == len(ab["pairs"])
+        orders = [pair["order"] for pair in ab["pairs"]]
+        assert orders.count("AB") == orders.count("BA")
+        assert all(pair["a"] > 0 and pair["b"] > 0 for pair in ab["pairs"])
+        assert record["reach"]["alpha"] == ab["alpha"] and record["samples"] and record["reference_samples"]
+    assert not (hw_project.path / "reports" / "history").exists()  # B against A is not this machine's figure
+    assert hw_project.baseline_files() == []
+
+
+def test_b_slower_by_a_setting_of_its_own_is_a_regression_naming_the_setting(hw_project):
+    result = _run(hw_project, "--ab-env", f"{SLEEP}=0.06")
+    result.assert_outcomes(failed=1)
+    (record,) = hw_project.results["records"]
+    assert record["verdict"] == "regression"
+    assert record["ab"]["ratio"] < 0.5 and record["ab"]["difference"] == [f"env {SLEEP}: 0.02 -> 0.06"]
+    assert record["ab"]["fingerprints"]["B"]["env"] == {SLEEP: "0.06"}
+    assert "B/A 0." in record["message"] and "B slower beyond -50%" in record["message"]
+    assert "B slower beyond -50%" in result.stdout.str()
+
+
+def _processes_with(tag: str) -> list[int]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("HWREGRESS_AB_TEST_TAG") == tag:
+                found.append(process.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def test_a_worker_dying_mid_window_fails_its_test_and_the_next_test_runs_on_a_fresh_pair(hw_project):
+    tag = uuid.uuid4().hex
+    # B's worker exits at its 6th forward call with a batch of 2: past the warmup (1) and the calibration (2), in a
+    # window of the first test; the test of batch 4 then runs on a fresh pair
+    result = _run(hw_project, "--batch-sizes", "2,4", "--ab-env", "HWREGRESS_AB_TEST_EXIT_CALL=6",
+                  "--ab-env", "HWREGRESS_AB_TEST_EXIT_BATCH=2", "--ab-env", f"HWREGRESS_AB_TEST_TAG={tag}")
+    result.assert_outcomes(failed=1, passed=1)
+    records = _records(hw_project)
+    died = records["cpu-ab_sleepy-infer-bs2-fp32"]
+    assert died["verdict"] == "failed" and died["ab"] is None
+    assert "worker B" in died["message"] and "exiting at forward call 6" in died["message"]
+    assert "fresh pair" in died["message"]
+    assert records["cpu-ab_sleepy-infer-bs4-fp32"]["verdict"] == "pass"
+    assert _processes_with(tag) == []  # no worker outlives the session
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """An interpreter of a new virtual environment without pip: neither hwregress nor torch installed."""
+    folder = tmp_path_factory.mktemp("bare")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / "venv")], check=True, timeout=300)
+    return str(folder / "venv" / "bin" / "python")
+
+
+def test_a_b_that_cannot_import_torch_fails_every_test_naming_the_interpreter_and_the_fix(hw_project, bare_python):
+    result = _run(hw_project, f"--ab-python={bare_python}", "--batch-sizes", "2,4")
+    result.assert_outcomes(failed=2)
+    first, second = (_records(hw_project)[f"cpu-ab_sleepy-infer-bs{size}-fp32"] for size in (2, 4))
+    for record in (first, second):
+        assert bare_python in record["message"] and "cannot import torch" in record["message"]
+        assert "pip install" in record["message"]
+    assert "found at this session's first A/B test on cpu" in second["message"]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--ab-env", "OMP_NUM_THREADS=1", "--update-baselines"], "records no baseline"),
+    (["--ab-env", "OMP_NUM_THREADS"], "--ab-env 'OMP_NUM_THREADS' has no '='"),
+    (["--ab-python=/no/such/python"], "--ab-python '/no/such/python'"),
+    (["--ab-env", "A=1", "--ab-looks", "3,6"], "--ab-looks='3,6'"),
+    (["--ab-env", "A=1", "--ab-looks", "10,x"], "give whole pair counts"),
+], ids=["update-baselines", "env-without-equals", "no-interpreter", "odd-look", "not-a-number"])
+def test_bad_ab_options_are_usage_errors_naming_the_value(hw_project, args, said):
+    result = hw_project.run(*args, inprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert said in str(result.stderr) + str(result.stdout)
