@@ -44,7 +44,7 @@ class Throughput:
     marker = "throughput"
     marker_help = "a timed benchmark asserted against the baseline's throughput and peak memory"
     requires: frozenset[str] = frozenset()
-    sub_records = ("llm", "compile")
+    sub_records = ("llm", "compile", "ab")  # ab: in an A/B session (plugin/families/ab_window.py)
     view = None  # the report's charts over batch size and its roofline are the session's own
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
