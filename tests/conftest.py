@@ -175,3 +175,33 @@ def table_rows(html: str, css_class: str) -> list[list[str]]:
 def svg_charts(html: str) -> list[str]:
     """Every inline SVG chart of ``html``."""
     return re.findall(r"<svg.*?</svg>", html, re.S)
+
+
+VOID_ELEMENTS = {"meta", "br", "input", "img", "hr", "link", "col", "wbr"}
+
+
+class _Balance(HTMLParser):
+    """Every element closed in order (void elements and self-closed SVG shapes aside)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.mismatched: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in VOID_ELEMENTS:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        if self.open and self.open[-1] == tag:
+            self.open.pop()
+        else:
+            self.mismatched.append(tag)
+
+
+def well_formed(html: str) -> bool:
+    """Whether every element of ``html`` is closed, in order (void elements and self-closed SVG shapes aside)."""
+    parser = _Balance()
+    parser.feed(html)
+    parser.close()
+    return not parser.open and not parser.mismatched

@@ -169,3 +169,67 @@ def as_loaded(record: TestRecord) -> TestRecord:
         elif data.get(name) is not None:
             data[name] = None
     return TestRecord.from_json(data)
+
+
+# --- A/B sessions: B against A, pairs of windows (hwregress.store.figures.ABFigures) --------------------------
+
+NIGHTLY = "/opt/nightly/bin/python"
+AB_META = {"stacks": {"A": {"python": "/usr/bin/python3", "env": {}},
+                      "B": {"python": NIGHTLY, "env": {"OMP_NUM_THREADS": "1"}}},
+           "threshold": 0.05, "looks": [10, 20, 40], "seed": 7}
+AB_DIFFERENCE = ["torch 2.13.0 -> 2.11.0", "env OMP_NUM_THREADS: unset -> 1"]
+
+
+def ab_test_id(model: str = "resnet18", batch: int = 32) -> str:
+    return f"bench_tests/test_throughput.py::test_throughput[cpu-{model}-train-bs{batch}-fp32]"
+
+
+def ab_pairs(count: int = 20, slower: float = 0.9) -> list[dict[str, Any]]:
+    """``count`` pairs as results.json holds them, in balanced blocks (AB BA, BA AB, ...), on a host that speeds up
+    1 samples/s a pair from 100; B ``slower`` times A."""
+    orders = [("AB", "BA") if block % 2 == 0 else ("BA", "AB") for block in range(count // 2 + 1)]
+    return [{"index": i, "order": orders[i // 2][i % 2], "a": 100.0 + i, "b": slower * (100.0 + i), "a_error": None,
+             "b_error": None, "dropped": None} for i in range(count)]
+
+
+def ab_record(verdict: str = "regression", ratio: float | None = 0.9, low: float | None = 0.88,
+              high: float | None = 0.92, pair_list: list[dict[str, Any]] | None = None, model: str = "resnet18",
+              message: str = "B/A 0.900 [0.880, 0.920] on 20 of 20 pairs at alpha 0.005: B slower beyond -5%",
+              **ab: Any) -> TestRecord:
+    """An A/B test's record as results.json reads back: B/A ``ratio`` in [``low``, ``high``] at α 0.005, a 5%
+    threshold, the pairs (:func:`ab_pairs` by default), both stacks of :data:`AB_META`; ``ab`` overrides figures."""
+    found = ab_pairs() if pair_list is None else pair_list
+    figures = {"ratio": ratio, "ratio_low": low, "ratio_high": high, "alpha": 0.005, "threshold": 0.05,
+               "pairs_kept": sum(p["dropped"] is None for p in found), "looks_planned": [10, 20, 40],
+               "looks_taken": [10, 20], "seed": 7, "a_throughput": 100.0, "b_throughput": 90.0, "pairs": found,
+               "stacks": AB_META["stacks"], "difference": AB_DIFFERENCE, "memory": "both", **ab}
+    return TestRecord.from_json({
+        "test_id": ab_test_id(model), "family": "throughput", "device": "cpu", "model": model, "mode": "train",
+        "batch_size": 32, "dtype": "fp32", "unit": "samples/s", "verdict": verdict, "ratio": ratio,
+        "threshold": 0.95, "throughput": 90.0, "message": message,
+        "reach": {"figure": "throughput", "mds": 0.061, "power": 0.9, "alpha": 0.005, "threshold": 0.05},
+        "ab": figures})
+
+
+def ab_session() -> SessionResults:
+    """An A/B session of every kind of A/B test beside a plain one: a regression whose pair 3 lost A's window and
+    pair 6 was dropped for balance, a pass, an improvement, one undecided on 2 pairs, one whose stack B failed, and a
+    long model name."""
+    dropped = ab_pairs()
+    dropped[3].update(a=None, a_error="RuntimeError: worker A died", dropped="A's window failed")
+    dropped[6].update(dropped="balance: a surplus BA pair, the latest first")
+    records = [
+        ab_record(pair_list=dropped),
+        ab_record("pass", 0.995, 0.975, 1.012, ab_pairs(20, 0.995), model="mobilenet_v3_small"),
+        ab_record("improvement", 1.12, 1.09, 1.15, ab_pairs(10, 1.12), model="vit_b_16"),
+        ab_record("unstable", None, None, None, ab_pairs(2), model="gpt2",
+                  message="B against A undecided: 2 of 2 pairs kept, too few to judge"),
+        ab_record("failed", None, None, None, [], model="bert",
+                  message=f"stack B: {NIGHTLY} cannot import torch (No module named 'torch'); install torch there"),
+        ab_record("pass", 1.01, 0.99, 1.03, ab_pairs(40, 1.01), model="a_model_with_a_rather_long_name_v2_large"),
+        TestRecord(ab_test_id("vgg11"), family="throughput", device="cpu", model="vgg11", mode="train", batch_size=32,
+                   dtype="fp32", unit="samples/s", throughput=50.0, baseline_throughput=50.0, ratio=1.0,
+                   threshold=0.05, verdict="pass")]
+    meta = {"hostname": "box", "started_at": START.isoformat(), "finished_at": START.isoformat(), "duration_s": 60.0,
+            "args": ["-m", "cpu", "--ab-python", NIGHTLY], "hardware": [], "baseline_dir": "baselines", "ab": AB_META}
+    return SessionResults(meta, records)

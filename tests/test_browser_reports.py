@@ -17,6 +17,7 @@ import pytest
 from synthetic import (
     MACHINES,
     STEP_TEST,
+    ab_session,
     judged_session,
     synthetic_history,
     synthetic_session,
@@ -166,6 +167,18 @@ def test_report_of_a_judged_120_test_session_keeps_every_element_inside_its_svg_
     html_text = page.read_text(encoding="utf-8")
     assert 'class="chart regressed"' in html_text and found["svgs"] >= 5  # the top chart, throughput and memory charts
     assert found["checked"] > 900  # 118 dots and bands, 120 markers per chart kind, legends, ticks
+    assert found["problems"] == [], json.dumps(found["problems"][:5], indent=1)
+    assert found["overlaps"] == [], json.dumps(found["overlaps"][:5], indent=1)
+
+
+def test_report_of_an_ab_session_keeps_every_element_inside_its_svg_and_no_labels_overlap(tmp_path, capsys):
+    results = write_session(tmp_path / "ab" / "results.json", ab_session())
+    page = tmp_path / "report.html"
+    assert main(["report", "render", str(results), "-o", str(page)]) == 0, capsys.readouterr().err
+    found = inspect(page, tmp_path)
+    html_text = page.read_text(encoding="utf-8")
+    # the forest plot, and the pairs of every A/B test that measured a window (stack B of one failed)
+    assert html_text.count('class="chart ab-forest"') == 1 and html_text.count('class="chart ab-pairs"') == 5
     assert found["problems"] == [], json.dumps(found["problems"][:5], indent=1)
     assert found["overlaps"] == [], json.dumps(found["overlaps"][:5], indent=1)
 

@@ -4,13 +4,12 @@ table, the new ceiling sizes, and pages that stay whole whatever these records' 
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from synthetic import as_loaded
 
-from conftest import report_section, svg_charts, table_rows
+from conftest import report_section, svg_charts, table_rows, well_formed
 from hwregress.report import render
 from hwregress.report.axes import format_value
 from hwregress.store.results import SessionResults, TestRecord
@@ -195,35 +194,6 @@ def test_records_without_details_render_as_dashes():
 
 # --- any details render into a whole page --------------------------------------------------------------------
 
-VOID_ELEMENTS = {"meta", "br", "input", "img", "hr", "link", "col", "wbr"}
-
-
-class _Balance(HTMLParser):
-    """Every element closed in order (void elements and self-closed SVG shapes aside)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.open: list[str] = []
-        self.mismatched: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag not in VOID_ELEMENTS:
-            self.open.append(tag)
-
-    def handle_endtag(self, tag):
-        if self.open and self.open[-1] == tag:
-            self.open.pop()
-        else:
-            self.mismatched.append(tag)
-
-
-def _well_formed(html: str) -> bool:
-    parser = _Balance()
-    parser.feed(html)
-    parser.close()
-    return not parser.open and not parser.mismatched
-
-
 HOSTILE = ["<script>alert(1)</script>", '"><svg onload=x>', "</td></table>", "&<"]
 TEXT = st.text(max_size=8) | st.sampled_from(HOSTILE)
 # plausible, None, nan, inf, any
@@ -277,7 +247,7 @@ SCALE_OUT_RECORD = (_record("scaling", st.sampled_from(["resnet18", "gpt2"]) | T
 def test_any_scale_out_details_render_a_whole_page(records):
     html = _page(records)
     assert html.lower().count("<script") == 1  # the page's own filter script: record text stayed escaped
-    assert _well_formed(html)
+    assert well_formed(html)
     listed = sum(r.family in ("scaling", "colocated") for r in records)
     if listed:  # no failed test goes missing from the tables
         section = _section(html)

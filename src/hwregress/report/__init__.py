@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from hwregress import __version__
 from hwregress.hardware import roofline
 from hwregress.report import charts
+from hwregress.report.ab_view import ab_context
 from hwregress.report.family_views import views_context
 from hwregress.report.history_view import HistorySection
 from hwregress.report.reach_view import reach_cells, tolerance_by_kind
@@ -145,7 +146,8 @@ def _has_detail(record: TestRecord) -> bool:
 
 def render(results: SessionResults, history: HistorySection | None = None) -> str:
     """The report page of one session, as HTML text: the generic tables and charts, each family's view
-    (:mod:`hwregress.report.family_views`); ``history`` adds the trend section of its tests."""
+    (:mod:`hwregress.report.family_views`), the A/B view of an A/B session's tests (:mod:`hwregress.report.ab_view`);
+    ``history`` adds the trend section of its tests."""
     records = sorted(results.records, key=lambda r: (verdict_rank(r.verdict), r.test_id))
     return _environment().get_template("report.html.j2").render(
         meta=results.meta,
@@ -164,6 +166,7 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
         version=__version__,
         **(history or HistorySection()).context(),
         **views_context(records),  # each family's section (hwregress.report.family_views)
+        **ab_context(records, results.meta),  # B against A in an A/B session, whatever the family
         **top_context(records),
     )
 
