@@ -19,7 +19,15 @@ import pytest
 
 from hwregress.ab.protocol import Case
 from hwregress.ab.stacks import Stack, fingerprint_difference
-from hwregress.ab.workers import StackUnusable, StackWorker, WorkerDied, WorkerError, WorkerFailed, WorkerTimedOut
+from hwregress.ab.workers import (
+    MALLOC_SETTINGS,
+    StackUnusable,
+    StackWorker,
+    WorkerDied,
+    WorkerError,
+    WorkerFailed,
+    WorkerTimedOut,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -87,8 +95,8 @@ def test_an_env_override_is_in_bs_fingerprint_and_in_the_difference():
     with worker(A) as worker_a, worker(b) as worker_b:
         fingerprint_b = worker_b.hello()
         fingerprint_a = worker_a.hello(env_keys=b.env)
-    assert fingerprint_a["env"] == {"OMP_NUM_THREADS": None}
-    assert fingerprint_b["env"] == {"OMP_NUM_THREADS": "1"}
+    assert fingerprint_a["env"] == {**MALLOC_SETTINGS, "OMP_NUM_THREADS": None}
+    assert fingerprint_b["env"] == {**MALLOC_SETTINGS, "OMP_NUM_THREADS": "1"}
     assert fingerprint_b["torch_threads"] == 1  # the setting reached B's torch
     assert fingerprint_a["python_executable"] == fingerprint_b["python_executable"] == sys.executable
     assert fingerprint_a["torch"] == fingerprint_b["torch"] and fingerprint_a["hwregress"]
@@ -269,3 +277,14 @@ def _in_group(pid: int, pgid: int) -> bool:
         return os.getpgid(pid) == pgid
     except ProcessLookupError:
         return False
+
+
+def test_workers_allocate_with_fixed_malloc_thresholds_unless_the_session_or_the_stack_sets_them():
+    from hwregress.ab.workers import worker_environment
+
+    plain = worker_environment(Stack("A", sys.executable), {"PATH": "/bin"})
+    assert {key: plain[key] for key in MALLOC_SETTINGS} == MALLOC_SETTINGS
+    session = worker_environment(Stack("A", sys.executable), {"MALLOC_MMAP_THRESHOLD_": "131072"})
+    assert session["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    stack = worker_environment(Stack("B", sys.executable, {"MALLOC_MMAP_THRESHOLD_": "0"}), {})
+    assert stack["MALLOC_MMAP_THRESHOLD_"] == "0"

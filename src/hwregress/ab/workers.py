@@ -91,12 +91,21 @@ def checkout_root() -> str | None:
     return None if root.name in ("site-packages", "dist-packages") else str(root)
 
 
+# glibc malloc's thresholds, fixed in every worker unless the session or the stack sets them: by default glibc raises
+# its mmap threshold as a process frees large blocks, so when a training step's activations stop being mmapped (and
+# page-faulted afresh at every step) depends on the process's own allocation history; two workers of one stack then
+# differed by up to 8% for the life of the process (resnet18 train bs8 on the 2-core VM, medians of 16 pairs over
+# fresh pairs of processes: 0.92, 0.96, 0.99, 1.00, 1.05; with these: 0.99, 1.00, 1.00, 1.01). Setting the threshold
+# turns the dynamic adjustment off (glibc's mallopt(3), M_MMAP_THRESHOLD); 32 MiB is its 64-bit maximum.
+MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(4 * 2**30)}
+
+
 def worker_environment(stack: Stack, base: Mapping[str, str]) -> dict[str, str]:
-    """The worker's environment: ``base`` with this hwregress's :func:`checkout_root` first on ``PYTHONPATH`` (so a
-    worker runs the same hwregress source as the session), then the stack's settings on top (a stack that sets
-    ``PYTHONPATH`` itself gets exactly its own)."""
+    """The worker's environment: ``base`` with :data:`MALLOC_SETTINGS` where it sets neither, this hwregress's
+    :func:`checkout_root` first on ``PYTHONPATH`` (so a worker runs the same hwregress source as the session), then the
+    stack's settings on top (a stack that sets ``PYTHONPATH`` or a malloc setting itself gets exactly its own)."""
     path = [entry for entry in (checkout_root(), base.get("PYTHONPATH", "")) if entry]
-    return stack.environment({**base, "PYTHONPATH": os.pathsep.join(path)})
+    return stack.environment({**MALLOC_SETTINGS, **base, "PYTHONPATH": os.pathsep.join(path)})
 
 
 def _end(process: subprocess.Popen[bytes], stderr: BinaryIO) -> None:
@@ -195,7 +204,7 @@ class StackWorker:
                 the interpreter, the module and the fix.
             WorkerDied, WorkerTimedOut, WorkerFailed: see :meth:`request`.
         """
-        keys = list(dict.fromkeys([*self.stack.env, *env_keys]))
+        keys = list(dict.fromkeys([*MALLOC_SETTINGS, *self.stack.env, *env_keys]))
         request = {"op": "hello", "device": self.device, "env_keys": keys, "workload_modules": self.workload_modules}
         try:
             return self.request(request)["fingerprint"]

@@ -125,7 +125,8 @@ class TestRecord:
     baseline_latency_ms: float | None = doc("the baseline entry's judged latency (ms; spark stream: the median of its "
                                             "sessions' p50 latencies)")
     ratio: float | None = doc("throughput / baseline throughput")
-    threshold: float | None = doc("the ratio below which the throughput is a regression")
+    threshold: float | None = doc("fraction, the throughput loss the verdict tolerates: a ratio below 1 - threshold is "
+                                  "a regression (0.05: below 0.95; A/B: B/A outside 1 +- threshold is a change)")
     p_value: float | None = doc("p-value of the test of samples against the baseline's")
     alpha: float | None = doc("the significance level the throughput verdict was judged at: the level of the last "
                               "look taken (looks), else the session's alpha")

@@ -76,7 +76,7 @@ def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case)
     except WorkerError as error:
         pool.end(device)
         _fail(record, str(error))
-    fill_record(record, result, ab.meta()["stacks"], plan.seed)
+    fill_record(record, result, ab.meta()["stacks"], plan.seed, plan.looks)
     if result.verdict == Verdict.REGRESSION:
         pytest.fail(record.message, pytrace=False)
     return record
@@ -87,9 +87,10 @@ def _fail(record: TestRecord, message: str) -> NoReturn:
     pytest.fail(message, pytrace=False)
 
 
-def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object], seed: int) -> None:
-    """``record``'s verdict and figures from ``result``: the verdict, ratio (B/A), threshold (1 - the A/B threshold,
-    the ratio below which B is a regression), level, p-value of "B slower", the kept pairs' B throughputs as
+def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object], seed: int,
+                looks: tuple[int, ...]) -> None:
+    """``record``'s verdict and figures from ``result``: the verdict, ratio (B/A), threshold (the A/B threshold, a
+    fraction, as the single-stack verdict's), level, p-value of "B slower", the kept pairs' B throughputs as
     ``samples`` and A's as ``reference_samples`` (samples/s), B's median as ``throughput``, the paired reach, and the
     whole A/B test in ``record.ab``."""
     kept, _ = kept_in_balance(result.pairs)
@@ -106,12 +107,12 @@ def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object],
     record.reach = reach_figures(result.reach)
     if comparison is not None:
         record.ratio, record.p_value = comparison.ratio, comparison.p_slower
-    if threshold is not None:
-        record.threshold = 1 - threshold
+    record.threshold = threshold
     record.ab = ABFigures.of({
         **({} if comparison is None else {key: value for key, value in asdict(comparison).items()
                                           if key not in ("pairs", "verdict")}),
-        "pairs_kept": len(kept), "looks_taken": list(result.looks), "steps_per_window": result.steps, "seed": seed,
+        "pairs_kept": len(kept), "looks_planned": list(looks), "looks_taken": list(result.looks),
+        "steps_per_window": result.steps, "seed": seed,
         "a_throughput": statistics.median(a_values) if a_values else None, "threshold": threshold,
         "b_throughput": record.throughput, "stacks": stacks, "fingerprints": result.fingerprints,
         "difference": result.difference, "memory": "both",
