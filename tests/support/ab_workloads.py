@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 
 import torch
 from torch import nn
@@ -47,6 +48,21 @@ EXIT_CALL_ENV = "HWREGRESS_AB_TEST_EXIT_CALL"  # the forward call of ab_sleepy a
 EXIT_BATCH_ENV = "HWREGRESS_AB_TEST_EXIT_BATCH"  # ... only for inputs of this batch size (unset: any)
 
 
+FAIL_ONCE_ENV = "HWREGRESS_AB_TEST_FAIL_ONCE"  # a file: only the first process to reach the failing call fails
+
+
+def _first_to_fail() -> bool:
+    """True unless :data:`FAIL_ONCE_ENV` names a file that another process has already taken (removed)."""
+    once = os.environ.get(FAIL_ONCE_ENV)
+    if not once:
+        return True
+    try:
+        os.unlink(once)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 class _Sleepy(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -59,7 +75,7 @@ class _Sleepy(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        if self.calls == self.fail_call:
+        if self.calls == self.fail_call and _first_to_fail():
             raise RuntimeError(f"forward call {self.calls} failed (injected by the self-test)")
         if self.calls == self.exit_call and self.exit_batch in (0, x.shape[0]):
             print(f"ab_sleepy: exiting at forward call {self.calls} (injected by the self-test)", file=sys.stderr,
@@ -69,6 +85,32 @@ class _Sleepy(nn.Module):
         return self.body(x)
 
 
+SLOT_ENV = "HWREGRESS_AB_TEST_SLOT_DIR"  # a folder standing for one device that holds one ab_exclusive model at a time
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _exclusive() -> nn.Module:
+    """A model as large as the device (the folder :data:`SLOT_ENV` names stands for it): its build runs out of memory
+    while another live process's ab_exclusive model is on the device, and its slot is freed when the model is."""
+    folder = os.environ[SLOT_ENV]
+    holders = [int(name) for name in os.listdir(folder) if name.isdigit() and int(name) != os.getpid()]
+    if any(_pid_alive(pid) for pid in holders):
+        raise getattr(torch, "OutOfMemoryError", RuntimeError)(
+            f"CUDA out of memory: the device holds process {holders}'s model (injected by the self-test)")
+    slot = os.path.join(folder, str(os.getpid()))
+    open(slot, "w").close()
+    model = _tiny()
+    weakref.finalize(model, os.unlink, slot)
+    return model
+
+
 def _with_child() -> nn.Module:
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=sys.stderr)
     print(f"ab_with_child: started child {child.pid}", file=sys.stderr, flush=True)
@@ -76,5 +118,6 @@ def _with_child() -> nn.Module:
 
 
 for _name, _build in (("ab_tiny", _tiny), ("ab_noisy", _Noisy), ("ab_oom", _OutOfMemory),
-                      ("ab_with_child", _with_child), ("ab_sleepy", _Sleepy)):
+                      ("ab_with_child", _with_child), ("ab_sleepy", _Sleepy),
+                      ("ab_exclusive", _exclusive)):
     workloads.register(workloads.Workload(_name, _build, input_shape=(3, 4, 4), num_classes=10), replace=True)

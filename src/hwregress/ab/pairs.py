@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hwregress.ab.order import ORDERS
 
@@ -34,6 +35,11 @@ class Pair:
         a_error: why stack A's window failed (its error text), or None.
         b_error: why stack B's window failed, or None.
         dropped: why :func:`kept_in_balance` dropped the pair, or None (set on the pairs it returns as dropped).
+        a_telemetry: stack A's window's clocks, power and temperature where NVML has them
+            (:func:`hwregress.ab.worker.window_telemetry`), else None.
+        b_telemetry: stack B's likewise.
+        process: the process pair (from 0) whose workers ran the pair's windows, None where not known
+            (:mod:`hwregress.ab.processes`).
 
     Raises:
         ValueError: ``order`` is neither ``"AB"`` nor ``"BA"``.
@@ -46,6 +52,9 @@ class Pair:
     a_error: str | None = None
     b_error: str | None = None
     dropped: str | None = None
+    a_telemetry: dict[str, Any] | None = None
+    b_telemetry: dict[str, Any] | None = None
+    process: int | None = None
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:

@@ -5,6 +5,7 @@ Requests::
     {"op": "hello", "device": "cuda:0", "env_keys": ["OMP_NUM_THREADS"], "workload_modules": []}
     {"op": "prepare", "case": {"model": "resnet18", "mode": "train", "batch_size": 32, ...}}   (see Case)
     {"op": "window", "steps": 20}
+    {"op": "release"}          (drop the prepared case and return its device memory)
     {"op": "close"}
 
 Responses: ``{"ok": true, ...}`` with the request's answer, or ``{"ok": false, "error": str, "traceback": str}``
@@ -18,7 +19,7 @@ import traceback
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-OPS = ("hello", "prepare", "window", "close")
+OPS = ("hello", "prepare", "window", "release", "close")
 LINE_SHOWN = 200  # characters of a malformed line quoted in its error
 
 

@@ -1,8 +1,10 @@
 """One A/B test: the pairs of windows of two stacks' workers, run in the balanced order and judged at planned looks.
 
 :func:`run_ab` says hello to both workers (each reporting the other's settings too, so both fingerprints show them),
-prepares the case in both, then runs pairs in :func:`hwregress.ab.order.balanced_order`: in each pair the first-named
-stack's window, then the other's, one window at a time. After each planned look's count of pairs it keeps the pairs
+prepares the case in both (where the two models do not fit on the device together, one at a time, each rebuilt before
+its stack's windows: :class:`DeviceShare`), calibrates the window's steps, then runs pairs in
+:func:`hwregress.ab.order.balanced_order`: in each pair the first-named stack's window, then the other's, one window at
+a time. After each planned look's count of pairs it keeps the pairs
 in balance (:func:`hwregress.ab.pairs.kept_in_balance`) and asks :func:`hwregress.ab.paired.paired_decision` at that
 look's level (alpha / K: :func:`hwregress.judge.looks.look_alpha`); the first look that decides ends the test, and a
 test still undecided after the last look is ``unstable``. A window the worker answers with an error (an
@@ -14,21 +16,24 @@ owns the workers' ``with`` blocks, ends them and reports the test failed with th
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hwregress.ab.order import balanced_order
 from hwregress.ab.paired import PairedComparison, paired_compare, paired_reach
-from hwregress.ab.pairs import Pair, kept_in_balance, log_ratios
+from hwregress.ab.pairs import Pair
+from hwregress.ab.processes import kept_processes, unit_log_ratios
 from hwregress.ab.protocol import Case
 from hwregress.ab.stacks import fingerprint_difference
-from hwregress.ab.workers import StackWorker, WorkerFailed
+from hwregress.ab.workers import PairStarter, StackWorker, WorkerFailed
 from hwregress.judge.looks import look_alpha
 from hwregress.judge.reach import Reach
 from hwregress.judge.stats import DEFAULT_MAX_THRESHOLD
 from hwregress.store.verdicts import Verdict
 
-DEFAULT_LOOKS = (10, 20, 40)
+DEFAULT_LOOKS = (20, 40)  # pairs: 10 and 20 process pairs of 2; 2^-10 < alpha / 2 (docs/ab.md, the fewest)
+DEFAULT_PAIRS_PER_PROCESS = 2
 DEFAULT_ALPHA = 0.01
 DEFAULT_WINDOW_S = 0.1  # s, a calibrated window lasts at least this long (the session's --min-round-time)
 MAX_CALIBRATED_STEPS = 100_000
@@ -41,10 +46,13 @@ class PairPlan:
     Attributes:
         steps: timed steps per window (>= 1; each window also runs one untimed step first); None: calibrated after the
             warmup so that a window lasts at least ``window_s`` in the faster stack (:func:`calibrated_steps`).
+        pairs_per_process: pairs each fresh pair of worker processes runs (even, >= 2): the unit of the verdict is a
+            process pair's mean log-ratio (:mod:`hwregress.ab.processes`).
         seed: the seed of the pairs' order (:func:`hwregress.ab.order.balanced_order`).
         threshold: the relative change that counts (fraction in [0, 1): 0.05 is 5%).
         looks: the planned cumulative pair counts at which the pairs are judged: each even (so that the order is
-            balanced there), >= 2, increasing; the last is the most pairs the test runs.
+            balanced there), >= 2, increasing, a multiple of ``pairs_per_process``; the last is the most pairs the
+            test runs.
         alpha: the significance level of the whole test, spent as alpha / K at each of the K looks.
         max_threshold: the gross-drop cap (fraction), or None for no gross-drop rule.
 
@@ -59,6 +67,7 @@ class PairPlan:
     alpha: float = DEFAULT_ALPHA
     max_threshold: float | None = DEFAULT_MAX_THRESHOLD
     window_s: float = DEFAULT_WINDOW_S
+    pairs_per_process: int = DEFAULT_PAIRS_PER_PROCESS
 
     def __post_init__(self) -> None:
         if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int)
@@ -78,10 +87,21 @@ class PairPlan:
                              "0.25, or None")
         _check_looks(tuple(self.looks))
         object.__setattr__(self, "looks", tuple(self.looks))
+        _check_pairs_per_process(self.pairs_per_process, self.looks)
 
     def alpha_at(self, look: int) -> float:
         """The significance level of look ``look`` (1 to K): ``alpha / K``."""
         return look_alpha(look, len(self.looks), self.alpha)
+
+
+def _check_pairs_per_process(count: int, looks: tuple[int, ...]) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 2 or count % 2:
+        raise ValueError(f"A/B plan pairs_per_process {count!r} is not an even count >= 2 (a process pair runs as "
+                         "many AB as BA pairs); give e.g. 2")
+    uneven = [look for look in looks if look % count]
+    if uneven:
+        raise ValueError(f"A/B plan look {uneven[0]} of {looks} is not a multiple of pairs_per_process {count} (a "
+                         f"look judges whole process pairs); give looks that are multiples of {count}")
 
 
 def _check_looks(looks: tuple[int, ...]) -> None:
@@ -113,6 +133,12 @@ class ABResult:
         fingerprints: ``{"A": ..., "B": ...}``: each worker's ``hello`` answer.
         difference: :func:`hwregress.ab.stacks.fingerprint_difference` of A's and B's, in lines.
         steps: timed steps per window (the plan's, or calibrated).
+        memory: ``"both"`` (both models on the device throughout) or ``"reload"`` (they did not fit together: one at
+            a time, rebuilt before each window of its stack).
+        reload_s: s, the rebuilds' time in ``"reload"`` (untimed for the verdict).
+        pairs_per_process: pairs each fresh pair of workers ran.
+        processes: process pairs started.
+        units: process pairs judged at the look that ended the test.
     """
 
     verdict: Verdict
@@ -125,6 +151,11 @@ class ABResult:
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     difference: list[str] = field(default_factory=list)
     steps: int = 0
+    memory: str = "both"
+    reload_s: float = 0.0
+    pairs_per_process: int = 2
+    processes: int = 0
+    units: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-able dict (no NaN or infinity: a value that is not finite becomes None)."""
@@ -134,7 +165,9 @@ class ABResult:
         return _finite({"verdict": str(self.verdict), "comparison": comparison, "reach": asdict(self.reach),
                         "pairs": [asdict(pair) for pair in self.pairs], "dropped": [asdict(p) for p in self.dropped],
                         "looks": list(self.looks), "alpha": self.alpha, "fingerprints": self.fingerprints,
-                        "difference": list(self.difference), "steps": self.steps})
+                        "difference": list(self.difference), "steps": self.steps, "memory": self.memory,
+                        "reload_s": self.reload_s, "pairs_per_process": self.pairs_per_process,
+                        "processes": self.processes, "units": self.units})
 
 
 def _finite(value: Any) -> Any:
@@ -147,9 +180,11 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def run_ab(case: Case, workers: tuple[StackWorker, StackWorker], plan: PairPlan) -> ABResult:
-    """Run one A/B test of ``case`` on ``workers`` (stack A's, stack B's: started, e.g. in ``with`` blocks, not yet
-    greeted) under ``plan`` (module doc): hello and prepare in both, then pairs to the first look that decides.
+def run_ab(case: Case, start_pair: PairStarter, plan: PairPlan) -> ABResult:
+    """Run one A/B test of ``case`` under ``plan`` (module doc): each ``plan.pairs_per_process`` pairs in a fresh pair
+    of workers from ``start_pair`` (a context manager of stack A's and stack B's started workers, ended on exit),
+    hello and prepare in both, pairs in the balanced order, judged on the process pairs' mean log-ratios at the
+    planned looks.
 
     Raises:
         WorkerDied, WorkerTimedOut: a worker died or hung (its group is ended; the error names the stack and holds
@@ -157,27 +192,129 @@ def run_ab(case: Case, workers: tuple[StackWorker, StackWorker], plan: PairPlan)
         WorkerFailed: ``hello`` or ``prepare`` failed (an unknown model, an out-of-memory while warming up).
         StackUnusable: a stack's interpreter cannot run a worker.
     """
-    fingerprints = _greet(workers)
-    for worker in workers:
-        worker.prepare(case)
-    steps = plan.steps if plan.steps is not None else calibrated_steps(workers, plan.window_s)
+    run = _Run(case, start_pair, plan)
     order = balanced_order(plan.looks[-1], plan.seed)
-    pairs: list[Pair] = []
     taken: list[int] = []
     for look, count in enumerate(plan.looks, start=1):
-        pairs += [_run_pair(index, order[index], workers, steps) for index in range(len(pairs), count)]
+        while len(run.pairs) < count:
+            run.process_pair(order)
         taken.append(count)
-        comparison, kept, dropped = _judge(pairs, plan, look)
+        comparison, units, dropped = judge_pairs(run.pairs, plan, look)
         if comparison is not None and comparison.verdict is not None:
             break
     verdict = Verdict.UNSTABLE if comparison is None or comparison.verdict is None else comparison.verdict
     alpha = plan.alpha_at(look)
-    reach = paired_reach(log_ratios(kept), plan.threshold, alpha, max_threshold=plan.max_threshold)
-    return ABResult(verdict, comparison, reach, pairs, dropped, taken, alpha, fingerprints,
-                    fingerprint_difference(fingerprints["A"], fingerprints["B"]), steps)
+    reach = paired_reach(units, plan.threshold, alpha, max_threshold=plan.max_threshold)
+    fingerprints = run.fingerprints
+    return ABResult(verdict, comparison, reach, run.pairs, dropped, taken, alpha, fingerprints,
+                    fingerprint_difference(fingerprints["A"], fingerprints["B"]), run.steps or 0, run.memory,
+                    run.reload_s, plan.pairs_per_process, run.processes, len(units))
 
 
-def calibrated_steps(workers: tuple[StackWorker, StackWorker], window_s: float) -> int:
+class _Run:
+    """One A/B test's state across its process pairs."""
+
+    def __init__(self, case: Case, start_pair: PairStarter, plan: PairPlan) -> None:
+        self.case, self.start_pair, self.plan = case, start_pair, plan
+        self.pairs: list[Pair] = []
+        self.fingerprints: dict[str, dict[str, Any]] = {}
+        self.steps = plan.steps
+        self.memory = "both"
+        self.reload_s = 0.0
+        self.processes = 0
+
+    def process_pair(self, order: list[str]) -> None:
+        """The next ``pairs_per_process`` pairs in a fresh pair of workers."""
+        process = self.processes
+        self.processes += 1
+        with self.start_pair() as workers:
+            greeted = _greet(workers)
+            self.fingerprints = self.fingerprints or greeted
+            device = DeviceShare(self.case, workers, prepared_both(self.case, workers))
+            if self.steps is None:
+                self.steps = calibrated_steps(device, self.plan.window_s)
+            first = len(self.pairs)
+            self.pairs += [_run_pair(index, order[index], device, self.steps, process)
+                           for index in range(first, first + self.plan.pairs_per_process)]
+        if device.memory == "reload":
+            self.memory = "reload"
+        self.reload_s += device.reload_s
+
+
+def judge_pairs(pairs: list[Pair], plan: PairPlan, look: int) -> tuple[PairedComparison | None, list[float],
+                                                                         list[Pair]]:
+    """The comparison of ``pairs`` at look ``look`` on their units (:func:`hwregress.ab.processes.unit_log_ratios`:
+    a process pair's mean log-ratio; None when fewer than 2 are kept), the units, and the dropped pairs."""
+    kept, dropped = kept_processes(pairs)
+    units = unit_log_ratios(kept)
+    if len(units) < 2:
+        return None, units, dropped
+    return paired_compare(units, plan.threshold, plan.alpha_at(look), plan.max_threshold), units, dropped
+
+
+def prepared_both(case: Case, workers: tuple[StackWorker, StackWorker]) -> str:
+    """Prepare ``case`` in both workers: ``"both"`` when both models fit on the device at once; ``"reload"`` when B's
+    build ran out of memory beside A's (A's is then released and B's built alone: only one is on the device at a
+    time, rebuilt before each window of its stack).
+
+    Raises:
+        WorkerFailed: a build failed otherwise, or B's ran out of memory even alone (``kind`` ``oom``).
+        WorkerDied, WorkerTimedOut: a worker died or hung.
+    """
+    a, b = workers
+    # one at a time: two warmups at once would time each other's cuDNN autotuning on a GPU, and on the 2-core VM two
+    # builds side by side took twice as long as one after the other (each process's OpenMP threads wait on the other's)
+    failures = [failure for failure in (_prepared(a, case), _prepared(b, case)) if failure is not None]
+    if not failures:
+        return "both"
+    if any(failure.kind != "oom" for failure in failures):
+        raise next(failure for failure in failures if failure.kind != "oom")
+    a.release()
+    b.release()
+    b.prepare(case)
+    return "reload"
+
+
+def _prepared(worker: StackWorker, case: Case) -> WorkerFailed | None:
+    """Prepare ``case`` in ``worker``; its failure, or None."""
+    try:
+        worker.prepare(case)
+    except WorkerFailed as failed:
+        return failed
+    return None
+
+
+class DeviceShare:
+    """How the two stacks' models share the device: both loaded throughout (``memory`` ``"both"``), or one at a time
+    (``"reload"``), the other's released and this one's rebuilt and warmed up before each window of a stack whose
+    model is not on the device; ``reload_s`` sums the rebuilds' time (s, untimed for the verdict)."""
+
+    def __init__(self, case: Case, workers: tuple[StackWorker, StackWorker], memory: str) -> None:
+        self.case = case
+        self.workers = dict(zip("AB", workers, strict=True))
+        self.memory = memory
+        self.loaded = "B" if memory == "reload" else None
+        self.reload_s = 0.0
+
+    def worker(self, label: str) -> StackWorker:
+        """Stack ``label``'s worker with its model on the device (rebuilt first where the two do not fit).
+
+        Raises:
+            WorkerFailed: the release or the rebuild failed (an out-of-memory among them).
+            WorkerDied, WorkerTimedOut: a worker died or hung.
+        """
+        if self.memory == "reload" and self.loaded != label:
+            started = time.perf_counter()
+            if self.loaded is not None:
+                self.workers[self.loaded].release()
+                self.loaded = None
+            self.workers[label].prepare(self.case)
+            self.loaded = label
+            self.reload_s += time.perf_counter() - started
+        return self.workers[label]
+
+
+def calibrated_steps(device: DeviceShare, window_s: float) -> int:
     """Timed steps per window such that a window lasts at least ``window_s`` (s) in the faster stack: one window of
     one step in each worker (untimed for the verdict; it also settles each after its warmup), then
     ``ceil(window_s / faster step)``, at most :data:`MAX_CALIBRATED_STEPS`.
@@ -185,7 +322,7 @@ def calibrated_steps(workers: tuple[StackWorker, StackWorker], window_s: float) 
     Raises:
         WorkerDied, WorkerTimedOut, WorkerFailed: a worker's calibrating window failed.
     """
-    step_s = min(float(worker.window(1)["seconds"]) for worker in workers)
+    step_s = min(float(device.worker(label).window(1)["seconds"]) for label in "AB")
     return max(1, min(MAX_CALIBRATED_STEPS, math.ceil(window_s / step_s)))
 
 
@@ -195,23 +332,20 @@ def _greet(workers: tuple[StackWorker, StackWorker]) -> dict[str, dict[str, Any]
     return {"A": a.hello(env_keys=b.stack.env), "B": b.hello(env_keys=a.stack.env)}
 
 
-def _run_pair(index: int, order: str, workers: tuple[StackWorker, StackWorker], steps: int) -> Pair:
-    """Pair ``index``: the first-named stack's window, then the other's; a window answered with an error leaves its
-    side None with the error."""
-    by_label = dict(zip("AB", workers, strict=True))
+def _run_pair(index: int, order: str, device: DeviceShare, steps: int, process: int) -> Pair:
+    """Pair ``index``: the first-named stack's window, then the other's; a window (or the rebuild before it) answered
+    with an error leaves its side None with the error."""
     throughput: dict[str, float | None] = {}
     errors: dict[str, str | None] = {}
+    telemetry: dict[str, dict[str, Any] | None] = {}
     for label in order:
         try:
-            throughput[label], errors[label] = float(by_label[label].window(steps)["samples_per_s"]), None
+            answer = device.worker(label).window(steps)
+            throughput[label], errors[label] = float(answer["samples_per_s"]), None
+            telemetry[label] = answer.get("telemetry")
         except WorkerFailed as failed:
-            throughput[label], errors[label] = None, str(failed)
-    return Pair(index, order, throughput["A"], throughput["B"], errors["A"], errors["B"])
+            throughput[label], errors[label], telemetry[label] = None, str(failed), None
+    return Pair(index, order, throughput["A"], throughput["B"], errors["A"], errors["B"],
+                a_telemetry=telemetry["A"], b_telemetry=telemetry["B"], process=process)
 
 
-def _judge(pairs: list[Pair], plan: PairPlan, look: int) -> tuple[PairedComparison | None, list[Pair], list[Pair]]:
-    """The comparison of ``pairs`` at look ``look`` (None when fewer than 2 are kept), the kept and the dropped."""
-    kept, dropped = kept_in_balance(pairs)
-    if len(kept) < 2:
-        return None, kept, dropped
-    return paired_compare(log_ratios(kept), plan.threshold, plan.alpha_at(look), plan.max_threshold), kept, dropped

@@ -5,8 +5,9 @@ It reads requests from stdin and answers on a private duplicate of the stdout it
 channel. Each request is logged to stderr first, so a worker that dies leaves where it was in its stderr's tail.
 ``hello`` answers the stack's fingerprint; ``prepare`` builds a case's model and step as the project's windows do
 (:func:`hwregress.measure.window.build_step`) and warms it up; ``window`` runs one untimed step, then times its steps
-synchronized at both ends; ``close`` (or the end of stdin: the orchestrator is gone) exits 0. An exception answers
-``ok: false`` with its traceback and the worker keeps serving; a channel that cannot be written ends it non-zero.
+synchronized at both ends (NVML read meanwhile on a GPU); ``release`` drops the prepared case and returns its device
+memory; ``close`` (or the end of stdin: the orchestrator is gone) exits 0. An exception answers ``ok: false`` with
+its traceback and the worker keeps serving; a channel that cannot be written ends it non-zero.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import hwregress
 from hwregress import workloads
 from hwregress.ab.protocol import Case, ProtocolError, decode_request, encode, failure
 from hwregress.hardware.devices import environment_fingerprint, synchronize
+from hwregress.hardware.facts import device_kind
+from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure.memory import release_device_memory
 from hwregress.measure.out_of_memory import is_out_of_memory
 from hwregress.measure.precision import numerics, quantization
@@ -123,13 +126,37 @@ def prepare(case: Case) -> Prepared:
     return Prepared(case, step, work, workload.unit)
 
 
-def time_window(prepared: Prepared, steps: int) -> dict[str, Any]:
+WINDOW_TELEMETRY_INTERVAL_S = 0.05
+# per window: the mean clocks and power, the hottest temperature (NVML's names, TelemetrySampler.summary's metrics)
+WINDOW_METRICS = {"sm_clock_mhz": "mean", "mem_clock_mhz": "mean", "power_w": "mean", "temperature_c": "max"}
+
+
+def window_sampler(device: str) -> TelemetrySampler | None:
+    """NVML's sampler over a window where the device has NVML (a CUDA device); None on a CPU or MPS device, where a
+    sampling thread would take time from the cores the window measures."""
+    return TelemetrySampler(device, WINDOW_TELEMETRY_INTERVAL_S) if device_kind(device) == "cuda" else None
+
+
+def window_telemetry(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """A window's clocks (MHz), power (W) and temperature (deg C) from ``summary``
+    (:meth:`hwregress.hardware.telemetry.TelemetrySampler.summary`), with its throttle reasons; None when NVML gave
+    none of them (its ``gpu_unavailable_reason`` is the sampler's)."""
+    metrics = summary.get("metrics", {})
+    found = {name: metrics[name][statistic] for name, statistic in WINDOW_METRICS.items() if name in metrics}
+    if not found:
+        return None
+    return {**found, "throttle_reasons": list(summary.get("throttle_reasons", []))}
+
+
+def time_window(prepared: Prepared, steps: int, sampler: TelemetrySampler | None = None) -> dict[str, Any]:
     """One untimed step (the first step after the other stack's window pays for what that window left behind:
     caches, clocks, allocator state), then ``steps`` steps timed as one round of
-    :func:`hwregress.measure.timing.default_timer` (CUDA events, or the host clock synchronized at both ends).
+    :func:`hwregress.measure.timing.default_timer` (CUDA events, or the host clock synchronized at both ends), read by
+    ``sampler`` (NVML) meanwhile where one is given.
 
     Returns:
-        ``{"seconds": s, "steps": n, "samples_per_s": inputs/s, "work_per_s": units/s, "unit": ...}``.
+        ``{"seconds": s, "steps": n, "samples_per_s": inputs/s, "work_per_s": units/s, "unit": ...,
+        "telemetry": {...} or None}`` (:func:`window_telemetry`).
 
     Raises:
         RuntimeError: the timer gave no positive time.
@@ -141,12 +168,18 @@ def time_window(prepared: Prepared, steps: int) -> dict[str, Any]:
         for _ in range(steps):
             step()
 
-    seconds = default_timer(device).time_round(run_steps, steps)
+    telemetry = None
+    if sampler is None:
+        seconds = default_timer(device).time_round(run_steps, steps)
+    else:
+        with sampler:
+            seconds = default_timer(device).time_round(run_steps, steps)
+        telemetry = window_telemetry(sampler.summary())
     if not seconds > 0:
         raise RuntimeError(f"the timer of {device} measured {seconds!r} s for {steps} steps; a window needs a "
                            "positive time")
     return {"seconds": seconds, "steps": steps, "samples_per_s": prepared.case.batch_size * steps / seconds,
-            "work_per_s": prepared.work_per_step * steps / seconds, "unit": prepared.unit}
+            "work_per_s": prepared.work_per_step * steps / seconds, "unit": prepared.unit, "telemetry": telemetry}
 
 
 class Worker:
@@ -171,9 +204,12 @@ class Worker:
             self.drop()
             self.prepared = prepare(request["case"])
             return {"ok": True, "unit": self.prepared.unit, "work_per_step": self.prepared.work_per_step}
+        if op == "release":
+            self.drop()
+            return {"ok": True}
         if self.prepared is None:
             raise RuntimeError("a window was asked for before any case was prepared; send prepare first")
-        return {"ok": True, **time_window(self.prepared, request["steps"])}
+        return {"ok": True, **time_window(self.prepared, request["steps"], window_sampler(self.prepared.case.device))}
 
     def drop(self) -> None:
         """Forget the prepared case and release its device memory (before the next case, after an out-of-memory)."""

@@ -18,7 +18,8 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -145,6 +146,7 @@ class StackWorker:
         self._stderr: BinaryIO | None = None  # a read handle of the worker's stderr file (its name is removed)
         self._buffer = b""
         self._in_flight: str | None = None  # the op of a request sent and not yet answered
+        self._asked_to_close = False
 
     def __enter__(self) -> StackWorker:
         self.start()
@@ -234,6 +236,14 @@ class StackWorker:
         """
         return self.request({"op": "window", "steps": steps}, timeout_s)
 
+    def release(self) -> None:
+        """Drop the prepared case and return its device memory (the other stack's model is to be built next).
+
+        Raises:
+            WorkerDied, WorkerTimedOut, WorkerFailed: see :meth:`request`.
+        """
+        self.request({"op": "release"})
+
     def request(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         """Send ``message`` and return the worker's ``ok: true`` response.
 
@@ -260,6 +270,26 @@ class StackWorker:
                                response["traceback"], str(response.get("kind", "error")))
         return response
 
+    def ask_to_close(self) -> bool:
+        """Send ``close`` and close the worker's stdin without waiting (:meth:`close` then waits); whether it was
+        asked. A worker busy with a request, ended or never started is not asked."""
+        process = self._process
+        if process is None or self._finalizer is None or not self._finalizer.alive or self._in_flight is not None:
+            return False
+        if process.poll() is None and not self._asked_to_close:
+            self._asked_to_close = True
+            with contextlib.suppress(OSError, ValueError):
+                assert process.stdin is not None
+                process.stdin.write(encode({"op": "close"}))
+                process.stdin.close()
+        return True
+
+    def end(self) -> None:
+        """End the worker's whole process group now (SIGTERM, then SIGKILL after a grace), without asking it to
+        close; idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+
     def close(self) -> None:
         """Ask the worker to exit, give it :data:`CLOSE_GRACE_S`, then end its whole process group; idempotent. A
         worker still busy with a request (the session was interrupted mid-window) is not asked: its group is ended at
@@ -267,11 +297,7 @@ class StackWorker:
         process = self._process
         if process is None or self._finalizer is None or not self._finalizer.alive:
             return
-        if process.poll() is None and self._in_flight is None:
-            with contextlib.suppress(OSError, ValueError):
-                assert process.stdin is not None
-                process.stdin.write(encode({"op": "close"}))
-                process.stdin.close()
+        if self.ask_to_close():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(CLOSE_GRACE_S)
         self._finalizer()
@@ -360,3 +386,31 @@ class StackWorker:
 def _indented(text: str) -> str:
     lines = text.rstrip().splitlines() or ["(nothing)"]
     return "\n".join(f"    {line}" for line in lines[-20:])
+
+
+WorkerPair = tuple["StackWorker", "StackWorker"]
+PairStarter = Callable[[], AbstractContextManager[WorkerPair]]
+"""Starts a fresh pair of workers (stack A's, stack B's) as a context manager that ends both on exit."""
+
+
+@contextlib.contextmanager
+def started_pair(stacks: tuple[Stack, Stack], device: str, timeout_s: float,
+                 workload_modules: Iterable[str] = ()) -> Iterator[WorkerPair]:
+    """Stack A's and stack B's workers on ``device``, both started before either is asked anything (their
+    interpreters start and import torch side by side), both ended at the block's end (:meth:`StackWorker.end`: a
+    worker holds nothing to save, and a graceful exit with torch loaded took a second on the 2-core VM, at every
+    process pair of every test).
+
+    Raises:
+        WorkerError: an interpreter could not be executed (the other worker is ended).
+    """
+    workers = tuple(StackWorker(stack, device, timeout_s, workload_modules) for stack in stacks)
+    started: list[StackWorker] = []
+    try:
+        for worker in workers:
+            worker.start()
+            started.append(worker)
+        yield workers  # type: ignore[misc]
+    finally:
+        for worker in started:
+            worker.end()

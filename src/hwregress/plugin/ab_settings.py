@@ -1,6 +1,7 @@
-"""The A/B options (``--ab-python``, ``--ab-env``, ``--ab-threshold``, ``--ab-looks``, ``--ab-seed``,
-``--ab-timeout`` and their ini twins) validated into :class:`ABSettings`: whether this session is an interleaved A/B
-of two software stacks (docs/ab.md), the two stacks and how each test's pairs are planned. Torch-free."""
+"""The A/B options (``--ab-python``, ``--ab-env``, ``--ab-threshold``, ``--ab-looks``, ``--ab-pairs-per-process``,
+``--ab-seed``, ``--ab-timeout`` and their ini twins) validated into :class:`ABSettings`: whether this session is an
+interleaved A/B of two software stacks (docs/ab.md), the two stacks and how each test's pairs are planned.
+Torch-free."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class ABSettings:
     Attributes:
         stacks: stack A (this interpreter, the session's environment) and stack B (``--ab-python``, ``--ab-env``).
         threshold: the change of B against A that counts (fraction).
-        looks: the planned cumulative pair counts (even, increasing).
+        looks: the planned cumulative pair counts (even, increasing, multiples of ``pairs_per_process``).
+        pairs_per_process: pairs each fresh pair of worker processes runs (even).
         seed: the seed of the balanced AB/BA order.
         timeout_s: s, the longest one request to a worker may take.
     """
@@ -31,6 +33,7 @@ class ABSettings:
     stacks: tuple[Stack, Stack]
     threshold: float
     looks: tuple[int, ...]
+    pairs_per_process: int
     seed: int
     timeout_s: float
 
@@ -38,12 +41,14 @@ class ABSettings:
         """One test's plan: steps calibrated to windows of at least ``window_s`` (s), the gross-drop cap
         ``max_threshold`` (fraction), this session's looks, seed and threshold at alpha 0.01."""
         return PairPlan(steps=None, seed=self.seed, threshold=self.threshold, looks=self.looks, alpha=DEFAULT_ALPHA,
-                        max_threshold=max(max_threshold, self.threshold), window_s=window_s)
+                        max_threshold=max(max_threshold, self.threshold), window_s=window_s,
+                        pairs_per_process=self.pairs_per_process)
 
     def meta(self) -> dict[str, Any]:
         """The session's ``meta["ab"]`` in results.json: both stacks as given, the threshold, looks and seed."""
         return {"stacks": {stack.label: {"python": stack.python, "env": dict(stack.env)} for stack in self.stacks},
-                "threshold": self.threshold, "looks": list(self.looks), "seed": self.seed}
+                "threshold": self.threshold, "looks": list(self.looks), "pairs_per_process": self.pairs_per_process,
+                "seed": self.seed}
 
 
 def ab_settings(config: pytest.Config, update_mode: str | None, nnodes: int) -> ABSettings | None:
@@ -69,12 +74,14 @@ def ab_settings(config: pytest.Config, update_mode: str | None, nnodes: int) -> 
         stacks = stacks_for(None if python is None else str(python), env)
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
+    per_process = number_of(config, "hwregress_ab_pairs_per_process", int, 2, 100_000)
     return ABSettings(stacks=stacks, threshold=number_of(config, "hwregress_ab_threshold", float, 0.0, 0.99),
-                      looks=_looks(config), seed=number_of(config, "hwregress_ab_seed", int, 0, 2**63 - 1),
+                      looks=_looks(config, per_process), pairs_per_process=per_process,
+                      seed=number_of(config, "hwregress_ab_seed", int, 0, 2**63 - 1),
                       timeout_s=number_of(config, "hwregress_ab_timeout", float, 1.0, 86_400.0))
 
 
-def _looks(config: pytest.Config) -> tuple[int, ...]:
+def _looks(config: pytest.Config, pairs_per_process: int) -> tuple[int, ...]:
     source = source_of(config, "hwregress_ab_looks")
     entries = list_of(config, "hwregress_ab_looks") or []
     try:
@@ -82,7 +89,8 @@ def _looks(config: pytest.Config) -> tuple[int, ...]:
     except ValueError:
         raise pytest.UsageError(f"{source}={','.join(entries)!r}: give whole pair counts, e.g. 10,20,40") from None
     try:
-        PairPlan(steps=None, seed=0, threshold=0.0, looks=looks)
+        PairPlan(steps=None, seed=0, threshold=0.0, looks=looks, pairs_per_process=pairs_per_process)
     except ValueError as error:
-        raise pytest.UsageError(f"{source}={','.join(entries)!r}: {error}") from None
+        raise pytest.UsageError(f"{source}={','.join(entries)!r} with --ab-pairs-per-process {pairs_per_process}: "
+                                f"{error}") from None
     return looks

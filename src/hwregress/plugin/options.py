@@ -100,9 +100,12 @@ OPTIONS: tuple[Option, ...] = (
            "interleaved pairs of windows (default with --ab-env: this interpreter)"),
     Option("--ab-threshold", "hwregress_ab_threshold", "0.05",
            "A/B: the change of B against A that counts, fraction; a pass bounds B/A within 1 +- this"),
-    Option("--ab-looks", "hwregress_ab_looks", "10,20,40",
-           "A/B: the pair counts at which a test's pairs are judged (even, increasing; the last is the most pairs)",
-           True),
+    Option("--ab-looks", "hwregress_ab_looks", "20,40",
+           "A/B: the pair counts at which a test's pairs are judged (increasing multiples of --ab-pairs-per-process; "
+           "the last is the most pairs)", True),
+    Option("--ab-pairs-per-process", "hwregress_ab_pairs_per_process", "2",
+           "A/B: pairs of windows each fresh pair of worker processes runs (even): the unit of the verdict is a "
+           "process pair, whose speed is its own"),
     Option("--ab-seed", "hwregress_ab_seed", "0", "A/B: the seed of the balanced AB/BA order of the pairs"),
     Option("--ab-timeout", "hwregress_ab_timeout", "600",
            "A/B: seconds one request to a stack's worker (start, build and warmup, a window) may take before the "

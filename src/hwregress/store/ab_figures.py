@@ -22,6 +22,11 @@ class ABPairFigures(Figures):
     b_error: str | None = doc("why stack B's window failed, else null")
     dropped: str | None = doc("why the pair was left out of the verdict (a failed window, or the balance of AB and "
                               "BA pairs), else null")
+    a_telemetry: dict[str, Any] | None = doc("stack A's window on a GPU: mean sm_clock_mhz and mem_clock_mhz (MHz), "
+                                             "mean power_w (W), max temperature_c (deg C), throttle_reasons; null "
+                                             "where NVML has none (a CPU)")
+    b_telemetry: dict[str, Any] | None = doc("stack B's window likewise")
+    process: int | None = doc("the process pair (from 0) whose two workers ran this pair's windows")
 
 
 @dataclass
@@ -46,6 +51,10 @@ class ABFigures(Figures):
     looks_taken: list[int] = doc("the pair counts of the looks taken; the last ended the test", factory=list)
     steps_per_window: int | None = doc("timed steps per window (each window also runs one untimed step first)")
     seed: int | None = doc("the seed of the balanced AB/BA order")
+    pairs_per_process: int | None = doc("pairs of windows each fresh pair of worker processes ran: the unit of the "
+                                        "verdict is a process pair's mean log-ratio")
+    processes: int | None = doc("process pairs started (one per pairs_per_process pairs)")
+    units: int | None = doc("process pairs judged at the look that ended the test")
     a_throughput: float | None = doc("stack A's median throughput over the kept pairs, samples/s")
     b_throughput: float | None = doc("stack B's median throughput over the kept pairs, samples/s")
     pairs: list[ABPairFigures] = doc("every pair run, in time order", factory=list)

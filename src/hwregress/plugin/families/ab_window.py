@@ -2,8 +2,8 @@
 windows in its device's two stack workers (:mod:`hwregress.plugin.ab_pool`, :func:`hwregress.ab.session.run_ab`), and
 its record holds B against A: the verdict, the ratio B/A and its interval, the paired minimum detectable slowdown,
 every pair and both stacks' fingerprints (``record.ab``). Nothing is judged against a baseline and nothing is recorded
-into one. A worker that dies or hangs fails the test with its stderr's last lines, and the device's next test starts a
-fresh pair; a stack that cannot run a worker fails this test and the device's later ones with the same error."""
+into one. A worker that dies or hangs fails the test with its stderr's last lines, and the device's next test starts
+fresh workers; a stack that cannot run a worker fails this test and the device's later ones with the same error."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import pytest
 
-from hwregress.ab.pairs import kept_in_balance
+from hwregress.ab.processes import kept_processes
 from hwregress.ab.protocol import Case
 from hwregress.ab.session import ABResult, run_ab
 from hwregress.ab.workers import StackUnusable, WorkerDied, WorkerError, WorkerFailed, WorkerTimedOut
@@ -61,20 +61,18 @@ def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case)
     pool = bench.config.stash[POOL_KEY]
     plan = ab.plan(bench.settings.plan.min_round_s, bench.settings.policy.tolerances.max_threshold)
     try:
-        result = run_ab(case, pool.pair(device), plan)
+        result = run_ab(case, pool.starter(device), plan)
     except StackUnusable as error:
         pool.mark_unusable(device, str(error))
         _fail(record, str(error))
     except (WorkerDied, WorkerTimedOut) as error:
-        pool.end(device)
-        _fail(record, f"{error}\nthe device's next A/B test starts a fresh pair of workers")
+        _fail(record, f"{error}\nthe device's next A/B test starts fresh workers")
     except WorkerFailed as error:
         if error.kind == "oom":
             record.message = str(error)
             skip_with(Verdict.OOM, str(error))
         _fail(record, f"{error}\n{error.traceback.strip().splitlines()[-1] if error.traceback.strip() else ''}")
     except WorkerError as error:
-        pool.end(device)
         _fail(record, str(error))
     fill_record(record, result, ab.meta()["stacks"], plan.seed, plan.looks)
     if result.verdict == Verdict.REGRESSION:
@@ -93,7 +91,7 @@ def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object],
     fraction, as the single-stack verdict's), level, p-value of "B slower", the kept pairs' B throughputs as
     ``samples`` and A's as ``reference_samples`` (samples/s), B's median as ``throughput``, the paired reach, and the
     whole A/B test in ``record.ab``."""
-    kept, _ = kept_in_balance(result.pairs)
+    kept, _ = kept_processes(result.pairs)
     a_values = [pair.a for pair in kept if pair.a is not None]
     b_values = [pair.b for pair in kept if pair.b is not None]
     comparison = result.comparison
@@ -112,10 +110,12 @@ def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object],
         **({} if comparison is None else {key: value for key, value in asdict(comparison).items()
                                           if key not in ("pairs", "verdict")}),
         "pairs_kept": len(kept), "looks_planned": list(looks), "looks_taken": list(result.looks),
+        "pairs_per_process": result.pairs_per_process, "processes": result.processes, "units": result.units,
         "steps_per_window": result.steps, "seed": seed,
         "a_throughput": statistics.median(a_values) if a_values else None, "threshold": threshold,
         "b_throughput": record.throughput, "stacks": stacks, "fingerprints": result.fingerprints,
-        "difference": result.difference, "memory": "both",
+        "difference": result.difference, "memory": result.memory,
+        "reload_s": result.reload_s if result.memory == "reload" else None,
         "pairs": _pairs_with_reasons(result)})
     record.message = summary_line(result, len(kept))
 
@@ -140,5 +140,6 @@ def summary_line(result: ABResult, kept: int) -> str:
             Verdict.UNSTABLE: f"undecided after the last look (neither a change beyond {band} nor within it shown)"}
     reach = result.reach
     caught = f"; could catch {reach.mds:.1%}" if reach.mds is not None else f"; no MDS: {reach.why_none}"
-    return (f"B/A {comparison.ratio:.3f}{bounds} on {kept} of {len(result.pairs)} pairs at alpha "
+    return (f"B/A {comparison.ratio:.3f}{bounds} on {kept} of {len(result.pairs)} pairs ({result.units} process "
+            f"pairs) at alpha "
             f"{result.alpha:.2g}: {what.get(result.verdict, str(result.verdict))}{caught}")
