@@ -106,7 +106,8 @@ def two_session_interval(a: list[float], b: list[float], alpha: float) -> tuple[
 
 
 def difference_table(out: Path) -> list[str]:
-    lines = ["| test | A/B: B/A [bounds] (pairs, process pairs, verdict) | two sessions: B/A per repeat | two sessions: "
+    lines = ["| test | A/B: B/A [bounds] (pairs, process pairs, verdict) | two sessions: B/A per repeat | "
+             "two sessions: "
              "interval | width two sessions / A/B |", "| --- | --- | --- | --- | --- |"]
     plain_a = [records(out, f"plainA{i}") for i in (1, 2, 3)]
     plain_b = [records(out, f"plainB{i}") for i in (1, 2, 3)]

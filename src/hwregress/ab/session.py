@@ -1,16 +1,17 @@
-"""One A/B test: the pairs of windows of two stacks' workers, run in the balanced order and judged at planned looks.
+"""One A/B test: pairs of windows of two stacks' workers, run in the balanced order in fresh pairs of worker
+processes, and judged on the process pairs at planned looks.
 
-:func:`run_ab` says hello to both workers (each reporting the other's settings too, so both fingerprints show them),
-prepares the case in both (where the two models do not fit on the device together, one at a time, each rebuilt before
-its stack's windows: :class:`DeviceShare`), calibrates the window's steps, then runs pairs in
-:func:`hwregress.ab.order.balanced_order`: in each pair the first-named stack's window, then the other's, one window at
-a time. After each planned look's count of pairs it keeps the pairs
-in balance (:func:`hwregress.ab.pairs.kept_in_balance`) and asks :func:`hwregress.ab.paired.paired_decision` at that
-look's level (alpha / K: :func:`hwregress.judge.looks.look_alpha`); the first look that decides ends the test, and a
-test still undecided after the last look is ``unstable``. A window the worker answers with an error (an
-out-of-memory) leaves that side of the pair empty with the error, and the pair is dropped; a worker that dies or
-hangs ends the test by raising (:class:`hwregress.ab.workers.WorkerDied`, ``WorkerTimedOut``): the caller, which
-owns the workers' ``with`` blocks, ends them and reports the test failed with the worker's stderr.
+:func:`run_ab` runs every ``pairs_per_process`` pairs in a fresh pair of workers (the process is the unit of the
+verdict: :mod:`hwregress.ab.processes`): it says hello to both (each reporting the other's settings too, so both
+fingerprints show them), prepares the case in both (where the two models do not fit on the device together, one at a
+time, each rebuilt before its stack's windows: :class:`DeviceShare`), calibrates the window's steps in the first
+process pair, then runs the pairs in :func:`hwregress.ab.order.balanced_order`: in each pair the first-named stack's
+window, then the other's, one window at a time. At each planned look it judges the process pairs' mean log-ratios
+with :func:`hwregress.ab.paired.paired_compare` at that look's level (alpha / K:
+:func:`hwregress.judge.looks.look_alpha`); the first look that decides ends the test, and a test still undecided
+after the last look is ``unstable``. A window the worker answers with an error (an out-of-memory) leaves that side of
+the pair empty with the error, and its process pair is dropped; a worker that dies or hangs ends the test by raising
+(:class:`hwregress.ab.workers.WorkerDied`, ``WorkerTimedOut``) after both workers of its pair are ended.
 """
 
 from __future__ import annotations
