@@ -19,8 +19,8 @@ import pytest
 
 from hwregress.ab.protocol import Case
 from hwregress.ab.stacks import Stack, fingerprint_difference
+from hwregress.ab.worker_environment import MALLOC_SETTINGS, worker_environment
 from hwregress.ab.workers import (
-    MALLOC_SETTINGS,
     StackUnusable,
     StackWorker,
     WorkerDied,
@@ -280,8 +280,6 @@ def _in_group(pid: int, pgid: int) -> bool:
 
 
 def test_workers_allocate_with_fixed_malloc_thresholds_unless_the_session_or_the_stack_sets_them():
-    from hwregress.ab.workers import worker_environment
-
     plain = worker_environment(Stack("A", sys.executable), {"PATH": "/bin"})
     assert {key: plain[key] for key in MALLOC_SETTINGS} == MALLOC_SETTINGS
     session = worker_environment(Stack("A", sys.executable), {"MALLOC_MMAP_THRESHOLD_": "131072"})
