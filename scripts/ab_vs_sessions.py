@@ -1,16 +1,16 @@
-"""The A/B session measured on this machine (issue 29): A/A sessions over the CPU tier (no false regression), one A/A
-session under two busy loops, and a real difference between two stacks (B: ``ONEDNN_MAX_CPU_ISA=AVX2``, oneDNN kept
-off AVX-512) measured two ways: interleaved in A/B sessions, and as separate plain sessions of each stack compared
-afterwards (``report compare``, and the interval two sessions can state given the spread of session medians).
+"""The A/B session measured on this machine (issue 29): A/A sessions over the CPU tier (no false regression), and a
+real difference between two stacks (B: ``ONEDNN_MAX_CPU_ISA=AVX2``, oneDNN kept off AVX-512) measured two ways:
+interleaved in an A/B session, and as one plain session of each stack compared afterwards (``report compare``, and
+the interval one session of each can state given how far unchanged sessions move on this machine).
 
-    python scripts/ab_vs_sessions.py run OUT      # ~25 min on the 2-core VM; every session's results.json in OUT/<name>
-    python scripts/ab_vs_sessions.py table OUT    # the Markdown of docs/data/ab_<date>.md, to stdout
+    python scripts/ab_vs_sessions.py run OUT         # every session's results.json in OUT/<name> (an A/A: ~15 min)
+    python scripts/ab_vs_sessions.py table OUT --spread BEFORE_AFTER_JSON   # the Markdown, to stdout
 
 The sessions run in a fixed interleaved order (A/A, plain A, plain B, A/B, ...) so that a drift of the host over the
-run moves every kind alike. The interval of the two-session method is ``exp(log(mB/mA) +- z * sqrt(2) * s)``, with
-``s`` the pooled standard deviation of the log session medians of each stack over its repeated plain sessions and
-``z`` the normal quantile of the A/B bound's own level: it is the narrowest a two-session comparison could honestly
-state with the spread known (the spread of three sessions is only estimated, which would widen it further).
+run moves every kind alike. The interval of the two-session method is ``exp(log(mB/mA) +- z * sqrt(2) * s)``: ``s``
+the pooled standard deviation of each test's log session median over the unchanged sessions of a
+``scripts/before_after.py`` run on this machine, ``z`` the normal quantile of the A/B bound's own level. It is the
+narrowest a two-session comparison could honestly state with the spread known.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def short(test_id: str) -> str:
 def aa_table(out: Path) -> list[str]:
     lines = ["| session | tests | regression | improvement | pass | unstable | B/A range | widest interval |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name in [n for n in ORDER if n.startswith("aa")]:
+    for name in [n for n in ORDER if n.startswith("aa") and (out / n / "results.json").is_file()]:
         found = [r for r in records(out, name).values() if r.get("ab")]
         verdicts = [r["verdict"] for r in found]
         ratios = [r["ab"]["ratio"] for r in found if r["ab"].get("ratio")]
@@ -94,37 +94,50 @@ def aa_table(out: Path) -> list[str]:
     return lines
 
 
-def two_session_interval(a: list[float], b: list[float], alpha: float) -> tuple[float, float, float]:
-    """(ratio, low, high) of B over A from repeated sessions' medians ``a`` and ``b`` (samples/s): the ratio of the
-    geometric means and the interval of one two-session comparison at one-sided level ``alpha`` per bound."""
-    log_a, log_b = [math.log(v) for v in a], [math.log(v) for v in b]
-    pooled = (sum((v - statistics.fmean(log_a)) ** 2 for v in log_a)
-              + sum((v - statistics.fmean(log_b)) ** 2 for v in log_b)) / (len(a) + len(b) - 2)
-    centre = statistics.fmean(log_b) - statistics.fmean(log_a)
-    half = float(stats.norm.ppf(1 - alpha)) * math.sqrt(2 * pooled)
+def session_spread(path: Path) -> dict[str, float]:
+    """Per test, the standard deviation of the log session median between unchanged sessions of one stack on this
+    machine: from a ``scripts/before_after.py`` run's JSON (its ``aa`` sessions' ratios to their tree's baseline),
+    pooled over its trees."""
+    data = json.loads(path.read_text())
+    logs: dict[str, dict[str, list[float]]] = {}
+    for session in data["sessions"]:
+        if session["kind"] == "aa":
+            for test, record in session["records"].items():
+                if record.get("ratio"):
+                    logs.setdefault(test, {}).setdefault(session["tree"], []).append(math.log(record["ratio"]))
+    spread = {}
+    for test, trees in logs.items():
+        squares = sum(sum((v - statistics.fmean(values)) ** 2 for v in values) for values in trees.values())
+        freedom = sum(len(values) - 1 for values in trees.values())
+        if freedom:
+            spread[test] = math.sqrt(squares / freedom)
+    return spread
+
+
+def two_session_interval(a: float, b: float, spread: float, alpha: float) -> tuple[float, float, float]:
+    """(ratio, low, high) of B over A from one session of each (medians ``a``, ``b``, samples/s) whose log medians
+    vary between sessions by ``spread``: ``exp(log(b/a) +- z(1 - alpha) * sqrt(2) * spread)``."""
+    half = float(stats.norm.ppf(1 - alpha)) * math.sqrt(2) * spread
+    centre = math.log(b / a)
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
-def difference_table(out: Path) -> list[str]:
-    lines = ["| test | A/B: B/A [bounds] (pairs, process pairs, verdict) | two sessions: B/A per repeat | "
-             "two sessions: "
-             "interval | width two sessions / A/B |", "| --- | --- | --- | --- | --- |"]
-    plain_a = [records(out, f"plainA{i}") for i in (1, 2, 3)]
-    plain_b = [records(out, f"plainB{i}") for i in (1, 2, 3)]
-    ab_session = records(out, "ab1")
+def difference_table(out: Path, spread_path: Path) -> list[str]:
+    lines = ["| test | A/B: B/A [bounds] (pairs, process pairs, verdict) | two sessions: B/A | session spread "
+             "(log SD) | "
+             "two sessions: interval | width two sessions / A/B |", "| --- | --- | --- | --- | --- | --- |"]
+    spread = session_spread(spread_path)
+    plain_a, plain_b, ab_session = records(out, "plainA1"), records(out, "plainB1"), records(out, "ab1")
     for test in sorted(ab_session):
-        ab1 = ab_session[test].get("ab") or {}
-        if ab1.get("ratio_low") is None or not all(test in s for s in plain_a + plain_b):
+        ab = ab_session[test].get("ab") or {}
+        if ab.get("ratio_low") is None or test not in plain_a or test not in plain_b or test not in spread:
             continue
-        a = [s[test]["throughput"] for s in plain_a]
-        b = [s[test]["throughput"] for s in plain_b]
-        ratio, low, high = two_session_interval(a, b, ab1["alpha"])
-        cell = (f"{ab1['ratio']:.3f} [{ab1['ratio_low']:.3f}, {ab1['ratio_high']:.3f}] ({ab1['pairs_kept']}, "
-                f"{ab1['units']}, {ab_session[test]['verdict']})")
-        repeats = ", ".join(f"{y / x:.3f}" for x, y in zip(a, b, strict=True))
-        width_ab = ab1["ratio_high"] - ab1["ratio_low"]
-        lines.append(f"| {short(test)} | {cell} | {repeats} | {ratio:.3f} [{low:.3f}, {high:.3f}] | "
-                     f"{(high - low) / width_ab:.1f} |")
+        ratio, low, high = two_session_interval(plain_a[test]["throughput"], plain_b[test]["throughput"],
+                                                spread[test], ab["alpha"])
+        width_ab = ab["ratio_high"] - ab["ratio_low"]
+        lines.append(f"| {short(test)} | {ab['ratio']:.3f} [{ab['ratio_low']:.3f}, {ab['ratio_high']:.3f}] "
+                     f"({ab['pairs_kept']}, {ab['units']}, {ab_session[test]['verdict']}) | {ratio:.3f} | "
+                     f"{spread[test]:.3f} | [{low:.3f}, {high:.3f}] | {(high - low) / width_ab:.1f} |")
     return lines
 
 
@@ -137,10 +150,10 @@ def compare_lines(out: Path) -> list[str]:
     return ["```", *(done.stdout + done.stderr).strip().splitlines(), "```"]
 
 
-def table(out: Path) -> str:
+def table(out: Path, spread_path: Path) -> str:
     parts = ["## A/A sessions (the same interpreter on both sides; aa-load under two busy loops)", "",
              *aa_table(out), "", f"## B = {SETTING} against A, interleaved and as separate sessions", "",
-             *difference_table(out), "", "## report compare plainA1 plainB1", "", *compare_lines(out)]
+             *difference_table(out, spread_path), "", "## report compare plainA1 plainB1", "", *compare_lines(out)]
     return "\n".join(parts) + "\n"
 
 
@@ -148,11 +161,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("run", "table"))
     parser.add_argument("out", type=Path)
+    parser.add_argument("--spread", type=Path, help="table: a scripts/before_after.py run's JSON, whose unchanged "
+                        "sessions give each test's spread between sessions")
     options = parser.parse_args()
     if options.command == "run":
         run(options.out)
     else:
-        sys.stdout.write(table(options.out))
+        sys.stdout.write(table(options.out, options.spread))
 
 
 if __name__ == "__main__":
