@@ -1,5 +1,5 @@
 """A throughput test's A/B form: in an A/B session (``--ab-python``, ``--ab-env``) the test's case runs as pairs of
-windows in its device's two stack workers (:mod:`hwregress.plugin.ab_pool`, :func:`hwregress.ab.session.run_ab`), and
+windows in fresh pairs of stack workers (:mod:`hwregress.plugin.ab_pool`, :func:`hwregress.ab.session.run_ab`), and
 its record holds B against A: the verdict, the ratio B/A and its interval, the paired minimum detectable slowdown,
 every pair and both stacks' fingerprints (``record.ab``). Nothing is judged against a baseline and nothing is recorded
 into one. A worker that dies or hangs fails the test with its stderr's last lines, and the device's next test starts
@@ -49,7 +49,7 @@ def skip_outside_ab(what: str) -> NoReturn:
 
 
 def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case) -> TestRecord:
-    """Run ``case`` as an A/B test on ``device``'s worker pair and fill ``record`` with B against A; a regression fails
+    """Run ``case`` as an A/B test on ``device`` and fill ``record`` with B against A; a regression fails
     the test with the ratio and its interval. Returns the record.
 
     Raises:
@@ -127,7 +127,8 @@ def _pairs_with_reasons(result: ABResult) -> list[ABPairFigures]:
 
 
 def summary_line(result: ABResult, kept: int) -> str:
-    """``"B/A 0.962 [0.951, 0.973] on 20 of 20 pairs at alpha 0.0033: regression beyond -5%"``: the verdict in words."""
+    """``"B/A 0.617 [0.601, 0.630] on 20 of 20 pairs (10 process pairs) at alpha 0.005: B slower beyond -5%; could
+    catch 2.9%"``: the verdict in words."""
     comparison = result.comparison
     if comparison is None:
         return f"B against A undecided: {kept} of {len(result.pairs)} pairs kept, too few to judge"
