@@ -127,8 +127,8 @@ def _pairs_with_reasons(result: ABResult) -> list[ABPairFigures]:
 
 
 def summary_line(result: ABResult, kept: int) -> str:
-    """``"B/A 0.617 [0.601, 0.630] on 20 of 20 pairs (10 process pairs) at alpha 0.005: B slower beyond -5%; could
-    catch 2.9%"``: the verdict in words."""
+    """``"B/A 0.617 [0.601, 0.630] on 20 of 20 pairs (10 process pairs) at alpha 0.005: B slower beyond -5% (a gross
+    drop); could catch 5.7%"``: the verdict in words."""
     comparison = result.comparison
     if comparison is None:
         return f"B against A undecided: {kept} of {len(result.pairs)} pairs kept, too few to judge"
