@@ -73,6 +73,21 @@ def test_the_command_prints_each_check_and_exits_1_on_a_failure(monkeypatch, cap
     assert ("points to: where" in text) == (FAIL in statuses)
     written = json.loads(out.read_text())
     assert [r["status"] for r in written["results"]] == statuses and written["devices"] == ["cpu"]
+    assert written["complete"] is True
+
+
+def test_the_json_keeps_the_finished_checks_when_a_later_one_is_interrupted(monkeypatch, tmp_path):
+    # a lent H100 run stopped the command by a timeout during its last check: nothing of the nine finished was kept
+    def interrupted(device):
+        raise KeyboardInterrupt
+
+    finished = lambda device: CheckResult("first", device, PASS, "what", {"ms": 1.5})  # noqa: E731
+    monkeypatch.setattr(runner, "CHECKS", {"first": finished, "last": interrupted})
+    out = tmp_path / "check.json"
+    with pytest.raises(KeyboardInterrupt):
+        command.main(["--devices", "cpu", "--json", str(out)])
+    written = json.loads(out.read_text())
+    assert written["complete"] is False and [r["name"] for r in written["results"]] == ["first"]
 
 
 @pytest.mark.parametrize(("argv", "message"), [(["--only", "bogus"], "no check named bogus"),

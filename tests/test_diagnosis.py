@@ -92,3 +92,20 @@ def test_contention_comes_first_and_the_list_is_short():
     assert found[1].startswith("a different machine")
     assert found[2].startswith("GPU power limit lowered")
     assert found[3].startswith("the machine itself is 50% slower")
+
+
+def test_another_unit_of_the_same_gpu_model_is_told_from_the_identities():
+    # a second lent H100 read gpt2's launch-bound bs1 tests 17-42% below a baseline recorded on another H100; the
+    # diagnosis spoke only of power, not of the unit (docs/measured.md, 'A second H100, and A/B on a GPU')
+    from hwregress.judge.evidence import for_diagnosis
+    from hwregress.store.results import TestRecord
+
+    baseline_identity = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "GPU-f858f191",
+                         "host_cpu_brand": "Intel Xeon 8480", "host_logical_cores": 16}
+    record = TestRecord("t", family="throughput", device="cuda:0", model="gpt2", mode="prefill", batch_size=1,
+                        identity={**baseline_identity, "gpu_uuid": "GPU-f34460ee"})
+    found = diagnose(for_diagnosis(record, {"identity": baseline_identity}, {}, {}))
+    assert found == ["another unit than the baseline's (gpu_uuid: GPU-f858f191 -> GPU-f34460ee): units of one model "
+                     "differ, most in host-bound (launch-bound) tests; give this runner its own baselines "
+                     "(--baseline-dir) if it stays so"]
+    assert diagnose(for_diagnosis(record, {"identity": {"gpu_name": "NVIDIA H100 80GB HBM3"}}, {}, {})) == []

@@ -169,6 +169,18 @@ def test_gpu_identity_without_nvml_or_torch():
     assert found["gpu_sm_count"] is None
 
 
+def test_a_gpu_identity_names_its_host(monkeypatch):
+    # a launch-bound GPU test measures its host too: the identity a GPU record keeps says which host it was
+    monkeypatch.setattr(identity, "cpu_identity", lambda: {"cpu_brand": "Intel Xeon 8480", "cpu_logical_cores": 16})
+    identity._cached_device_identity.cache_clear()
+    try:
+        found = identity.device_identity("cuda:0")
+    finally:
+        identity._cached_device_identity.cache_clear()
+    assert (found["host_cpu_brand"], found["host_logical_cores"]) == ("Intel Xeon 8480", 16)
+    assert "gpu_name" in found and set(facts.UNIT_FIELDS) <= set(found)
+
+
 def test_identity_changes_only_for_fields_known_on_both_sides():
     stored = {"cpu_family": 25, "cpu_model": 1, "cpu_avx512f": False, "cpu_l3_cache_bytes": None, "memory_gib": 8}
     current = {"cpu_family": 26, "cpu_model": 1, "cpu_avx512f": True, "cpu_l3_cache_bytes": 2**25, "memory_gib": 16}

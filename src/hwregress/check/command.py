@@ -4,7 +4,9 @@
 
 Exit status 0 when no check failed (skips allowed), 1 when one did, 2 for a usage error. Each line names the
 check, the device, its result, its seconds and its figures; a failed check adds what it compared and where the
-failure points; a skipped one, why. ``--json`` also writes every result (:class:`hwregress.check.result.CheckResult`).
+failure points; a skipped one, why. ``--json`` also writes every result (:class:`hwregress.check.result.CheckResult`),
+rewritten atomically after each check (``"complete": false`` until the last), so that a run stopped by a timeout or
+an interrupt keeps the checks it finished.
 """
 
 from __future__ import annotations
@@ -43,14 +45,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         chosen_checks(names)
         print(f"hwregress check on {', '.join(devices)}")
-        results = run_checks(devices, names, on_result=lambda result: print(line(result), flush=True))
+        finished: list[CheckResult] = []
+
+        def on_result(result: CheckResult) -> None:
+            print(line(result), flush=True)
+            finished.append(result)
+            if args.json is not None:
+                _write_json(args.json, devices, finished, complete=False)
+
+        results = run_checks(devices, names, on_result=on_result)
     except ValueError as error:
         print(f"hwregress: check: {error}", file=sys.stderr)
         return 2
     counts = Counter(result.status for result in results)
     print(f"{len(results)} checks: {counts[PASS]} pass, {counts[FAIL]} fail, {counts[SKIP]} skip")
     if args.json is not None:
-        _write_json(args.json, devices, results)
+        _write_json(args.json, devices, results, complete=True)
+        print(f"wrote {args.json}")
     return 1 if counts[FAIL] else 0
 
 
@@ -85,10 +96,10 @@ def _devices(text: str | None) -> list[str]:
     return chosen
 
 
-def _write_json(path: Path, devices: list[str], results: list[CheckResult]) -> None:
+def _write_json(path: Path, devices: list[str], results: list[CheckResult], complete: bool) -> None:
+    """``complete`` False: the checks still running (the file then holds the ones finished so far)."""
     from hwregress import __version__
     from hwregress.store.atomic import atomic_write_json
 
-    atomic_write_json(path, {"hwregress_version": __version__, "devices": devices,
+    atomic_write_json(path, {"hwregress_version": __version__, "devices": devices, "complete": complete,
                              "results": [result.as_json() for result in results]})
-    print(f"wrote {path}")

@@ -36,6 +36,10 @@ GPU_PERFORMANCE_FIELDS = ("gpu_name", "gpu_memory_bytes", "gpu_sm_count", "gpu_c
                           "gpu_ecc_mode")
 # Fields whose change makes old timings incomparable; memory size and other facts are kept, not compared.
 PERFORMANCE_FIELDS = CPU_PERFORMANCE_FIELDS + GPU_PERFORMANCE_FIELDS
+# Which unit of a hardware key a GPU record was measured on, and its host: a difference from the baseline's is told
+# in the diagnosis, never a reason to refuse the comparison (the units of one GPU model share a baselines file).
+# Two H100s read gpt2's launch-bound bs1 tests 17-42% apart (docs/measured.md, 'A second H100, and A/B on a GPU').
+UNIT_FIELDS = ("gpu_uuid", "host_cpu_brand", "host_logical_cores")
 
 
 def identity_changes(stored: Mapping[str, Any], current: Mapping[str, Any],

@@ -318,7 +318,8 @@ def cpu_hardware_key(identity: Mapping[str, Any]) -> str:
 
 def device_identity(spec: str) -> HardwareIdentity:
     """The identity of the device a test runs on, read once per process: the host CPU's for ``cpu`` and
-    ``mps``, the GPU's (:func:`gpu_identity`, NVML when it loads) for ``cuda:N``. Never raises."""
+    ``mps``, the GPU's (:func:`gpu_identity`, NVML when it loads) and its host's CPU brand and logical cores for
+    ``cuda:N``. Never raises."""
     return dict(_cached_device_identity(spec))
 
 
@@ -332,8 +333,15 @@ def _cached_device_identity(spec: str) -> tuple[tuple[str, Any], ...]:
 
         pynvml.nvmlInit()
     except Exception:  # no driver, no library: the torch half of the identity still counts
-        return tuple(gpu_identity(index, None).items())
+        return tuple({**gpu_identity(index, None), **_gpu_host()}.items())
     try:
-        return tuple(gpu_identity(index, pynvml).items())
+        return tuple({**gpu_identity(index, pynvml), **_gpu_host()}.items())
     finally:
         _guarded(pynvml.nvmlShutdown)
+
+
+def _gpu_host() -> HardwareIdentity:
+    """The host of a GPU, as far as a launch-bound GPU test depends on it: ``host_cpu_brand``,
+    ``host_logical_cores`` (:data:`hwregress.hardware.facts.UNIT_FIELDS`: told, not compared)."""
+    host = cpu_identity()
+    return {"host_cpu_brand": host.get("cpu_brand"), "host_logical_cores": host.get("cpu_logical_cores")}

@@ -4,7 +4,8 @@ baseline and now.
 Order of the rules (a cause that explains the others comes first):
 
 1. contention: other processes on the CPU or GPU, hypervisor steal, a busy machine (:mod:`hwregress.hardware.health`);
-2. a different machine under the same hardware key (:func:`hwregress.hardware.facts.identity_changes`);
+2. a different machine under the same hardware key (:func:`hwregress.hardware.facts.identity_changes`), or another
+   unit of the same model and its host (:data:`hwregress.hardware.facts.UNIT_FIELDS`);
 3. GPU throttle reasons this window that the baseline's window did not have;
 4. a degraded machine state (power limit, temperature, PCIe, CPU clocks, memory pressure, ...);
 5. this session's measured ceilings below the baseline's ("the machine itself is N% slower");
@@ -62,6 +63,8 @@ class Evidence:
         health: this window's :class:`hwregress.hardware.health.CpuHealthProbe` ``result`` merged with
             :func:`hwregress.hardware.gpu_health.gpu_health` (fractions, MHz, W, deg C; see there).
         identity_changes: ``"cpu_family: 25 -> 26"`` lines (:func:`hwregress.hardware.facts.identity_changes`).
+        unit_changes: the same lines for :data:`hwregress.hardware.facts.UNIT_FIELDS` (``"gpu_uuid: GPU-f858... ->
+            GPU-f344..."``): another unit of the same hardware than the baseline's, or another host.
         throttle_reasons / baseline_throttle_reasons: NVML clocks-event reason names seen in each window.
         ceilings / baseline_ceilings: measured roofs by name, e.g. ``{"gemm_bf16_tflops": 780.0,
             "copy_gbs": 3000.0}`` (TFLOP/s, GB/s; higher is better), this session's and the baseline's.
@@ -76,6 +79,7 @@ class Evidence:
 
     health: Mapping[str, Any] = field(default_factory=dict)
     identity_changes: Sequence[str] = ()
+    unit_changes: Sequence[str] = ()
     throttle_reasons: Sequence[str] = ()
     baseline_throttle_reasons: Sequence[str] = ()
     ceilings: Mapping[str, float] = field(default_factory=dict)
@@ -98,6 +102,7 @@ def diagnose(evidence: Evidence, limit: int = 6) -> list[str]:
     sentences = [
         *health_rules.contention_findings(evidence.health),
         *_identity(evidence),
+        *_unit(evidence),
         *_throttling(evidence),
         *health_rules.state_findings(evidence.health),
         *_ceilings(evidence),
@@ -113,6 +118,14 @@ def _identity(evidence: Evidence) -> list[str]:
     if not evidence.identity_changes:
         return []
     return ["a different machine under the same hardware key: " + "; ".join(evidence.identity_changes)]
+
+
+def _unit(evidence: Evidence) -> list[str]:
+    if not evidence.unit_changes:
+        return []
+    return ["another unit than the baseline's (" + "; ".join(evidence.unit_changes) + "): units of one model differ, "
+            "most in host-bound (launch-bound) tests; give this runner its own baselines (--baseline-dir) if it "
+            "stays so"]
 
 
 def _throttling(evidence: Evidence) -> list[str]:

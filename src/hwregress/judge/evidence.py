@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hwregress.hardware import roofline
-from hwregress.hardware.facts import POWER_AVERAGING_S
+from hwregress.hardware.facts import POWER_AVERAGING_S, UNIT_FIELDS, identity_changes
 from hwregress.judge import physics
 from hwregress.judge.diagnosis import TELEMETRY_RULES, Evidence
 from hwregress.store.results import TestRecord
@@ -57,6 +57,7 @@ def for_diagnosis(record: TestRecord, entry: Mapping[str, Any], ceilings: Mappin
     return Evidence(
         health=record.health,
         identity_changes=record.identity_changes,
+        unit_changes=identity_changes(entry.get("identity") or {}, record.identity, UNIT_FIELDS),
         throttle_reasons=(record.telemetry or {}).get("throttle_reasons", []),
         baseline_throttle_reasons=entry.get("throttle_reasons", []),
         ceilings={name: ceilings[name] for name in ceilings.keys() & baseline_ceilings.keys()},
