@@ -22,6 +22,7 @@ import pytest
 
 from hwregress.hardware.devices import describe, environment_fingerprint, unavailable_reason
 from hwregress.plugin import ci
+from hwregress.plugin.provenance import session_provenance
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
 from hwregress.store.atomic import atomic_write_text
@@ -205,6 +206,7 @@ class Collector:
             "update_mode": self.settings.policy.update_mode,
             "tolerances": vars(self.settings.policy.tolerances),
             "pid": os.getpid(),
+            "provenance": session_provenance(Path(str(self.config.rootpath)), os.environ),
             **({"history": self._history_meta()} if self.history is not None else {}),
             **({"ab": self.settings.ab.meta()} if self.settings.ab is not None else {}),
         }

@@ -47,6 +47,11 @@ META_SCHEMA: dict[str, Any] = {
         "hardware": {"type": "array", "items": {"type": "object", "required": ["device"]}},
         "baseline_dir": {"type": "string"}, "update_mode": {"type": ["string", "null"]},
         "tolerances": {"type": "object"}, "pid": {"type": "integer"},
+        "provenance": {"description": "the commit and branch the session ran (the CI's variables, else git in the "
+                                      "rootdir) and the CI build's URL; null where unknown",
+                       "type": "object",
+                       "properties": {key: {"type": ["string", "null"]}
+                                      for key in ("git_sha", "git_branch", "ci_build_url")}},
         "history": {"description": "the session history this session was appended to (absent with --no-history or "
                                    "when nothing was measured)",
                     "type": "object", "required": ["dir", "trends"],
