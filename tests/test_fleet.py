@@ -8,6 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.stats import median_abs_deviation
 
 from hwregress.judge.fleet import (
     FLOOR,
@@ -38,6 +39,7 @@ def test_the_fleet_value_lies_within_the_kept_hosts_range_and_the_iteration_term
     assert min(kept) <= baseline.median <= max(kept)
     assert sorted(baseline.kept + baseline.dropped) == sorted(hosts)
     assert baseline.rounds <= len(hosts)  # each round but the last drops a host: the iteration terminates
+    assert baseline.spread == pytest.approx(median_abs_deviation(kept, scale="normal"), rel=1e-12, abs=1e-9)
 
 
 def test_rounds_can_whittle_a_fleet_without_a_majority_and_it_gets_no_verdict():
