@@ -10,6 +10,7 @@ count once per model name: two batch sizes of one model share its kernels.
 A figure is evidence when it falls below its fleet by more than ``max(DEFECT_LIMIT, the fleet verdict's threshold)``
 (:func:`hwregress.judge.fleet.fleet_threshold`): more than 5%, and beyond the fleet's own spread where the hosts
 spread wider than 5% allows (a host-to-device copy that varies 6% between hosts is not evidence at 8% low).
+The page: docs/fleet-verdicts.md, 'Defective hosts'.
 """
 
 from __future__ import annotations

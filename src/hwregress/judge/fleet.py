@@ -17,7 +17,7 @@ kept, and the loop ends within as many rounds as there are hosts. Rounds can sti
 disagree down to a minority: such a baseline gives no verdict (:attr:`FleetBaseline.has_majority`). The value
 reported is SuperBench's: the mean of the hosts kept. The rule is two-sided: a host far faster than its fleet is not
 the same machine either (another power limit or clock, a misread hardware key), and it would lift the expectation
-every new host is held to.
+every new host is held to. The page: docs/fleet-verdicts.md, 'The fleet baseline'.
 """
 
 from __future__ import annotations

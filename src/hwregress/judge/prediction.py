@@ -17,6 +17,7 @@ healthy sessions).
 The nearest known key: among the known keys with published peaks, the same GPU architecture first (a key's
 generation, :data:`ARCHITECTURES`: the scaling of like with like is the smaller extrapolation), then the closest dense
 bf16 peak (fp16 where a GPU has no bf16: V100, T4) by |log ratio|, then the closest bandwidth, then the key's name.
+The page: docs/fleet-verdicts.md, 'A hardware key never seen'.
 """
 
 from __future__ import annotations
