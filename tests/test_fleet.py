@@ -88,7 +88,7 @@ def test_a_wild_outlier_does_not_move_a_tight_fleet(offsets, low):
     assert baseline.dropped == ()
 
 
-def test_superbench_literal_rule_would_lose_the_healthy_hosts_to_one_wild_host():
+def test_one_wild_host_is_dropped_alone_where_a_mean_centred_rule_would_drop_the_healthy_ones():
     """Why the rule is centred on the median: SuperBench's fix-threshold loop centres its 5% rule on the mean, and a
     host reading 100x moves the mean past every healthy host (mean 1090 against nine hosts at 100); the robust rule
     drops the wild host alone."""
