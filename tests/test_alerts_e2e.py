@@ -60,8 +60,10 @@ def test_a_regression_alerts_once_in_its_first_bad_session_and_a_pass_sends_noth
     assert location["results"] == str(hw_project.path / "reports" / "results.json")
     (line,) = _alert_lines(slow)
     assert line == f"hwregress: alert sent to http://127.0.0.1:{server.server.server_port}/***: 2 new (2 regression)"
-    assert SECRET_PATH not in slow.stdout.str() and SECRET_PATH not in (hw_project.path / "reports" /
-                                                                        "results.json").read_text()
+    assert SECRET_PATH not in slow.stdout.str()
+    archived = [path.read_text() for path in (hw_project.path / "reports" / "archive").glob("results-*.json")]
+    assert len(archived) == 4 and not any(SECRET_PATH in text for text in archived)
+    assert sum(f'"--alert-webhook=http://127.0.0.1:{server.server.server_port}/***"' in text for text in archived) == 2
 
 
 @pytest.mark.slow
