@@ -11,6 +11,7 @@ pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 - :mod:`~hwregress.plugin.fixture`: the ``hwbench`` fixture, the test's context, and the pytest-benchmark bridge;
 - :mod:`~hwregress.plugin.record`: the one record per test, settled on the worker that ran it;
 - :mod:`~hwregress.plugin.collector`: the controller, which stores records and writes the outputs;
+- :mod:`~hwregress.plugin.alert_hook`: the session's new regressions, drifts and defective hosts to a webhook;
 - :mod:`~hwregress.plugin.xdist`: the scheduler that gives each device to one worker;
 - :mod:`~hwregress.plugin.progress`: the header lines and the live lines while scale-out jobs and Spark streams run.
 """
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
-from hwregress.plugin import ab_pool, hookspecs, options, progress, record, xdist
+from hwregress.plugin import ab_pool, alert_hook, hookspecs, options, progress, record, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.families import registry
 from hwregress.plugin.families import spark as spark_family
@@ -79,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ab_pool.register(config, settings.ab.stacks, settings.ab.timeout_s, settings.workload_modules)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
+        alert_hook.register(config)  # after the collector: the alerts name what it wrote
         spark_family.warn_of_a_shared_gpu(config, settings.spark, settings.selection.devices)
 
 

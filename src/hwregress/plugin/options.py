@@ -69,6 +69,9 @@ OPTIONS: tuple[Option, ...] = (
            "folder of the session history, one <hardware-key>.jsonl (default: <report-dir>/history); "
            "keep it between CI runs"),
     Option("--summary-md", "hwregress_summary_md", None, "also write the Markdown job summary to this file"),
+    Option("--alert-webhook", "hwregress_alert_webhook", None,
+           "POST the session's new regressions, drifts and defective hosts to this URL as Slack-compatible JSON "
+           "(default: environment variable HWREGRESS_ALERT_WEBHOOK; a failing webhook never fails the session)"),
     Option("--tolerance", "hwregress_tolerance", None,
            "throughput loss tolerated, fraction "
            "(raised by measured noise; default 0.05 on accelerators, 0.15 on the CPU)"),
