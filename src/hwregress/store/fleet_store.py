@@ -76,8 +76,9 @@ class Store:
                 with self.engine.begin() as connection:
                     self._upsert_host(connection, rows.host)
                     stamped = {**rows.session, "pushed_at": _dt.datetime.now(_dt.timezone.utc)}
-                    added = connection.execute(self._insert_absent(sessions).values(**stamped)).rowcount
-                    if added != 1:
+                    added = connection.execute(self._insert_absent(sessions).values(**stamped)
+                                               .returning(sessions.c.id)).first()
+                    if added is None:
                         raise _AlreadyThere
                     if rows.figures:
                         connection.execute(insert(figures), [{**row, "session_id": stamped["id"]}
