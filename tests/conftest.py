@@ -8,11 +8,14 @@ import os
 import re
 import shutil
 import stat
+import uuid
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from support.postgres import FLEET_MISSING, fresh_database, postgres_server
 
 pytest_plugins = ["pytester"]  # the self-tests only: never in the hardware suite's own runs
 
@@ -205,3 +208,22 @@ def well_formed(html: str) -> bool:
     parser.feed(html)
     parser.close()
     return not parser.open and not parser.mismatched
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The SQLAlchemy URL of a real PostgreSQL 16 started once per test session (per xdist worker) by pgserver;
+    skipped without the fleet extra."""
+    try:
+        import pgserver  # noqa: F401
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip(FLEET_MISSING)
+    with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> str:
+    """The URL of a new, empty database on that server, for one test."""
+    return fresh_database(postgres_url, f"t_{uuid.uuid4().hex[:12]}")

@@ -14,6 +14,8 @@
                                 [--format text|json]
     python -m hwregress history append ARCHIVED.jsonl... [--dir reports/history]
                                 (the finished records of dead sessions' journals, marked interrupted, once)
+    python -m hwregress store push RESULTS.json... | import PATH... | export --dir DIR [--store URL]
+                                (the fleet store: SQLite by default, PostgreSQL for a fleet; docs/store.md)
     python -m hwregress check [--devices cuda:0,cpu|all] [--only NAME,...] [--json FILE]
                                 (does hwregress measure this machine right? hwregress.check.command)
 
@@ -34,7 +36,7 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from hwregress.cli import baselines, history, report
+from hwregress.cli import baselines, history, report, store
 from hwregress.cli.common import CliError
 from hwregress.store.baseline_file import BaselineError
 
@@ -53,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m hwregress", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in (baselines, report, history):
+    for command in (baselines, report, history, store):
         command.add_commands(commands)
     return parser
 

@@ -1,0 +1,140 @@
+"""``python -m hwregress store import|push|export``: the fleet store (:mod:`hwregress.store.fleet_store`) from the
+command line, at ``--store URL`` (default: ``HWREGRESS_STORE``, else ``sqlite:///reports/hwregress.sqlite``).
+
+    store push RESULTS.json...        each session, whole and once: "inserted" or "already present"
+    store import PATH...              results.json files, history folders or history files (*.jsonl): their
+                                      sessions, each pushed once (a history's rows grouped by their session)
+    store export --dir DIR            the store's throughput figures as DIR/<hardware-key>.jsonl history rows, which
+                                      python -m hwregress history [render] reads (rows already there are kept)
+
+Every input is read and checked before anything is written; an unreachable store is one line naming its URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hwregress.cli.common import RESULTS_FIX, CliError, require_regular
+from hwregress.store.atomic import read_regular_file
+from hwregress.store.database import open_store, store_url
+from hwregress.store.fleet_store import PushOutcome, Store
+from hwregress.store.history import HistoryStore, iter_history
+from hwregress.store.history_import import rows_from_history
+from hwregress.store.session_rows import SessionRows, session_rows
+from hwregress.store.store_errors import StoreUnavailable
+
+REPORT_DIR = "reports"
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    """``store push|import|export``: see the module doc. Exit status 0.
+
+    Raises:
+        hwregress.cli.common.CliError: a missing or unreadable input, a file that is no results.json or history, a
+            store that cannot be opened or written.
+    """
+    if args.action == "export":
+        with _store(args) as store:
+            appended = _unavailable_is_cli_error(lambda: store.export_history(args.dir))
+        for key, count in appended.items():
+            print(f"{args.dir / (key + '.jsonl')}: {count} rows appended")
+        print(f"{sum(appended.values())} rows exported to {args.dir} from {args.store_url}")
+        return 0
+    batches = [(path, _session_rows(Path(path), args.action)) for path in args.paths]
+    with _store(args) as store:
+        for path, sessions in batches:
+            for rows in sessions:
+                outcome = _unavailable_is_cli_error(lambda rows=rows: store.push_rows(rows))
+                print(f"{path}: session {rows.session['name']}: {_said(outcome)}")
+    return 0
+
+
+def _said(outcome: PushOutcome) -> str:
+    if outcome.inserted:
+        return f"inserted ({outcome.figures} figures)"
+    return f"already present ({outcome.figures} figures), unchanged"
+
+
+class _store:
+    def __init__(self, args: argparse.Namespace) -> None:
+        args.store_url = store_url(args.store, os.environ, REPORT_DIR)
+        self.store: Store = _unavailable_is_cli_error(lambda: open_store(args.store_url))
+
+    def __enter__(self) -> Store:
+        return self.store
+
+    def __exit__(self, *_: object) -> None:
+        self.store.close()
+
+
+def _unavailable_is_cli_error(action: Any) -> Any:
+    try:
+        return action()
+    except StoreUnavailable as error:
+        raise CliError(error.url, error.what, error.fix) from None
+
+
+def _session_rows(path: Path, action: str) -> list[SessionRows]:
+    """The sessions of one input: a results.json (push and import), a history folder or file (import only)."""
+    if action == "import" and (path.is_dir() or path.suffix == ".jsonl"):
+        return _history_sessions(path)
+    require_regular(path, "a results.json" if action == "push" else "a results.json or a history folder")
+    try:
+        data = json.loads(read_regular_file(path))
+    except OSError as error:
+        raise CliError(path, f"cannot be read: {error.strerror or error}", "check its permissions") from None
+    except (ValueError, RecursionError):
+        raise CliError(path, "is not JSON, so not a results.json", RESULTS_FIX) from None
+    if not isinstance(data, dict) or "records" not in data or "meta" not in data:
+        raise CliError(path, "is not a results.json (no meta and records)", RESULTS_FIX)
+    try:
+        return [session_rows(data)]
+    except ValueError as error:
+        raise CliError(path, str(error), RESULTS_FIX) from None
+
+
+def _history_sessions(path: Path) -> list[SessionRows]:
+    if path.is_dir():
+        files = [HistoryStore(path).path_for(key) for key in HistoryStore(path).hardware_keys()]
+        if not files:
+            raise CliError(path, "holds no history file (<hardware-key>.jsonl)", "give a history folder a session "
+                                 "wrote, e.g. reports/history")
+    else:
+        require_regular(path, "a history file (<hardware-key>.jsonl)")
+        files = [path]
+    by_session: dict[str, list[Any]] = {}
+    warnings: list[str] = []
+    try:
+        for file in files:
+            for row in iter_history(file, warnings):
+                by_session.setdefault(row["session"], []).append(row)
+    except OSError as error:
+        raise CliError(path, f"cannot be read: {error.strerror or error}", "check the files and their "
+                             "permissions") from None
+    for warning in warnings:
+        print(f"hwregress: warning: {warning}")
+    try:
+        return [rows_from_history(rows) for rows in by_session.values()]
+    except ValueError as error:
+        raise CliError(path, str(error), "fix or remove the row") from None
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """The ``store`` command and its actions."""
+    store = commands.add_parser("store", help="the fleet store: push sessions, import histories, export")
+    actions = store.add_subparsers(dest="action", required=True)
+    push = actions.add_parser("push", help="store each results.json's session, once")
+    push.add_argument("paths", nargs="+", metavar="RESULTS_JSON")
+    imported = actions.add_parser("import", help="store the sessions of results.json files and history folders")
+    imported.add_argument("paths", nargs="+", metavar="PATH")
+    export = actions.add_parser("export", help="the store's throughput figures as history files")
+    export.add_argument("--dir", type=Path, required=True, help="history folder to write <hardware-key>.jsonl into")
+    for parser in (push, imported, export):
+        parser.add_argument("--store", default=None, metavar="URL",
+                            help="SQLAlchemy URL of the store (default: HWREGRESS_STORE, else "
+                                 f"sqlite:///{REPORT_DIR}/hwregress.sqlite)")
+        parser.set_defaults(handler=cmd_store)

@@ -1,0 +1,203 @@
+"""The fleet store's reads and writes (:func:`hwregress.store.database.open_store` opens one): push a session whole
+or not at all, list sessions and figures, export the history files today's dashboard reads.
+
+A push is one transaction: the host row (inserted, or its aliases and last sighting updated), the session row and all
+its figures, so that a reader sees the whole session or none of it, and a writer killed halfway leaves nothing.
+It is idempotent by the session's name: a session already there is left as it is (``inserted`` False), also when
+two writers push it at once (the second's insert does nothing on the unique name, and it re-reads the first's).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from hwregress.store.history import HistoryStore, iter_history
+from hwregress.store.history_export import history_rows
+from hwregress.store.session_rows import SessionRows, session_rows
+from hwregress.store.store_errors import unavailable
+from hwregress.store.tables import figures, hosts, sessions
+
+_TIMES = ("started_at", "finished_at", "pushed_at", "first_seen", "last_seen")
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """What a push did: the session's id, whether this push inserted it (False: it was there already, unchanged)
+    and how many figure rows the session has in the store."""
+
+    session_id: str
+    inserted: bool
+    figures: int
+
+
+class _AlreadyThere(Exception):
+    """Raised inside a push's transaction to roll it back: another writer's copy of the session is there."""
+
+
+class Store:
+    """An open fleet store; methods raise :class:`hwregress.store.store_errors.StoreUnavailable` when the database
+    cannot be reached or written (the URL masked, the fix named)."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.engine, self.url = engine, url
+
+    def close(self) -> None:
+        """Close the store's connections."""
+        self.engine.dispose()
+
+    def push(self, results: Mapping[str, Any]) -> PushOutcome:
+        """Store the session of a ``results.json`` document (parsed JSON), whole, once.
+
+        Raises:
+            ValueError: not a results document (:func:`hwregress.store.session_rows.session_rows`).
+            StoreUnavailable: the store cannot be reached or written (nothing of the session is stored).
+        """
+        return self.push_rows(session_rows(results))
+
+    def push_rows(self, rows: SessionRows) -> PushOutcome:
+        """Store one session's rows in one transaction unless a session of its name is there (see the module doc).
+
+        Raises:
+            StoreUnavailable: the store cannot be reached or written (nothing of the session is stored).
+        """
+        try:
+            present = self._existing(rows.session["name"])
+            if present is not None:
+                return present
+            try:
+                with self.engine.begin() as connection:
+                    self._upsert_host(connection, rows.host)
+                    stamped = {**rows.session, "pushed_at": _dt.datetime.now(_dt.timezone.utc)}
+                    added = connection.execute(self._insert_absent(sessions).values(**stamped)
+                                               .returning(sessions.c.id)).first()
+                    if added is None:
+                        raise _AlreadyThere
+                    if rows.figures:
+                        connection.execute(insert(figures), [{**row, "session_id": stamped["id"]}
+                                                             for row in rows.figures])
+            except (_AlreadyThere, IntegrityError):
+                present = self._existing(rows.session["name"])
+                if present is None:
+                    raise
+                return present
+        except SQLAlchemyError as error:
+            raise unavailable(self.url, error) from None
+        return PushOutcome(rows.session["id"], True, len(rows.figures))
+
+    def sessions(self, hardware_key: str | None = None, host: str | None = None, branch: str | None = None,
+                 since: _dt.datetime | None = None, until: _dt.datetime | None = None) -> list[dict[str, Any]]:
+        """The sessions matching every filter given, oldest start first, as ``sessions`` rows (column -> value; times
+        aware UTC). ``host`` matches a host id or a hostname; ``since``/``until`` bound the start (inclusive; a naive
+        time is UTC).
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        query = select(sessions).order_by(sessions.c.started_at, sessions.c.name)
+        if hardware_key is not None:
+            query = query.where(sessions.c.hardware_key == hardware_key)
+        if host is not None:
+            query = query.where(or_(sessions.c.host_id == host, sessions.c.hostname == host))
+        if branch is not None:
+            query = query.where(sessions.c.git_branch == branch)
+        if since is not None:
+            query = query.where(sessions.c.started_at >= _utc(since))
+        if until is not None:
+            query = query.where(sessions.c.started_at <= _utc(until))
+        return self._read(query)
+
+    def figures(self, hardware_key: str | None = None, test_id: str | None = None,
+                session_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The figure rows matching every filter given (column -> value), ordered by session id (that is, by start),
+        test id and metric.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        query = select(figures).order_by(figures.c.session_id, figures.c.test_id, figures.c.metric)
+        if hardware_key is not None:
+            query = query.where(figures.c.hardware_key == hardware_key)
+        if test_id is not None:
+            query = query.where(figures.c.test_id == test_id)
+        if session_ids is not None:
+            query = query.where(figures.c.session_id.in_(list(session_ids)))
+        return self._read(query)
+
+    def hosts(self) -> list[dict[str, Any]]:
+        """Every ``hosts`` row, by host id."""
+        return self._read(select(hosts).order_by(hosts.c.host_id))
+
+    def export_history(self, folder: str | os.PathLike[str]) -> dict[str, int]:
+        """Append the store's throughput figures to ``<folder>/<hardware-key>.jsonl`` as history rows
+        (:func:`hwregress.store.history_export.history_rows`) that :func:`hwregress.store.history.read_history` reads
+        and ``python -m hwregress history render`` draws; a (session, test) row already in a file is not appended
+        again, so exporting twice or into a runner's own history adds only what is new. Returns rows appended per key.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+            OSError, ValueError, filelock.Timeout: a history file cannot be read or written
+                (:meth:`hwregress.store.history.HistoryStore.append`).
+        """
+        by_session: dict[str, list[dict[str, Any]]] = {}
+        for row in self.figures():
+            by_session.setdefault(row["session_id"], []).append(row)
+        by_key: dict[str, list[Any]] = {}
+        for session in self.sessions():
+            for row in history_rows(session, by_session.get(session["id"], [])):
+                by_key.setdefault(row["hardware_key"], []).append(row)
+        history, appended = HistoryStore(folder), {}
+        for key, rows in sorted(by_key.items()):
+            present = {(row["session"], row["test_id"]) for row in iter_history(history.path_for(key), [])}
+            absent = [row for row in rows if (row["session"], row["test_id"]) not in present]
+            if absent:
+                history.append(key, absent)
+            appended[key] = len(absent)
+        return appended
+
+    def _existing(self, name: str) -> PushOutcome | None:
+        count = (select(func.count()).select_from(figures).where(figures.c.session_id == sessions.c.id)
+                 .scalar_subquery())
+        found = self._read(select(sessions.c.id, count.label("figures")).where(sessions.c.name == name))
+        return PushOutcome(found[0]["id"], False, found[0]["figures"]) if found else None
+
+    def _insert_absent(self, table: Any) -> Any:
+        """INSERT that does nothing where a unique key is taken (PostgreSQL and SQLite's ON CONFLICT DO NOTHING)."""
+        dialect = {"postgresql": postgresql, "sqlite": sqlite}.get(self.engine.dialect.name)
+        return dialect.insert(table).on_conflict_do_nothing() if dialect else insert(table)
+
+    def _upsert_host(self, connection: Connection, host: dict[str, Any]) -> None:
+        connection.execute(self._insert_absent(hosts).values(**host))
+        current = connection.execute(select(hosts).where(hosts.c.host_id == host["host_id"])
+                                     .with_for_update()).mappings().one()
+        aliases = list(current["aliases"]) + [a for a in host["aliases"] if a not in current["aliases"]]
+        changed = {"aliases": aliases, "last_seen": max(_utc(current["last_seen"]), host["last_seen"]),
+                   "first_seen": min(_utc(current["first_seen"]), host["first_seen"]),
+                   "hardware_key": host["hardware_key"] or current["hardware_key"]}
+        if any(changed[k] != (_utc(current[k]) if k in _TIMES else current[k]) for k in changed):
+            connection.execute(update(hosts).where(hosts.c.host_id == host["host_id"]).values(**changed))
+
+    def _read(self, query: Any) -> list[dict[str, Any]]:
+        try:
+            with self.engine.connect().execution_options(hwregress_read_only=True) as connection:
+                return [_aware(dict(row)) for row in connection.execute(query).mappings()]
+        except SQLAlchemyError as error:
+            raise unavailable(self.url, error) from None
+
+
+def _utc(moment: _dt.datetime) -> _dt.datetime:
+    return moment.replace(tzinfo=_dt.timezone.utc) if moment.tzinfo is None else moment.astimezone(_dt.timezone.utc)
+
+
+def _aware(row: dict[str, Any]) -> dict[str, Any]:
+    """SQLite gives back naive times (stored as UTC): make every time of a row aware UTC, as PostgreSQL's are."""
+    return {key: _utc(value) if key in _TIMES and isinstance(value, _dt.datetime) else value
+            for key, value in row.items()}
+

@@ -1,0 +1,190 @@
+"""A session's rows for the fleet store (:mod:`hwregress.store.tables`), from a ``results.json`` document: pure, no
+database. :func:`session_rows` gives the host row, the session row and one figure row per judged figure of each
+test (its throughput, latency, peak memory, accuracy, speedup or efficiency, whichever the record has).
+
+The session's id is a UUIDv7 (RFC 9562) whose 48-bit time is the session's start in ms and whose other bits come
+from a hash of its name, so that pushing the same session twice, from anywhere, gives the same id; ids sort by start.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hwregress.store.figures import ReachFigures
+from hwregress.store.history import parse_time
+from hwregress.store.results import TestRecord
+from hwregress.summary import summarize
+
+RESULTS_FIX = "give a results.json written by hwregress (its meta has session and started_at)"
+
+
+@dataclass(frozen=True)
+class SessionRows:
+    """The rows of one session: ``host`` (a ``hosts`` row), ``session`` (a ``sessions`` row without ``pushed_at``)
+    and ``figures`` (``figures`` rows without ``session_id`` and ``id``), column name -> value."""
+
+    host: dict[str, Any]
+    session: dict[str, Any]
+    figures: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure a record may carry: the metric's name, the record's field of the value and of its baseline, the
+    direction that is better and the reach of its verdict (a :class:`TestRecord` field, or None)."""
+
+    name: str
+    value: str
+    baseline: str
+    direction: str
+    unit: str | None
+    reach: str | None
+
+
+METRICS = (
+    Metric("throughput", "throughput", "baseline_throughput", "higher", None, "reach"),  # unit: the record's
+    Metric("latency", "latency_ms", "baseline_latency_ms", "lower", "ms", "latency_reach"),
+    Metric("peak_memory", "peak_memory_bytes", "baseline_peak_memory_bytes", "lower", "bytes", None),
+    Metric("accuracy", "accuracy", "baseline_accuracy", "higher", "fraction", None),
+    Metric("speedup", "speedup", "baseline_speedup", "higher", "x", "speedup_reach"),
+    Metric("efficiency", "efficiency", "baseline_efficiency", "higher", "fraction", "efficiency_reach"),
+)
+
+
+def session_rows(results: Mapping[str, Any]) -> SessionRows:
+    """The rows of the session of a ``results.json`` document (as parsed JSON).
+
+    Raises:
+        ValueError: not a results document (no ``meta`` object with a ``session`` string and an ISO 8601
+            ``started_at``, or ``records`` not a list of objects); the message names what is missing.
+    """
+    meta = results.get("meta") if isinstance(results, Mapping) else None
+    records = results.get("records") if isinstance(results, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(records, list):
+        raise ValueError(f"not a results document: no 'meta' object and 'records' list ({RESULTS_FIX})")
+    name, started = meta.get("session"), parse_time(str(meta.get("started_at") or ""))
+    if not isinstance(name, str) or not name or started is None:
+        raise ValueError(f"meta.session {name!r} or meta.started_at {meta.get('started_at')!r} is missing or not "
+                         f"ISO 8601 ({RESULTS_FIX})")
+    if not all(isinstance(item, Mapping) for item in records):
+        raise ValueError(f"'records' holds something that is not an object ({RESULTS_FIX})")
+    typed = [TestRecord.from_json(dict(item)) for item in records]
+    hardware_key = session_hardware_key(typed)
+    host = {"host_id": host_id(typed, meta), "aliases": [meta["hostname"]] if meta.get("hostname") else [],
+            "hardware_key": hardware_key, "first_seen": started, "last_seen": started}
+    session = {
+        "id": session_uuid(name, started), "name": name, "host_id": host["host_id"], "hostname": meta.get("hostname"),
+        "hardware_key": hardware_key, "started_at": started,
+        "finished_at": parse_time(str(meta.get("finished_at") or "")),
+        "exitstatus": meta.get("exitstatus") if type(meta.get("exitstatus")) is int else None,
+        "interrupted": meta.get("interrupted") is True, **source_control(meta),
+        "environment": environments(meta, typed), "meta": dict(meta),
+    }
+    return SessionRows(host, session, [row for record in typed for row in figure_rows(record)])
+
+
+def session_uuid(name: str, started: _dt.datetime) -> str:
+    """The session's UUIDv7 as text: 48 bits of ``started`` in Unix ms, then 74 bits of the SHA-256 of ``name``."""
+    ms = int(started.timestamp() * 1000) & ((1 << 48) - 1)
+    bits = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:10], "big")
+    rand_a, rand_b = (bits >> 68) & 0xFFF, bits & ((1 << 62) - 1)
+    return str(uuid.UUID(int=ms << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b))
+
+
+def host_id(records: Sequence[TestRecord], meta: Mapping[str, Any]) -> str:
+    """A host's stable id: its GPUs' UUIDs (sorted, joined by ``,``) where the records name any, else the machine id
+    (``meta["machine_id"]``, /etc/machine-id read when the session ran), else the hostname, else ``"unknown"``."""
+    gpus = sorted({str(r.identity["gpu_uuid"]) for r in records if r.identity.get("gpu_uuid")})
+    if gpus:
+        return ",".join(gpus)
+    for key in ("machine_id", "hostname"):
+        if isinstance(meta.get(key), str) and meta[key].strip():
+            return meta[key].strip()
+    return "unknown"
+
+
+def session_hardware_key(records: Sequence[TestRecord]) -> str | None:
+    """The hardware key a session is filed under: the most frequent key of its accelerator records, else of all its
+    records (a GPU session also measures the CPU); None when no record has one."""
+    for chosen in ([r for r in records if r.hardware_key and not str(r.device or "cpu").startswith("cpu")], records):
+        counts = Counter(r.hardware_key for r in chosen if r.hardware_key)
+        if counts:
+            return counts.most_common(1)[0][0]
+    return None
+
+
+def source_control(meta: Mapping[str, Any]) -> dict[str, str | None]:
+    """``git_sha``, ``git_branch`` and ``ci_build_url`` from ``meta["ci"]`` or ``meta["git"]`` (keys ``commit`` or
+    ``sha``, ``branch``, ``build`` or ``build_url`` or ``url``); None where absent."""
+    sources = [meta.get(key) for key in ("ci", "git") if isinstance(meta.get(key), Mapping)]
+
+    def first(*names: str) -> str | None:
+        found = [str(s[n]) for s in sources for n in names if isinstance(s.get(n), (str, int)) and str(s[n])]
+        return found[0] if found else None
+
+    return {"git_sha": first("commit", "sha"), "git_branch": first("branch"),
+            "ci_build_url": first("build_url", "build", "url")}
+
+
+def environments(meta: Mapping[str, Any], records: Sequence[TestRecord]) -> dict[str, Any]:
+    """The software fingerprint per device: ``meta["hardware"]``'s, else the first record's of that device."""
+    found: dict[str, Any] = {}
+    for entry in meta.get("hardware") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("environment"), Mapping):
+            found[str(entry.get("device"))] = dict(entry["environment"])
+    for record in records:
+        if record.environment and str(record.device) not in found:
+            found[str(record.device)] = dict(record.environment)
+    return found
+
+
+def figure_rows(record: TestRecord) -> list[dict[str, Any]]:
+    """One row per metric of :data:`METRICS` the record has a value of (a finite number); the throughput's row
+    carries the per-round samples and their quartiles, the others one value (``median``, ``n`` 1)."""
+    rows = []
+    for metric in METRICS:
+        samples = _finite_samples(record.samples) if metric.name == "throughput" else []
+        value = _finite(getattr(record, metric.value))
+        if value is None and not samples:
+            continue
+        summary = summarize(samples) if samples else None
+        reach = getattr(record, metric.reach) if metric.reach else None
+        rows.append({
+            "test_id": record.test_id, "hardware_key": record.hardware_key, "device_name": record.device_name,
+            "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
+            "dtype": record.dtype, "device": record.device, "metric": metric.name,
+            "unit": metric.unit or record.unit, "direction": metric.direction, "samples": samples or None,
+            "median": summary.median if summary else value, "q1": summary.q1 if summary else None,
+            "q3": summary.q3 if summary else None, "n": summary.n if summary else 1,
+            "verdict": str(record.verdict), **_judged(record, metric.name),
+            "mds": _finite(reach.mds) if isinstance(reach, ReachFigures) else None,
+            "baseline_median": _finite(getattr(record, metric.baseline)),
+            "baseline_recorded_at": record.baseline_recorded_at,
+            "identity": dict(record.identity), "diagnosis": list(record.diagnosis),
+        })
+    return rows
+
+
+def _judged(record: TestRecord, metric: str) -> dict[str, float | None]:
+    if metric == "throughput":
+        return {"ratio": _finite(record.ratio), "threshold": _finite(record.threshold),
+                "p_value": _finite(record.p_value)}
+    ratio = _finite(record.memory_ratio) if metric == "peak_memory" else None
+    return {"ratio": ratio, "threshold": None, "p_value": None}
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _finite_samples(samples: Sequence[Any]) -> list[float]:
+    return [float(s) for s in samples if _finite(s) is not None]

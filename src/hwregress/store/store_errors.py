@@ -1,0 +1,53 @@
+"""What goes wrong reaching or writing the fleet store, as one line: :class:`StoreUnavailable` names the store's URL
+(password masked), what happened and the fix; :func:`unavailable` makes it from a driver's or SQLAlchemy's error."""
+
+from __future__ import annotations
+
+from alembic.util import CommandError
+
+FLEET_FIX = "pip install 'hwregress[fleet]'"
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be opened or written: ``<url>: <what> (<fix>)``, the URL's password masked.
+
+    Attributes:
+        url: the masked URL; what: what happened; fix: what to do.
+    """
+
+    def __init__(self, url: str, what: str, fix: str) -> None:
+        super().__init__(f"{url}: {what} ({fix})")
+        self.url, self.what, self.fix = url, what, fix
+
+
+# what the database's error says -> (what happened, the fix), first match wins
+_REASONS = (
+    ("database or disk is full", "the disk is full", "free space on its disk or point --store elsewhere"),
+    ("disk i/o error", "a disk I/O error (a full or failing disk)", "free space or check the disk"),
+    ("readonly database", "the file is read-only", "give a writable file with --store or HWREGRESS_STORE"),
+    ("unable to open database file", "the file cannot be opened or created",
+     "check its folder exists and is writable, or point --store elsewhere"),
+    ("connection refused", "the server refused the connection",
+     "start the database server or check the URL's host and port"),
+    ("password authentication failed", "the server refused the user or password",
+     "check the URL's user and password"),
+    ("does not exist", "the server has no such database or role", "create it or correct the URL"),
+    ("timeout", "the server did not answer in time", "check the server is up and reachable from here"),
+    ("could not translate host name", "the host name is unknown", "correct the URL's host"),
+)
+
+
+def unavailable(shown: str, error: BaseException) -> StoreUnavailable:
+    """The :class:`StoreUnavailable` of an error opening or writing the store at ``shown`` (a masked URL)."""
+    if isinstance(error, CommandError):
+        return StoreUnavailable(shown, f"its schema is not one this hwregress knows ({error})",
+                                "upgrade hwregress to the version that last wrote the store")
+    text = str(getattr(error, "orig", None) or error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    lowered = text.lower()
+    for needle, what, fix in _REASONS:
+        if needle in lowered:
+            return StoreUnavailable(shown, f"{what}: {text}", fix)
+    if isinstance(error, OSError):
+        return StoreUnavailable(shown, f"cannot be created: {error.strerror or error}",
+                                "check the folder is writable or point --store elsewhere")
+    return StoreUnavailable(shown, f"cannot be used: {text}", "check the URL, the server and the disk")

@@ -1,0 +1,103 @@
+"""The fleet store's schema (:mod:`hwregress.store.database`): three tables in SQLAlchemy Core, portable to SQLite and
+PostgreSQL; docs/store.md, 'Schema' describes each column.
+
+- ``hosts``: one row per machine, ``host_id`` stable across renames (:func:`hwregress.store.session_rows.host_id`),
+  its hostnames in ``aliases``;
+- ``sessions``: one row per pytest session, ``name`` (``results.json``'s ``meta.session``) unique, so that a second
+  push of a session inserts nothing;
+- ``figures``: one row per judged figure of a test (its throughput, latency, peak memory, ...), unique per session,
+  test and metric, deleted with its session.
+
+The migrations (``migrations/versions``) create exactly these tables; a self-test compares them
+(tests/test_store_schema.py). A change here is a new migration there.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+# named constraints, so that a later migration can drop or alter them by name on either engine
+metadata = MetaData(naming_convention={
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+})
+
+hosts = Table(
+    "hosts", metadata,
+    Column("host_id", String(512), primary_key=True),  # GPU UUIDs joined, else the machine id, else the hostname
+    Column("aliases", JSON, nullable=False),  # list of hostnames seen
+    Column("hardware_key", String(200)),
+    Column("first_seen", DateTime(timezone=True), nullable=False),
+    Column("last_seen", DateTime(timezone=True), nullable=False),
+)
+
+sessions = Table(
+    "sessions", metadata,
+    Column("id", String(36), primary_key=True),  # UUIDv7, text
+    Column("name", String(300), nullable=False, unique=True),  # meta.session: a push is idempotent by it
+    Column("host_id", String(512), ForeignKey("hosts.host_id"), nullable=False),
+    Column("hostname", String(300)),
+    Column("hardware_key", String(200)),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("exitstatus", Integer),
+    Column("interrupted", Boolean, nullable=False),
+    Column("git_sha", String(64)),
+    Column("git_branch", String(300)),
+    Column("ci_build_url", Text),
+    Column("environment", JSON, nullable=False),  # {device: software fingerprint}
+    Column("meta", JSON, nullable=False),  # results.json's meta as it was
+    Column("pushed_at", DateTime(timezone=True), nullable=False),
+    Index(None, "hardware_key", "started_at"),
+    Index(None, "host_id", "started_at"),
+)
+
+figures = Table(
+    "figures", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", String(36), ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("test_id", Text, nullable=False),
+    Column("hardware_key", String(200)),
+    Column("device_name", String(300)),
+    Column("family", String(64)),
+    Column("model", String(200)),
+    Column("mode", String(64)),
+    Column("batch_size", Integer),
+    Column("dtype", String(32)),
+    Column("device", String(64)),
+    Column("metric", String(64), nullable=False),  # throughput, latency, peak_memory, accuracy, speedup, efficiency
+    Column("unit", String(64)),
+    Column("direction", String(8), nullable=False),  # "higher" or "lower" is better
+    Column("samples", JSON),  # the per-round observations, in unit; null: one value only (median)
+    Column("median", Float),
+    Column("q1", Float),
+    Column("q3", Float),
+    Column("n", Integer),
+    Column("verdict", String(32)),  # the test's verdict (one per test: the same on each of its figures)
+    Column("ratio", Float),
+    Column("threshold", Float),
+    Column("mds", Float),
+    Column("p_value", Float),
+    Column("baseline_median", Float),
+    Column("baseline_recorded_at", String(64)),  # ISO 8601, as the baseline file wrote it
+    Column("identity", JSON),  # the hardware identity (hwregress.hardware.identity)
+    Column("diagnosis", JSON),  # list of likely causes, most likely first
+    UniqueConstraint("session_id", "test_id", "metric", name="uq_figures_session_test_metric"),
+    Index(None, "hardware_key", "test_id"),
+)

@@ -1,0 +1,90 @@
+"""Concurrent writer processes and a killed writer, on a real PostgreSQL (pgserver) and a real SQLite file: every
+session is there exactly once with all its figures, duplicates pushed at once are stored once, and a writer
+SIGKILLed inside its transaction leaves no session visible, the next push of it storing it whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.store_results import results_document
+
+from hwregress.store.database import open_store
+
+WRITER = Path(__file__).resolve().parent / "support" / "store_writer.py"
+TESTS = 5  # per session: 10 figures (throughput and peak memory)
+
+
+def writer(url: str, *paths: Path, pause: bool = False) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, str(WRITER), url, *map(str, paths), *(["--pause"] if pause else [])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def session_file(folder: Path, name: str) -> Path:
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(results_document(name, tests=TESTS, hostname=name.split("-")[0])))
+    return path
+
+
+def check_concurrent_writers(url: str, folder: Path, writers: int) -> None:
+    names = [f"w{index}-1-20261127T012215Z" for index in range(writers)]
+    files = [session_file(folder, name) for name in names]
+    # each writer pushes its own session, then its neighbour's: every session is pushed twice, concurrently
+    processes = [writer(url, files[i], files[(i + 1) % writers]) for i in range(writers)]
+    outcomes = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        outcomes += [json.loads(line) for line in out.splitlines()]
+    assert sorted(o["name"] for o in outcomes if o["inserted"]) == sorted(names)  # each inserted exactly once
+    assert {o["figures"] for o in outcomes} == {2 * TESTS}
+    store = open_store(url)
+    assert sorted(s["name"] for s in store.sessions()) == sorted(names)
+    assert len(store.figures()) == 2 * TESTS * writers
+    assert sorted(h["host_id"] for h in store.hosts()) == sorted(name.split("-")[0] for name in names)
+    store.close()
+
+
+@pytest.mark.needs_extra
+def test_sixteen_postgresql_writers_lose_nothing(postgres_database, tmp_path):
+    check_concurrent_writers(postgres_database, tmp_path, 16)
+
+
+def test_four_sqlite_writers_lose_nothing(tmp_path):
+    check_concurrent_writers(f"sqlite:///{tmp_path / 'hwregress.sqlite'}", tmp_path, 4)
+
+
+def check_killed_writer(url: str, folder: Path) -> None:
+    path = session_file(folder, "killed-1-20261127T012215Z")
+    open_store(url).close()  # migrated before the writer, so that its pause is inside the push
+    process = writer(url, path, pause=True)
+    try:
+        assert process.stdout.readline().strip() == "paused", process.stderr.read()
+        store = open_store(url)
+        assert store.sessions() == [] and store.figures() == []  # figures inserted, not committed: not visible
+        store.close()
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    store = open_store(url)
+    assert store.sessions() == [] and store.figures() == [] and store.hosts() == []
+    outcome = store.push(json.loads(path.read_text()))
+    assert (outcome.inserted, outcome.figures) == (True, 2 * TESTS)
+    assert len(store.figures()) == 2 * TESTS
+    store.close()
+
+
+def test_a_killed_sqlite_writer_leaves_no_half_session(tmp_path):
+    check_killed_writer(f"sqlite:///{tmp_path / 'hwregress.sqlite'}", tmp_path)
+
+
+@pytest.mark.needs_extra
+def test_a_killed_postgresql_writer_leaves_no_half_session(postgres_database, tmp_path):
+    check_killed_writer(postgres_database, tmp_path)
