@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from hwregress.plugin.provenance import ci_build_url, session_provenance
+from hwregress.plugin.provenance import ci_build_url, machine_id, session_provenance
 
 
 def _repo(path, branch="nightly"):
@@ -49,3 +49,12 @@ def test_the_build_url_of_each_ci_and_none_outside():
     assert ci_build_url({"BUILDKITE_BUILD_URL": "https://buildkite.com/o/p/builds/3"}).endswith("/builds/3")
     assert ci_build_url({"GITHUB_RUN_ID": "1"}) is None  # without the repository there is no URL to make
     assert ci_build_url({}) is None
+
+
+def test_the_machine_id_is_read_from_the_first_file_that_holds_one(tmp_path):
+    empty, bad, good = tmp_path / "empty", tmp_path / "bad", tmp_path / "good"
+    empty.write_text("\n")
+    bad.write_text("not-an-id\n")
+    good.write_text("3d1219c7c4c5404aaa1f6d2a48adfda4\n")
+    assert machine_id((tmp_path / "missing", empty, bad, good)) == "3d1219c7c4c5404aaa1f6d2a48adfda4"
+    assert machine_id((tmp_path / "missing", bad)) is None

@@ -80,6 +80,16 @@ def test_sessions_are_found_by_key_host_branch_and_time(tmp_path):
     assert len(store.figures(session_ids=[session["id"]])) == 6
 
 
+def test_a_session_names_the_commit_branch_and_build_the_plugin_recorded_before_a_hooks_guess(tmp_path):
+    document = results_document("a-1-20261127T012215Z")
+    document["meta"]["provenance"] = {"git_sha": "f00d", "git_branch": "nightly", "ci_build_url": None}
+    store = open_store(f"sqlite:///{tmp_path / 'hwregress.sqlite'}")
+    store.push(document)
+    [session] = store.sessions()
+    assert (session["git_sha"], session["git_branch"], session["ci_build_url"]) == (
+        "f00d", "nightly", "https://ci.example.org/1")  # the build only a user's hook knew
+
+
 def test_the_store_url_is_the_option_else_the_environment_else_the_report_folder():
     assert store_url("sqlite:///x.sqlite", {"HWREGRESS_STORE": "postgresql://h/db"}, "r") == "sqlite:///x.sqlite"
     assert store_url(None, {"HWREGRESS_STORE": "postgresql://h/db"}, "r") == "postgresql://h/db"

@@ -22,7 +22,7 @@ import pytest
 
 from hwregress.hardware.devices import describe, environment_fingerprint, unavailable_reason
 from hwregress.plugin import ci
-from hwregress.plugin.provenance import session_provenance
+from hwregress.plugin.provenance import machine_id, session_provenance
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
 from hwregress.store.atomic import atomic_write_text
@@ -42,6 +42,7 @@ class Collector:
         self.records: dict[str, TestRecord] = {}
         self.paths: dict[str, Path] = {}
         self.problems: list[str] = []
+        self.store_failure: str | None = None  # a failed push to the store, queued: said, not a lost result
         self.started = time.time()
         self.journal: Journal | None = None
         # the journal's session id once it starts: the history rows use it, also after a journal write failed, so a
@@ -99,9 +100,12 @@ class Collector:
         if self.records and self.settings.history_dir is not None:
             self._append_history(session, self.settings.history_dir,
                                  interrupted=int(exitstatus) == int(pytest.ExitCode.INTERRUPTED))
-        if self.records and self.settings.write_report:
+        if self.records and (self.settings.write_report or self.settings.store_url):
             results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
-            self._write(results, session)
+            if self.settings.write_report:
+                self._write(results, session)
+            if self.settings.store_url:
+                self._push(results, session, self.settings.store_url)
         if self.journal is not None:
             self.journal.close(remove=not self.problems)  # the results file now holds everything it held
 
@@ -145,13 +149,25 @@ class Collector:
             except OSError as error:
                 self._fail(session, f"Markdown summary not written to {target}: {error}")
 
+    def _push(self, results: SessionResults, session: pytest.Session, url: str) -> None:
+        """Push the session to the fleet store (after results.json: a failed push queues it and says so)."""
+        from hwregress.plugin.store_push import push_session
+
+        pushed = push_session(results.to_json(), url, self.settings.report_dir)
+        if not pushed.failed:
+            self.paths["store"] = pushed.line.removeprefix("store: ")
+            return
+        self.store_failure = pushed.line  # not a problem of the results: results.json holds them, the journal goes
+        if self.settings.require_store and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
     def _fail(self, session: pytest.Session, problem: str) -> None:
         self.problems.append(problem)
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.records and not self.problems and not self.dead:
+        if not self.records and not self.problems and not self.dead and self.store_failure is None:
             return
         write = terminalreporter.write_line
         terminalreporter.section("hwregress")
@@ -167,6 +183,9 @@ class Collector:
             write(line)
         for name, path in self.paths.items():
             write(f"{name}: {path}")
+        if self.store_failure is not None:
+            required = " (--require-store: the session fails)" if self.settings.require_store else ""
+            write(f"hwregress: {self.store_failure}{required}", red=bool(required), yellow=not required)
         for problem in self.problems:
             write(f"hwregress: {problem}", red=True)
         for dead in self.dead:
@@ -207,6 +226,7 @@ class Collector:
             "tolerances": vars(self.settings.policy.tolerances),
             "pid": os.getpid(),
             "provenance": session_provenance(Path(str(self.config.rootpath)), os.environ),
+            "machine_id": machine_id(),
             **({"history": self._history_meta()} if self.history is not None else {}),
             **({"ab": self.settings.ab.meta()} if self.settings.ab is not None else {}),
         }

@@ -68,6 +68,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--history-dir", "hwregress_history_dir", None,
            "folder of the session history, one <hardware-key>.jsonl (default: <report-dir>/history); "
            "keep it between CI runs"),
+    Option("--store", "hwregress_store", None,
+           "the fleet store, a SQLAlchemy URL (sqlite:///PATH, postgresql+psycopg://USER@HOST/DB) or none "
+           "(default: $HWREGRESS_STORE, else sqlite:///<report-dir>/hwregress.sqlite)"),
     Option("--summary-md", "hwregress_summary_md", None, "also write the Markdown job summary to this file"),
     Option("--alert-webhook", "hwregress_alert_webhook", None,
            "POST the session's new regressions, drifts and defective hosts to this URL as Slack-compatible JSON "
@@ -151,6 +154,8 @@ def add_options(parser: pytest.Parser) -> None:
                          "[ini: hwregress_ab_env, one per line]")
     parser.addini("hwregress_ab_env", "A/B: stack B's environment settings KEY=VALUE, one per line", type="linelist",
                   default=[])
+    group.addoption("--require-store", action="store_true", dest="hwregress_require_store",
+                    help="fail the session when its push to the store fails (default: queue it and say so)")
     group.addoption("--no-history", action="store_true", dest="hwregress_no_history",
                     help="do not append this session to the history (--history-dir)")
     group.addoption("--no-hwregress-report", action="store_true", dest="hwregress_no_report",

@@ -1,5 +1,6 @@
-"""Where a session's code came from and which CI build ran it: ``results.json``'s ``meta.provenance``, so that the
-store (:mod:`hwregress.store.session_rows`) can say which commit, branch and build each session measured.
+"""Where a session's code came from and which CI build ran it (``results.json``'s ``meta.provenance``), and which
+machine it ran on (``meta.machine_id``), so that the store (:mod:`hwregress.store.session_rows`) can say which
+commit, branch and build each session measured, and know a host by more than its hostname.
 
 The CI's own variables first (GitHub Actions, GitLab CI, Jenkins, Buildkite: each sets the commit and branch it
 checked out, where ``git`` in a detached checkout knows no branch), then ``git`` in the rootdir; anything unknown is
@@ -17,6 +18,8 @@ _CI_GIT = (("GITHUB_SHA", "GITHUB_HEAD_REF"), ("GITHUB_SHA", "GITHUB_REF_NAME"),
            ("CI_COMMIT_SHA", "CI_COMMIT_REF_NAME"), ("GIT_COMMIT", "GIT_BRANCH"),
            ("BUILDKITE_COMMIT", "BUILDKITE_BRANCH"))
 GIT_TIMEOUT_S = 5.0
+# systemd's machine-id(5), then D-Bus's older copy of it
+MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
 
 
 def session_provenance(rootdir: Path, environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -41,6 +44,19 @@ def ci_build_url(environ: Mapping[str, str]) -> str | None:
     for variable in ("CI_JOB_URL", "BUILD_URL", "BUILDKITE_BUILD_URL"):
         if environ.get(variable):
             return environ[variable]
+    return None
+
+
+def machine_id(files: tuple[Path, ...] = MACHINE_ID_FILES) -> str | None:
+    """This machine's id (machine-id(5): 32 hex digits, stable across reboots, unlike a CI runner's hostname), None
+    where no file holds one (macOS, Windows, a container without it)."""
+    for path in files:
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
+            return text
     return None
 
 

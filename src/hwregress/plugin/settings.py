@@ -5,6 +5,7 @@ bad value came from, the value, and what would be valid."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from hwregress.plugin.options import (
     value_taken_for_the_rootdir,
     was_given,
 )
+from hwregress.plugin.store_push import chosen_url
 from hwregress.scaleout.topology import Topology, oversubscription, usable_cores
 from hwregress.spark import master as spark_master
 from hwregress.spark.engine import parse_conf
@@ -58,6 +60,8 @@ class Settings:
     workload_modules: tuple[str, ...] = ()  # --workloads: the ranks of a distributed job import them too
     spark: SparkSettings = field(default_factory=SparkSettings)
     ab: ABSettings | None = None  # an interleaved A/B of two stacks (--ab-python, --ab-env), else None
+    store_url: str | None = None  # the fleet store the session is pushed to (--store), None for none
+    require_store: bool = False  # --require-store: a failed push fails the session
 
 
 def build_settings(config: pytest.Config) -> Settings:
@@ -97,6 +101,8 @@ def build_settings(config: pytest.Config) -> Settings:
         workload_modules=tuple(list_of(config, "hwregress_workloads") or ()),
         spark=_spark(config),
         ab=ab,
+        store_url=None if ab is not None else chosen_url(config, os.environ, report_dir),  # B against A: not ours
+        require_store=bool(config.getoption("hwregress_require_store")),
     )
 
 

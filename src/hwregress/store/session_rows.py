@@ -121,16 +121,24 @@ def session_hardware_key(records: Sequence[TestRecord]) -> str | None:
 
 
 def source_control(meta: Mapping[str, Any]) -> dict[str, str | None]:
-    """``git_sha``, ``git_branch`` and ``ci_build_url`` from ``meta["ci"]`` or ``meta["git"]`` (keys ``commit`` or
-    ``sha``, ``branch``, ``build`` or ``build_url`` or ``url``); None where absent."""
+    """``git_sha``, ``git_branch`` and ``ci_build_url``: from ``meta["provenance"]`` (what the plugin records:
+    :mod:`hwregress.plugin.provenance`), else from ``meta["ci"]`` or ``meta["git"]`` as a
+    ``pytest_hwregress_session_meta`` hook of a user's may set them (keys ``commit`` or ``sha``, ``branch``, ``build``
+    or ``build_url`` or ``url``); None where absent."""
     sources = [meta.get(key) for key in ("ci", "git") if isinstance(meta.get(key), Mapping)]
 
     def first(*names: str) -> str | None:
         found = [str(s[n]) for s in sources for n in names if isinstance(s.get(n), (str, int)) and str(s[n])]
         return found[0] if found else None
 
-    return {"git_sha": first("commit", "sha"), "git_branch": first("branch"),
-            "ci_build_url": first("build_url", "build", "url")}
+    recorded = meta.get("provenance") if isinstance(meta.get("provenance"), Mapping) else {}
+
+    def known(name: str, *fallbacks: str) -> str | None:
+        value = recorded.get(name)
+        return str(value) if isinstance(value, str) and value else first(*fallbacks)
+
+    return {"git_sha": known("git_sha", "commit", "sha"), "git_branch": known("git_branch", "branch"),
+            "ci_build_url": known("ci_build_url", "build_url", "build", "url")}
 
 
 def environments(meta: Mapping[str, Any], records: Sequence[TestRecord]) -> dict[str, Any]:

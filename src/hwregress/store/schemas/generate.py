@@ -47,6 +47,8 @@ META_SCHEMA: dict[str, Any] = {
         "hardware": {"type": "array", "items": {"type": "object", "required": ["device"]}},
         "baseline_dir": {"type": "string"}, "update_mode": {"type": ["string", "null"]},
         "tolerances": {"type": "object"}, "pid": {"type": "integer"},
+        "machine_id": {"description": "machine-id(5) of the host (null where none): the store's host id of a "
+                                      "machine without GPUs", "type": ["string", "null"]},
         "provenance": {"description": "the commit and branch the session ran (the CI's variables, else git in the "
                                       "rootdir) and the CI build's URL; null where unknown",
                        "type": "object",

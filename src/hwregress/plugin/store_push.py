@@ -1,0 +1,70 @@
+"""The session's push to the fleet store at its end (``--store``, ``HWREGRESS_STORE``; by default the SQLite file
+``<report-dir>/hwregress.sqlite``), after ``results.json`` is written.
+
+A store that cannot be reached or written never costs the session its results: ``results.json`` is written first,
+the session is queued as ``<report-dir>/store-queue/<session>.json`` for ``python -m hwregress store push``, one line
+says so, and the exit status changes only under ``--require-store``. The store's figures are this machine's: an
+interleaved A/B session (stack B against stack A) is not pushed, as it is not appended to the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hwregress.plugin.options import value_of
+from hwregress.store.atomic import atomic_write_json
+
+OFF = "none"  # --store=none: no store
+QUEUE_DIR = "store-queue"
+
+
+def chosen_url(config: pytest.Config, environ: Mapping[str, str], report_dir: Path) -> str | None:
+    """The store URL the session pushes to, or None for none (``--store=none``)."""
+    from hwregress.store.database import store_url
+
+    url = store_url(value_of(config, "hwregress_store")[0], environ, report_dir)
+    return None if url.strip().lower() == OFF else url
+
+
+@dataclass(frozen=True)
+class PushReport:
+    """What the push did: ``line`` for the terminal; ``failed`` when the session is queued instead of stored."""
+
+    line: str
+    failed: bool
+
+
+def push_session(results: Mapping[str, Any], url: str, report_dir: Path) -> PushReport:
+    """Push ``results`` (a ``results.json`` document) to the store at ``url``; on failure queue it under
+    ``report_dir`` (:data:`QUEUE_DIR`). Never raises for a store's failure."""
+    from hwregress.store.database import masked, open_store
+    from hwregress.store.store_errors import StoreUnavailable
+
+    try:
+        store = open_store(url)
+        try:
+            outcome = store.push(results)
+        finally:
+            store.close()
+    except (StoreUnavailable, ValueError) as error:
+        return PushReport(_queued(results, report_dir, str(error)), failed=True)
+    said = "pushed" if outcome.inserted else "already there"
+    return PushReport(f"store: session {results['meta'].get('session')} {said} ({outcome.figures} figures) in "
+                      f"{masked(url)}", failed=False)
+
+
+def _queued(results: Mapping[str, Any], report_dir: Path, error: str) -> str:
+    session = str(results.get("meta", {}).get("session") or "session")
+    target = report_dir / QUEUE_DIR / f"{session}.json"
+    try:
+        atomic_write_json(target, dict(results))
+    except OSError as write_error:
+        return (f"store not written: {error}; not queued either ({write_error}): results.json holds the session, "
+                "push it later with python -m hwregress store push")
+    return (f"store not written: {error}; the session is queued in {target}: push it later with "
+            f"python -m hwregress store push {target}")

@@ -1,0 +1,71 @@
+"""The session's push to the fleet store, end to end: pytester sessions of the suite write their session into the
+default SQLite file (with and without ``-n 2``) and into a real PostgreSQL; an unreachable store costs nothing of the
+results, queues the session for ``store push``, and fails the session only under ``--require-store``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hwregress.store.database import open_store
+
+UNREACHABLE = "postgresql+psycopg://ci:secret@127.0.0.1:1/hwregress"  # port 1: nothing listens there
+
+
+def _store_lines(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.stdout.lines if line.startswith(("store:", "hwregress: store"))]
+
+
+@pytest.mark.slow
+def test_a_session_lands_in_the_default_sqlite_store_once(hw_project, xdist_args):
+    hw_project.run("--update-baselines", *xdist_args).assert_outcomes(passed=2)
+    judged = hw_project.run(*xdist_args)
+    judged.assert_outcomes(passed=2)
+    store = open_store(f"sqlite:///{hw_project.path / 'reports' / 'hwregress.sqlite'}")
+    results = hw_project.results
+    sessions = store.sessions()
+    assert [s["name"] for s in sessions][-1] == results["meta"]["session"] and len(sessions) == 2
+    figures = store.figures(session_ids=[sessions[-1]["id"]])
+    throughput = {f["test_id"]: f["median"] for f in figures if f["metric"] == "throughput"}
+    assert throughput == pytest.approx({r["test_id"]: r["throughput"] for r in results["records"]})
+    assert {f["verdict"] for f in figures} == {"pass"}
+    [line] = _store_lines(judged)
+    assert line.startswith(f"store: session {results['meta']['session']} pushed (") and "hwregress.sqlite" in line
+
+
+@pytest.mark.slow
+def test_an_unreachable_store_queues_the_session_and_fails_it_only_when_required(hw_project):
+    hw_project.run("--update-baselines", "--store=none").assert_outcomes(passed=2)
+    assert not (hw_project.path / "reports" / "hwregress.sqlite").exists()  # --store=none: no store at all
+    down = hw_project.run(f"--store={UNREACHABLE}")
+    down.assert_outcomes(passed=2)
+    assert down.ret == 0 and "secret" not in down.stdout.str()
+    [line] = _store_lines(down)
+    session = hw_project.results["meta"]["session"]
+    queued = hw_project.path / "reports" / "store-queue" / f"{session}.json"
+    assert line.startswith("hwregress: store not written: postgresql+psycopg://ci:***@127.0.0.1:1/hwregress: ")
+    assert f"queued in {queued}" in line and json.loads(queued.read_text()) == hw_project.results
+    required = hw_project.run(f"--store={UNREACHABLE}", "--require-store")
+    required.assert_outcomes(passed=2)
+    assert required.ret == 1 and "(--require-store: the session fails)" in _store_lines(required)[0]
+    # results.json holds the records: the journal goes, and the next session finds no dead one
+    assert not list((hw_project.path / "reports").glob(".results*.partial.jsonl"))
+    later = f"sqlite:///{hw_project.path / 'later.sqlite'}"
+    pushed = subprocess.run([sys.executable, "-m", "hwregress", "store", "push", str(queued), "--store", later],
+                            capture_output=True, text=True, cwd=hw_project.path)
+    assert pushed.returncode == 0, pushed.stderr
+    assert [s["name"] for s in open_store(later).sessions()] == [session]
+
+
+@pytest.mark.slow
+@pytest.mark.needs_extra
+def test_a_session_lands_in_postgresql(hw_project, postgres_database):
+    hw_project.run("--update-baselines", "--store=none").assert_outcomes(passed=2)
+    hw_project.run(f"--store={postgres_database}").assert_outcomes(passed=2)
+    hw_project.run(env={"HWREGRESS_STORE": postgres_database}).assert_outcomes(passed=2)
+    store = open_store(postgres_database)
+    assert len(store.sessions()) == 2 and not (hw_project.path / "reports" / "hwregress.sqlite").exists()
+    assert {f["test_id"] for f in store.figures()} == {r["test_id"] for r in hw_project.results["records"]}
