@@ -57,7 +57,7 @@ class HwProject:
                     "HWREGRESS_SELFTEST_STREAM_SLEEP_S", "HWREGRESS_SELFTEST_FREEZE",
                     # an outer -n run's worker variables would make the inner session think it is a worker
                     "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
-                    "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS"):
+                    "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "HWREGRESS_STORE", "HWREGRESS_ALERT_WEBHOOK"):
             self.monkeypatch.delenv(key, raising=False)
         for key, value in (env or {}).items():
             self.monkeypatch.setenv(key, value)

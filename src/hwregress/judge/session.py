@@ -11,6 +11,7 @@ from typing import Any
 from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
 from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
+from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.diagnosis import diagnose
 from hwregress.store.baseline_file import BaselineError, BaselineFile
 from hwregress.store.baselines import BaselineStore
@@ -40,9 +41,10 @@ class Policy:
 class BenchSession:
     """Baseline look-ups (cached per hardware key) and verdicts for one pytest process."""
 
-    def __init__(self, store: BaselineStore, policy: Policy) -> None:
+    def __init__(self, store: BaselineStore, policy: Policy, fleet: FleetJudge | None = None) -> None:
         self.store = store
         self.policy = policy
+        self.fleet = fleet  # day-one verdicts of tests without an entry, from the fleet store (None: none)
         self._files: dict[str, BaselineFile | BaselineError | None] = {}
         self.roofs: dict[str, dict[str, float]] = {}  # device -> roofs measured in this process (evidence.ceiling_name)
         self._lock = threading.Lock()
@@ -101,6 +103,8 @@ class BenchSession:
             record.baseline_recorded_at = entry.get("recorded_at")
             if record.verdict == Verdict.REGRESSION:
                 record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs, self._baseline_roofs(record)))
+        elif record.verdict == Verdict.NEW and self.fleet is not None and self._day_one(record, failures, notes):
+            pass  # judged against its fleet: a verdict, not a missing baseline
         elif self.policy.require_baselines and self.policy.update_mode is None:
             failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
                             "and --require-baselines is set; record one with --update-baselines")
@@ -109,6 +113,24 @@ class BenchSession:
         self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
         record.message = " | ".join(failures + notes)
         return failures
+
+    def _day_one(self, record: TestRecord, failures: list[str], notes: list[str]) -> bool:
+        """Judge ``record`` (no entry of its own) against its hardware key's fleet; True when that gave a verdict."""
+        assert self.fleet is not None
+        found = self.fleet.judge(record)
+        if found is None:
+            return False
+        if isinstance(found, str):  # the store could not be read
+            notes.append(found)
+            return False
+        if found.verdict == Verdict.NEW:  # too few hosts, or no majority
+            notes.append(found.message)
+            return False
+        record.verdict, record.ratio, record.threshold = found.verdict, found.ratio, found.threshold
+        record.baseline_throughput = found.fleet_value
+        said = f"{record.test_id}: day one, no baseline of its own: {found.message}"
+        (failures if found.verdict == Verdict.REGRESSION else notes).append(said)
+        return True
 
     def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:
         loaded = self._files.get(record.hardware_key or "")

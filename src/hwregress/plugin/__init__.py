@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
-from hwregress.plugin import ab_pool, alert_hook, hookspecs, options, progress, record, xdist
+from hwregress.plugin import ab_pool, alert_hook, hookspecs, options, progress, record, store_push, xdist
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.families import registry
 from hwregress.plugin.families import spark as spark_family
@@ -74,7 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for family in registry.families():  # a family may implement pytest hooks of its own
         config.pluginmanager.register(family, f"hwregress-family-{family.name}")
     settings = config.stash[SETTINGS_KEY] = build_settings(config)
-    config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy)
+    fleet = store_push.fleet_judge(settings.store_url) if settings.store_url else None
+    config.stash[SESSION_KEY] = BenchSession(BaselineStore(settings.baseline_dir), settings.policy, fleet)
     xdist.register(config)
     if settings.ab is not None:
         ab_pool.register(config, settings.ab.stacks, settings.ab.timeout_s, settings.workload_modules)

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from hwregress.plugin.host_check import alert_findings
 from hwregress.plugin.options import value_of
 
 ENVIRONMENT_VARIABLE = "HWREGRESS_ALERT_WEBHOOK"
@@ -130,7 +131,8 @@ class AlertHook:
 
         started = _dt.datetime.fromtimestamp(collector.started, _dt.timezone.utc).isoformat(timespec="seconds")
         trends = collector.history.trends if collector.history is not None else []
-        alerts = session_alerts(collector.records.values(), trends, collector.session_id, started)
+        defective = alert_findings(collector.host_checks, collector.session_id, started)
+        alerts = session_alerts(collector.records.values(), trends, collector.session_id, started, defective)
         if not alerts:
             return ""
         message = slack_message(alerts, self._location(collector.paths), socket.gethostname(), collector.session_id)
@@ -144,7 +146,9 @@ class AlertHook:
         from hwregress.report.alerts import Location
 
         ci = self.meta.get("ci") if isinstance(self.meta.get("ci"), dict) else {}
-        build = next((str(ci[key]) for key in ("build", "build_url", "url") if ci.get(key)), None)
+        recorded = self.meta.get("provenance") if isinstance(self.meta.get("provenance"), dict) else {}
+        build = next((str(ci[key]) for key in ("build", "build_url", "url") if ci.get(key)),
+                     recorded.get("ci_build_url"))
         return Location(report=_text(paths.get("report")), results=_text(paths.get("results")), ci_build=build)
 
     @pytest.hookimpl(trylast=True)

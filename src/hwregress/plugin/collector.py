@@ -22,6 +22,8 @@ import pytest
 
 from hwregress.hardware.devices import describe, environment_fingerprint, unavailable_reason
 from hwregress.plugin import ci
+from hwregress.plugin.fixture import SESSION_KEY
+from hwregress.plugin.host_check import host_check, terminal_lines
 from hwregress.plugin.provenance import machine_id, session_provenance
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
@@ -43,6 +45,7 @@ class Collector:
         self.paths: dict[str, Path] = {}
         self.problems: list[str] = []
         self.store_failure: str | None = None  # a failed push to the store, queued: said, not a lost result
+        self.host_checks: list[dict[str, Any]] = []  # this host against its fleets (meta.host_check)
         self.started = time.time()
         self.journal: Journal | None = None
         # the journal's session id once it starts: the history rows use it, also after a journal write failed, so a
@@ -101,6 +104,7 @@ class Collector:
             self._append_history(session, self.settings.history_dir,
                                  interrupted=int(exitstatus) == int(pytest.ExitCode.INTERRUPTED))
         if self.records and (self.settings.write_report or self.settings.store_url):
+            self.host_checks = host_check(self.config.stash[SESSION_KEY].fleet, self.records.values())
             results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
             if self.settings.write_report:
                 self._write(results, session)
@@ -183,6 +187,8 @@ class Collector:
             write(line)
         for name, path in self.paths.items():
             write(f"{name}: {path}")
+        for line in terminal_lines(self.host_checks):
+            write(f"hwregress: {line}", red=True)
         if self.store_failure is not None:
             required = " (--require-store: the session fails)" if self.settings.require_store else ""
             write(f"hwregress: {self.store_failure}{required}", red=bool(required), yellow=not required)
@@ -227,6 +233,7 @@ class Collector:
             "pid": os.getpid(),
             "provenance": session_provenance(Path(str(self.config.rootpath)), os.environ),
             "machine_id": machine_id(),
+            **({"host_check": self.host_checks} if self.host_checks else {}),
             **({"history": self._history_meta()} if self.history is not None else {}),
             **({"ab": self.settings.ab.meta()} if self.settings.ab is not None else {}),
         }

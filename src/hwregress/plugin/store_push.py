@@ -9,15 +9,20 @@ interleaved A/B session (stack B against stack A) is not pushed, as it is not ap
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from hwregress.plugin.options import value_of
+from hwregress.plugin.provenance import machine_id
 from hwregress.store.atomic import atomic_write_json
+
+if TYPE_CHECKING:
+    from hwregress.judge.day_one import FleetJudge
 
 OFF = "none"  # --store=none: no store
 QUEUE_DIR = "store-queue"
@@ -68,3 +73,21 @@ def _queued(results: Mapping[str, Any], report_dir: Path, error: str) -> str:
                 "push it later with python -m hwregress store push")
     return (f"store not written: {error}; the session is queued in {target}: push it later with "
             f"python -m hwregress store push {target}")
+
+
+def fleet_judge(url: str) -> FleetJudge:
+    """The day-one judge of this process (:class:`hwregress.judge.day_one.FleetJudge`), reading the store at ``url``
+    once per hardware key; this host known by its machine id and hostname."""
+    from hwregress.judge.day_one import FleetJudge
+
+    def load(hardware_key: str) -> dict[str, dict[str, float]]:
+        from hwregress.store.database import open_store
+        from hwregress.store.fleet_queries import latest_medians
+
+        store = open_store(url)
+        try:
+            return latest_medians(store, hardware_key)
+        finally:
+            store.close()
+
+    return FleetJudge(load, {"machine_id": machine_id(), "hostname": socket.gethostname()})

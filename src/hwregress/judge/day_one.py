@@ -1,0 +1,106 @@
+"""Day-one verdicts in a session: a test with no baseline entry of its own, on a hardware key whose other hosts the
+fleet store knows, is judged against that key's fleet (:mod:`hwregress.judge.fleet`) instead of passing as ``new``;
+and, at the session's end, the host itself against the fleet: ``defective`` when two independent micro-figures or two
+models fall below it (:mod:`hwregress.judge.defective`).
+
+The store is read once per process and hardware key (:func:`hwregress.store.fleet_queries.latest_medians`); the host
+under test is left out of its own fleet. A store that cannot be read leaves the tests ``new`` and says so in their
+message. The page: docs/fleet-verdicts.md, 'A new host against the fleet'.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+
+from hwregress.judge.defective import COMPONENTS, DefectiveFinding, host_finding
+from hwregress.judge.evidence import ceiling_name
+from hwregress.judge.fleet import FleetBaseline, FleetVerdict, fleet_baseline, judge_against_fleet
+from hwregress.store.results import TestRecord
+from hwregress.store.store_errors import StoreUnavailable
+
+Medians = Mapping[str, Mapping[str, float]]  # test id -> host id -> the host's latest median
+# hardware key -> its hosts' latest medians; raises StoreUnavailable when the store cannot be read
+MediansLoader = Callable[[str], Medians]
+
+
+class FleetJudge:
+    """The fleets of the hardware keys this process measures, read once per key, and a record judged against its
+    fleet. ``machine`` names this host as the store does: ``machine_id`` and ``hostname`` (a GPU host is also known by
+    the UUID of the record's GPU)."""
+
+    def __init__(self, load: MediansLoader, machine: Mapping[str, str | None]) -> None:
+        self._load = load
+        self._names = [machine.get("machine_id"), machine.get("hostname")]
+        self._machine = {value for value in machine.values() if value}
+        self._fleets: dict[str, Medians | str] = {}
+        self._lock = threading.Lock()
+
+    def judge(self, record: TestRecord) -> FleetVerdict | str | None:
+        """``record``'s throughput against the fleet of its hardware key without this host: a
+        :class:`hwregress.judge.fleet.FleetVerdict`, None where the store knows no other host with this test, or a
+        sentence when the store could not be read."""
+        if not record.hardware_key or not record.throughput or record.throughput <= 0:
+            return None
+        fleet = self._fleet(record.hardware_key)
+        if isinstance(fleet, str):
+            return fleet
+        others = {host: median for host, median in (fleet.get(record.test_id) or {}).items()
+                  if not self._is_this_host(host, record)}
+        if not others:
+            return None
+        return judge_against_fleet(record.throughput, fleet_baseline(others, record.test_id))
+
+    def host_findings(self, records: Iterable[TestRecord]) -> list[tuple[str, DefectiveFinding]]:
+        """This host against the fleet of each hardware key among ``records`` (this session's, judged): its ceilings
+        (roof names, :func:`hwregress.judge.evidence.ceiling_name`) and throughput tests against the other hosts'
+        latest medians of the same tests. ``(hardware key, finding)`` for each key with a fleet to compare with; a
+        key whose store cannot be read is left out."""
+        by_key: dict[str, list[TestRecord]] = {}
+        for record in records:
+            if record.hardware_key and record.throughput and record.throughput > 0:
+                by_key.setdefault(record.hardware_key, []).append(record)
+        findings = []
+        for key, measured in sorted(by_key.items()):
+            fleet = self._fleet(key)
+            if isinstance(fleet, str):
+                continue
+            finding = self._finding(measured, fleet)
+            if finding.evidence or finding.defective or any(r.test_id in fleet for r in measured):
+                findings.append((key, finding))
+        return findings
+
+    def _finding(self, measured: list[TestRecord], fleet: Medians) -> DefectiveFinding:
+        micro, models, names = {}, {}, {}
+        micro_fleet: dict[str, FleetBaseline] = {}
+        model_fleet: dict[str, FleetBaseline] = {}
+        for record in measured:
+            others = {h: v for h, v in (fleet.get(record.test_id) or {}).items() if not self._is_this_host(h, record)}
+            if record.family == "ceiling" and str(record.model) in COMPONENTS:
+                roof = ceiling_name(record)
+                micro[roof] = float(record.throughput)
+                if others:
+                    micro_fleet[roof] = fleet_baseline(others, roof)
+            elif record.family == "throughput" and record.model:
+                models[record.test_id], names[record.test_id] = float(record.throughput), str(record.model)
+                if others:
+                    model_fleet[record.test_id] = fleet_baseline(others, record.test_id)
+        return host_finding(self.host_name(measured), micro, micro_fleet, models, model_fleet, names)
+
+    def host_name(self, records: list[TestRecord]) -> str:
+        """How this host is named in a finding: its GPUs' UUIDs, else its machine id or hostname."""
+        gpus = sorted({str(r.identity["gpu_uuid"]) for r in records if r.identity.get("gpu_uuid")})
+        return ",".join(gpus) if gpus else next((name for name in self._names if name), "this host")
+
+    def _fleet(self, hardware_key: str) -> Medians | str:
+        with self._lock:
+            if hardware_key not in self._fleets:
+                try:
+                    self._fleets[hardware_key] = self._load(hardware_key)
+                except StoreUnavailable as error:
+                    self._fleets[hardware_key] = f"no day-one verdict: the fleet store could not be read ({error})"
+            return self._fleets[hardware_key]
+
+    def _is_this_host(self, host_id: str, record: TestRecord) -> bool:
+        gpu = record.identity.get("gpu_uuid")
+        return host_id in self._machine or (bool(gpu) and str(gpu) in host_id.split(","))

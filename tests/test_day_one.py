@@ -1,0 +1,164 @@
+"""Day-one verdicts: a test with no baseline of its own, on a hardware key whose other hosts the fleet store knows, is
+judged against that fleet; the host itself is never part of its own fleet; a store that cannot be read leaves it
+``new`` and says why. End to end: a fleet built from a real session of this machine's suite, then a new host."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from support.store_results import results_document
+
+from hwregress.judge.compare import Tolerances
+from hwregress.judge.day_one import FleetJudge
+from hwregress.judge.session import BenchSession, Policy
+from hwregress.store.baselines import BaselineStore
+from hwregress.store.database import open_store
+from hwregress.store.fleet_queries import latest_medians
+from hwregress.store.results import TestRecord
+from hwregress.store.store_errors import StoreUnavailable
+from hwregress.store.verdicts import Verdict
+
+TEST = "bench_tests/test_models.py::test_throughput[cpu-resnet18-train-bs0]"  # results_document's first test
+FLEET_SPEEDS = {"host-a": 0.99, "host-b": 1.0, "host-c": 1.01, "host-d": 1.02}
+
+
+def _fleet_store(tmp_path, speeds=FLEET_SPEEDS):
+    """A real SQLite store with one session per host, each host's throughput ``speed`` x 10 samples/s."""
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.sqlite'}")
+    for index, (host, speed) in enumerate(speeds.items()):
+        document = results_document(f"{host}-1-20261127T0{index}2215Z", tests=1, hostname=host)
+        record = document["records"][0]
+        record["throughput"], record["samples"] = 10.0 * speed, [10.0 * speed] * 3
+        store.push(document)
+    return store
+
+
+def _record(throughput, hostname_gpu=None):
+    return TestRecord(TEST, family="throughput", device="cpu", hardware_key="amd-epyc-f26m2-2t", model="resnet18",
+                      mode="train", batch_size=1, dtype="fp32", unit="samples/s", throughput=throughput,
+                      samples=[throughput] * 5, identity={"gpu_uuid": hostname_gpu} if hostname_gpu else {})
+
+
+def test_the_store_gives_each_hosts_latest_median_per_test(tmp_path):
+    store = _fleet_store(tmp_path)
+    later = results_document("host-a-2-20261128T012215Z", tests=1, hostname="host-a",
+                             started="2026-11-28T01:22:15+00:00")
+    later["records"][0]["throughput"], later["records"][0]["samples"] = 7.0, [7.0] * 3
+    store.push(later)
+    medians = latest_medians(store, "amd-epyc-f26m2-2t")[TEST]
+    assert medians == pytest.approx({"host-a": 7.0, "host-b": 10.0, "host-c": 10.1, "host-d": 10.2})
+
+
+def test_a_new_host_is_judged_against_its_fleet_without_itself(tmp_path):
+    store = _fleet_store(tmp_path)
+    judge = FleetJudge(lambda key: latest_medians(store, key), {"machine_id": "host-d", "hostname": "new"})
+    slow = judge.judge(_record(8.0))
+    assert slow.verdict == Verdict.REGRESSION and slow.n_hosts == 3  # host-d is this host: not in its fleet
+    assert "against a fleet of 3 hosts" in slow.message
+    assert judge.judge(_record(10.05)).verdict == Verdict.PASS
+    gpu_host = FleetJudge(lambda key: {TEST: {"GPU-1,GPU-2": 5.0, "b": 10.0, "c": 10.0, "d": 10.0}}, {})
+    assert gpu_host.judge(_record(5.0, hostname_gpu="GPU-2")).n_hosts == 3  # one GPU of that host's set: itself
+
+
+def test_a_fleet_too_small_or_unreadable_gives_no_verdict_and_says_why():
+    small = FleetJudge(lambda key: {TEST: {"a": 10.0, "b": 10.0}}, {})
+    assert small.judge(_record(5.0)).verdict == Verdict.NEW
+    assert FleetJudge(lambda key: {}, {}).judge(_record(5.0)) is None
+
+    def unreadable(key):
+        raise StoreUnavailable("sqlite:///x", "the file cannot be opened", "fix it")
+
+    said = FleetJudge(unreadable, {}).judge(_record(5.0))
+    assert said.startswith("no day-one verdict: the fleet store could not be read (sqlite:///x: ")
+
+
+def test_the_session_gives_a_test_without_an_entry_its_fleet_verdict(tmp_path):
+    store = _fleet_store(tmp_path)
+    fleet = FleetJudge(lambda key: latest_medians(store, key), {"machine_id": "new-host"})
+    session = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()), fleet)
+    slow = _record(6.0)
+    failures = session.conclude(slow, "throughput/resnet18/train/bs1/fp32")
+    assert slow.verdict == Verdict.REGRESSION and slow.ratio == pytest.approx(6.0 / 10.05)
+    assert slow.baseline_throughput == pytest.approx(10.05)
+    assert failures == [slow.message.split(" | ")[0]] and "day one, no baseline of its own" in failures[0]
+    healthy = _record(10.0)
+    assert session.conclude(healthy, "throughput/resnet18/train/bs1/fp32") == [] and healthy.verdict == Verdict.PASS
+    alone = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()))
+    lonely = _record(6.0)
+    alone.conclude(lonely, "throughput/resnet18/train/bs1/fp32")
+    assert lonely.verdict == Verdict.NEW  # without a store: new, as before
+
+
+@pytest.mark.slow
+def test_a_new_host_of_a_known_key_gets_day_one_verdicts_end_to_end(hw_project):
+    """A real session of the suite, its results pushed four times as four other hosts (0.98-1.03 of it), then this
+    machine, with no baselines of its own, judged against them: a known 2x slowdown is a regression "against a fleet
+    of 4 hosts", an unchanged session passes."""
+    store_url = f"sqlite:///{hw_project.path / 'fleet.sqlite'}"
+    hw_project.run(f"--store={store_url}", "--update-baselines", "--baseline-dir=recorded").assert_outcomes(passed=2)
+    real = hw_project.results
+    fleet = open_store(f"sqlite:///{hw_project.path / 'others.sqlite'}")
+    for index, speed in enumerate((0.98, 1.0, 1.01, 1.03)):
+        other = copy.deepcopy(real)
+        other["meta"].update(session=f"other-{index}", machine_id=f"{index:032x}", hostname=f"other-{index}")
+        for record in other["records"]:
+            record["throughput"] *= speed
+            record["samples"] = [value * speed for value in record["samples"]]
+        fleet.push(other)
+    (hw_project.path / "none").mkdir()
+    others = f"--store=sqlite:///{hw_project.path / 'others.sqlite'}"
+    slow = hw_project.run(others, "--baseline-dir=none", env={"HWREGRESS_SELFTEST_SLOWDOWN": "2"})
+    slow.assert_outcomes(failed=2)
+    for record in hw_project.results["records"]:
+        assert record["verdict"] == "regression" and record["ratio"] == pytest.approx(0.5, rel=0.1)
+        assert "day one, no baseline of its own" in record["message"] and "against a fleet of 4 hosts" in record[
+            "message"]
+    unchanged = hw_project.run(others, "--baseline-dir=none")
+    unchanged.assert_outcomes(passed=2)
+    assert {r["verdict"] for r in hw_project.results["records"]} == {"pass"}
+
+
+def _ceiling(model, dtype, unit, value):
+    return TestRecord(f"bench_tests/test_ceilings.py::test_ceiling[cpu-{model}-{dtype}]", family="ceiling",
+                      device="cpu", hardware_key="amd-epyc-f26m2-2t", model=model, mode="roof", dtype=dtype,
+                      unit=unit, throughput=value)
+
+
+def _model(model, value):
+    return TestRecord(f"bench_tests/test_throughput.py::test_throughput[cpu-{model}-infer-bs8-fp32]",
+                      family="throughput", device="cpu", hardware_key="amd-epyc-f26m2-2t", model=model,
+                      mode="infer", batch_size=8, dtype="fp32", unit="samples/s", throughput=value)
+
+
+def _fleet_of(records_by_host):
+    """test id -> host -> throughput, as the store's latest medians give it."""
+    fleet: dict[str, dict[str, float]] = {}
+    for host, records in records_by_host.items():
+        for record in records:
+            fleet.setdefault(record.test_id, {})[host] = record.throughput
+    return fleet
+
+
+def test_a_host_whose_gemm_and_copy_fall_below_its_fleet_is_defective_with_its_evidence():
+    from hwregress.plugin.host_check import alert_findings, host_check, terminal_lines
+    from hwregress.report.alerts import defective_host_alert
+
+    def host(speed, copy_speed):
+        return [_ceiling("gemm", "fp32", "TFLOP/s", 0.2 * speed), _ceiling("copy", "fp32", "GB/s", 40 * copy_speed),
+                _model("resnet18", 80 * speed), _model("alexnet", 150 * speed)]
+
+    fleet = _fleet_of({f"h{i}": host(1 + 0.01 * i, 1 - 0.01 * i) for i in range(5)})
+    judge = FleetJudge(lambda key: fleet, {"machine_id": "new", "hostname": "vm"})
+    [check] = host_check(judge, host(0.85, 0.80))
+    assert check["defective"] and check["host"] == "new" and check["hardware_key"] == "amd-epyc-f26m2-2t"
+    assert check["components"] == ["GEMM", "device memory"] and check["models"] == ["alexnet", "resnet18"]
+    assert {e["figure"] for e in check["evidence"]} >= {"gemm_fp32_tflops", "copy_gbs"}
+    assert terminal_lines([check])[0].startswith("defective host new (amd-epyc-f26m2-2t): ")
+    [finding] = alert_findings([check], "s-1", "2026-11-27T10:00:00+00:00")
+    assert defective_host_alert(finding).kind == "defective-host"
+    [healthy] = host_check(judge, host(1.0, 1.0))
+    assert not healthy["defective"] and terminal_lines([healthy]) == []
+    [one_part] = host_check(judge, [_ceiling("gemm", "fp32", "TFLOP/s", 0.1), *host(1.0, 1.0)[1:]])
+    assert not one_part["defective"] and one_part["components"] == ["GEMM"]  # GEMM alone: one component
+    assert host_check(None, host(0.5, 0.5)) == []
