@@ -5,6 +5,7 @@ judged against that fleet; the host itself is never part of its own fleet; a sto
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from support.store_results import results_document
@@ -162,3 +163,24 @@ def test_a_host_whose_gemm_and_copy_fall_below_its_fleet_is_defective_with_its_e
     [one_part] = host_check(judge, [_ceiling("gemm", "fp32", "TFLOP/s", 0.1), *host(1.0, 1.0)[1:]])
     assert not one_part["defective"] and one_part["components"] == ["GEMM"]  # GEMM alone: one component
     assert host_check(None, host(0.5, 0.5)) == []
+
+
+def test_a_key_no_other_host_has_measured_gets_a_provisional_expectation_from_the_nearest_known_key():
+    gemm = "bench_tests/test_ceilings.py::test_ceiling[cuda:0-copy-fp32]"
+    fleets = {"nvidia-h100-80gb-hbm3": {gemm: {"a": 3000.0, "b": 3010.0, "c": 3020.0}},
+              "nvidia-h200": {gemm: {"this-host": 1.0}}}  # the new key's only sessions are this host's own
+    judge = FleetJudge(lambda key: fleets.get(key, {}), {"machine_id": "this-host"}, lambda: sorted(fleets))
+
+    def copy_on_h200(value):
+        return TestRecord(gemm, family="ceiling", device="cuda:0", hardware_key="nvidia-h200", model="copy",
+                          mode="roof", dtype="fp32", unit="GB/s", throughput=value)
+
+    low = judge.judge(copy_on_h200(3000.0))  # an H200 copying no faster than an H100: far below 4.8 / 3.35
+    assert low.startswith("below prediction: ") and "nvidia-h100-80gb-hbm3's 3010" in low
+    assert judge.judge(copy_on_h200(4240.0)).startswith("within or above prediction: ")
+    session = BenchSession(BaselineStore(Path("/nonexistent-baselines")), Policy(Tolerances()), judge)
+    record = copy_on_h200(3000.0)
+    session.conclude(record, "ceiling/copy/roof/bs1/fp32")
+    assert record.verdict == Verdict.NEW and "below prediction" in record.message
+    no_keys = FleetJudge(lambda key: fleets.get(key, {}), {"machine_id": "this-host"})
+    assert no_keys.judge(copy_on_h200(3000.0)) is None

@@ -1,7 +1,9 @@
 """Day-one verdicts in a session: a test with no baseline entry of its own, on a hardware key whose other hosts the
 fleet store knows, is judged against that key's fleet (:mod:`hwregress.judge.fleet`) instead of passing as ``new``;
 and, at the session's end, the host itself against the fleet: ``defective`` when two independent micro-figures or two
-models fall below it (:mod:`hwregress.judge.defective`).
+models fall below it (:mod:`hwregress.judge.defective`). A hardware key the store has never seen gets a provisional
+expectation from the nearest known key instead (:mod:`hwregress.judge.prediction`): the test stays ``new``, its
+message says whether it is "below prediction".
 
 The store is read once per process and hardware key (:func:`hwregress.store.fleet_queries.latest_medians`); the host
 under test is left out of its own fleet. A store that cannot be read leaves the tests ``new`` and says so in their
@@ -16,12 +18,19 @@ from collections.abc import Callable, Iterable, Mapping
 from hwregress.judge.defective import COMPONENTS, DefectiveFinding, host_finding
 from hwregress.judge.evidence import ceiling_name
 from hwregress.judge.fleet import FleetBaseline, FleetVerdict, fleet_baseline, judge_against_fleet
+from hwregress.judge.prediction import (
+    ProvisionalExpectation,
+    judge_provisional,
+    nearest_known_key,
+    provisional_expectation,
+)
 from hwregress.store.results import TestRecord
 from hwregress.store.store_errors import StoreUnavailable
 
 Medians = Mapping[str, Mapping[str, float]]  # test id -> host id -> the host's latest median
 # hardware key -> its hosts' latest medians; raises StoreUnavailable when the store cannot be read
 MediansLoader = Callable[[str], Medians]
+KeysLoader = Callable[[], Iterable[str]]  # the hardware keys the store knows; raises StoreUnavailable
 
 
 class FleetJudge:
@@ -29,8 +38,10 @@ class FleetJudge:
     fleet. ``machine`` names this host as the store does: ``machine_id`` and ``hostname`` (a GPU host is also known by
     the UUID of the record's GPU)."""
 
-    def __init__(self, load: MediansLoader, machine: Mapping[str, str | None]) -> None:
+    def __init__(self, load: MediansLoader, machine: Mapping[str, str | None],
+                 known_keys: KeysLoader | None = None) -> None:
         self._load = load
+        self._known_keys = known_keys
         self._names = [machine.get("machine_id"), machine.get("hostname")]
         self._machine = {value for value in machine.values() if value}
         self._fleets: dict[str, Medians | str] = {}
@@ -38,8 +49,9 @@ class FleetJudge:
 
     def judge(self, record: TestRecord) -> FleetVerdict | str | None:
         """``record``'s throughput against the fleet of its hardware key without this host: a
-        :class:`hwregress.judge.fleet.FleetVerdict`, None where the store knows no other host with this test, or a
-        sentence when the store could not be read."""
+        :class:`hwregress.judge.fleet.FleetVerdict`; where the store knows no other host of the key with this test, the
+        provisional expectation's sentence from the nearest known key, or None; a sentence when the store could not
+        be read."""
         if not record.hardware_key or not record.throughput or record.throughput <= 0:
             return None
         fleet = self._fleet(record.hardware_key)
@@ -47,9 +59,30 @@ class FleetJudge:
             return fleet
         others = {host: median for host, median in (fleet.get(record.test_id) or {}).items()
                   if not self._is_this_host(host, record)}
-        if not others:
-            return None
+        if not others:  # a key no other host has measured gets a provisional expectation from the nearest known key
+            seen = any(not self._is_this_host(host, record) for hosts in fleet.values() for host in hosts)
+            return None if seen else self._prediction(record)
         return judge_against_fleet(record.throughput, fleet_baseline(others, record.test_id))
+
+    def _prediction(self, record: TestRecord) -> str | None:
+        """The provisional expectation's sentence for a test of a hardware key the store has never seen."""
+        if self._known_keys is None or not record.hardware_key or not record.dtype:
+            return None
+        try:
+            keys = [k for k in self._known_keys() if k != record.hardware_key]
+        except StoreUnavailable:
+            return None
+        known = nearest_known_key(record.hardware_key, keys)
+        hosts = self._fleet(known) if known else None
+        values = sorted((hosts.get(record.test_id) or {}).values()) if isinstance(hosts, Mapping) else []
+        if not known or not values:
+            return None
+        roof = ceiling_name(record) if record.family == "ceiling" else None
+        expectation = provisional_expectation(record.test_id, values[len(values) // 2], known, record.hardware_key,
+                                              str(record.dtype), record.arithmetic_intensity, roof=roof)
+        if not isinstance(expectation, ProvisionalExpectation):
+            return f"no provisional expectation: {expectation.reason}"
+        return judge_provisional(float(record.throughput), expectation).message
 
     def host_findings(self, records: Iterable[TestRecord]) -> list[tuple[str, DefectiveFinding]]:
         """This host against the fleet of each hardware key among ``records`` (this session's, judged): its ceilings

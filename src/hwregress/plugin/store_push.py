@@ -90,4 +90,14 @@ def fleet_judge(url: str) -> FleetJudge:
         finally:
             store.close()
 
-    return FleetJudge(load, {"machine_id": machine_id(), "hostname": socket.gethostname()})
+    def known_keys() -> list[str]:
+        from hwregress.store.database import open_store
+        from hwregress.store.fleet_queries import hardware_keys
+
+        store = open_store(url)
+        try:
+            return hardware_keys(store)
+        finally:
+            store.close()
+
+    return FleetJudge(load, {"machine_id": machine_id(), "hostname": socket.gethostname()}, known_keys)

@@ -41,3 +41,12 @@ def _measured(figure: Mapping[str, Any], metric: str) -> bool:
     median = figure.get("median")
     return (figure.get("metric") == metric and isinstance(median, (int, float)) and median > 0
             and figure.get("verdict") in MEASURED_VERDICTS)
+
+
+def hardware_keys(store: Store) -> list[str]:
+    """The hardware keys of the sessions in ``store``, sorted.
+
+    Raises:
+        StoreUnavailable: the store cannot be read.
+    """
+    return sorted({str(s["hardware_key"]) for s in store.sessions() if s.get("hardware_key")})
