@@ -5,11 +5,16 @@ in a subprocess, and bad input as one line."""
 from __future__ import annotations
 
 import datetime as dt
+import html as html_module
+import json
 import math
+import os
 import re
+import shutil
 import subprocess
 import sys
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support.store_results import results_document
@@ -22,6 +27,7 @@ from hwregress.store.database import open_store
 KEY = "nvidia-h100-sxm5-80gb"
 MODELS = {"resnet50": 2900.0, "bert": 410.0, "vit": 1200.0}
 CEILINGS = {("gemm", "bf16", "TFLOP/s"): 720.0, ("copy", None, "GB/s"): 2900.0}
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 T0 = dt.datetime(2026, 11, 20, 8, 0, tzinfo=dt.timezone.utc)
 
 
@@ -191,3 +197,56 @@ def test_an_unknown_key_an_empty_store_and_the_store_as_output_are_one_line(tmp_
     assert main(["store", "fleet", "--store", url, "-o", str(database)]) == 2
     assert "is the input" in capsys.readouterr().err
     assert not (tmp_path / "fleet.html").exists()
+
+
+# Appended to a copy of the page: the session filter driven as a user would, the visible rows counted each time.
+FILTER_PROBE = """
+<script>
+(function () {
+  "use strict";
+  var form = document.querySelector("form.session-filter"), counts = {shown: !form.hidden};
+  function visible() {
+    return Array.prototype.filter.call(document.querySelectorAll("table.fleet-sessions tr[data-host]"),
+      function (row) { return !row.hidden && row.getClientRects().length > 0; }).length;
+  }
+  function set(name, value) {
+    form.elements[name].value = value;
+    form.dispatchEvent(new Event("change", {bubbles: true}));
+    return visible();
+  }
+  counts.all = visible();
+  counts.host = set("host", "GPU-0005");
+  counts.host_and_branch = set("branch", "=fix-1");
+  set("host", "");
+  counts.branch = visible();
+  set("branch", "");
+  counts.since = set("since", "2026-11-22");
+  counts.until = set("until", "2026-11-21");
+  counts.text = form.querySelector(".count").textContent;
+  document.documentElement.setAttribute("data-selftest", JSON.stringify(counts));
+}());
+</script>
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium is not installed")
+def test_the_session_filter_hides_and_shows_sessions_in_a_browser(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
+    synthetic_fleet(url)
+    page = tmp_path / "fleet.html"
+    assert main(["store", "fleet", "--store", url, "-o", str(page)]) == 0
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", FILTER_PROBE + "</body>"), encoding="utf-8")
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          "--disable-background-networking", "--enable-logging=stderr", "--v=0",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line] == []
+    found = re.search(r'data-selftest="([^"]*)"', dom.stdout)
+    assert found is not None, dom.stdout[:2000]
+    counts = json.loads(html_module.unescape(found.group(1)))
+    # 12 sessions: 6 hosts on day 1 (2026-11-21) and day 2; gpu-a's day-2 session on fix-1
+    assert counts == {"shown": True, "all": 12, "host": 2, "host_and_branch": 0, "branch": 1, "since": 6,
+                      "until": 0, "text": "0 of 12 sessions shown"}
