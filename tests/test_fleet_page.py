@@ -101,7 +101,7 @@ def test_a_slow_host_is_an_outlier_and_defective_with_its_evidence_on_the_page(t
     assert set(evidence) == {"gemm_bf16_tflops", "copy_gbs", "test_throughput[cuda-resnet50-train-bs64]",
                              "test_throughput[cuda-bert-train-bs64]"}
     assert evidence["gemm_bf16_tflops"][1] == "GEMM" and evidence["copy_gbs"][1] == "device memory"
-    assert "GPU-0005 is defective" in html
+    assert "<strong>gpu-f</strong>: GPU-0005 is defective" in html
     sessions = table_cells(html, "id", f"sessions-{KEY}")
     assert len(sessions) == 12 and sessions[0][1] == "gpu-f" and sessions[0][2] == "main"  # newest first
     assert sum(row[2] == "fix-1" for row in sessions) == 1
@@ -124,9 +124,11 @@ def test_peak_memory_is_shown_per_host_too(tmp_path):
         view = build_fleet_view(KEY, store.sessions(), store.figures())
     finally:
         store.close()
-    memory = ratio_table(render_fleet([view], url), "peak_memory")
+    html = render_fleet([view], url)
+    memory = ratio_table(html, "peak_memory")
     assert memory["test_throughput[cuda-resnet50-train-bs64]"] == ["1.000"] * 5 + ["1.500 outlier"]
     assert memory["test_ceiling[cuda-gemm]"] == ["1.000"] * 6
+    assert [row[2].strip() for row in table_cells(html, "id", f"peak_memory-{KEY}")][:2] == ["1 GiB", "1 GiB"]
     assert memory["test_throughput[cuda-vit-train-bs64]"][4] == "–"
 
 

@@ -102,6 +102,10 @@ class FleetView:
     sessions: tuple[SessionLine, ...]
     branches: tuple[str, ...]
 
+    def label_of(self, host_id: str) -> str:
+        """The label of a host (its latest hostname), else the id itself."""
+        return next((host.label for host in self.hosts if host.host_id == host_id), host_id)
+
     def rows_of(self, metric: str) -> list[FleetRow]:
         """The rows of one metric (``throughput``, ``peak_memory``), by test id."""
         return [row for row in self.rows if row.metric == metric]
