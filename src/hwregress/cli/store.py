@@ -6,6 +6,9 @@ command line, at ``--store URL`` (default: ``HWREGRESS_STORE``, else ``sqlite://
                                       sessions, each pushed once (a history's rows grouped by their session)
     store export --dir DIR            the store's throughput figures as DIR/<hardware-key>.jsonl history rows, which
                                       python -m hwregress history [render] reads (rows already there are kept)
+    store fleet -o FILE.html          the fleet page: one section per hardware key (--hardware-key KEY: that one),
+                                      each host's latest median per test over the fleet's, outliers, defective hosts
+                                      and the sessions, filterable (hwregress.report.fleet_view)
 
 Every input is read and checked before anything is written; an unreachable store is one line naming its URL.
 """
@@ -18,9 +21,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hwregress.cli.common import RESULTS_FIX, CliError, require_regular
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from hwregress.cli.common import RESULTS_FIX, CliError, command_inputs, output_path, require_regular, write_output
+from hwregress.report.fleet_view import build_fleet_view, hardware_keys, render_fleet
 from hwregress.store.atomic import read_regular_file
-from hwregress.store.database import open_store, store_url
+from hwregress.store.database import masked, open_store, store_url
 from hwregress.store.fleet_store import PushOutcome, Store
 from hwregress.store.history import HistoryStore, iter_history
 from hwregress.store.history_import import rows_from_history
@@ -37,6 +44,8 @@ def cmd_store(args: argparse.Namespace) -> int:
         hwregress.cli.common.CliError: a missing or unreadable input, a file that is no results.json or history, a
             store that cannot be opened or written.
     """
+    if args.action == "fleet":
+        return _fleet_page(args)
     if args.action == "export":
         with _store(args) as store:
             appended = _unavailable_is_cli_error(lambda: store.export_history(args.dir))
@@ -51,6 +60,39 @@ def cmd_store(args: argparse.Namespace) -> int:
                 outcome = _unavailable_is_cli_error(lambda rows=rows: store.push_rows(rows))
                 print(f"{path}: session {rows.session['name']}: {_said(outcome)}")
     return 0
+
+
+def _fleet_page(args: argparse.Namespace) -> int:
+    """Write the fleet page of the store's keys (or ``--hardware-key``'s) to ``-o``."""
+    url = store_url(args.store, os.environ, REPORT_DIR)
+    output = output_path(args.output, command_inputs(_database_file(url)))
+    with _store(args) as store:
+        sessions = _unavailable_is_cli_error(store.sessions)
+        keys = hardware_keys(sessions)
+        if not keys:
+            raise CliError(masked(url), "holds no session", "push sessions first: python -m hwregress store push "
+                                                             "reports/results.json --store URL")
+        if args.hardware_key is not None and args.hardware_key not in keys:
+            raise CliError(masked(url), f"has no session of hardware key {args.hardware_key!r}; its keys: "
+                                        f"{', '.join(keys)}", "give one of them to --hardware-key, or leave it out")
+        chosen = [args.hardware_key] if args.hardware_key is not None else keys
+        figures = _unavailable_is_cli_error(lambda: store.figures(
+            session_ids=[s["id"] for s in sessions if s["hardware_key"] in chosen]))
+    views = [build_fleet_view(key, sessions, figures) for key in chosen]
+    write_output(output, render_fleet(views, masked(url)))
+    hosts = sum(len(view.hosts) for view in views)
+    print(f"{output}: fleet page of {len(views)} hardware key(s), {hosts} host(s), from {masked(url)}")
+    return 0
+
+
+def _database_file(url: str) -> list[str]:
+    """The SQLite file of ``url``, which the page must not overwrite (none for another database or a bad URL)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return []
+    in_file = parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
+    return [str(parsed.database)] if in_file else []
 
 
 def _said(outcome: PushOutcome) -> str:
@@ -133,7 +175,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     imported.add_argument("paths", nargs="+", metavar="PATH")
     export = actions.add_parser("export", help="the store's throughput figures as history files")
     export.add_argument("--dir", type=Path, required=True, help="history folder to write <hardware-key>.jsonl into")
-    for parser in (push, imported, export):
+    fleet = actions.add_parser("fleet", help="the fleet page: hosts side by side per test, outliers, defective hosts")
+    fleet.add_argument("--hardware-key", default=None, metavar="KEY", help="only this key's section (default: all)")
+    fleet.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    for parser in (push, imported, export, fleet):
         parser.add_argument("--store", default=None, metavar="URL",
                             help="SQLAlchemy URL of the store (default: HWREGRESS_STORE, else "
                                  f"sqlite:///{REPORT_DIR}/hwregress.sqlite)")
