@@ -25,6 +25,7 @@ from hwregress.judge.defective import COMPONENTS, DefectiveFinding, defective_ho
 from hwregress.judge.evidence import roof_name
 from hwregress.judge.fleet import fleet_baseline
 from hwregress.report import _environment
+from hwregress.store.fleet_queries import latest_figures
 
 METRICS = {"throughput": "higher", "peak_memory": "lower"}  # the metrics the page shows, and which way is better
 
@@ -132,7 +133,7 @@ def build_fleet_view(hardware_key: str, sessions: Sequence[Mapping[str, Any]],
         raise ValueError(f"no session of hardware key {hardware_key!r}; keys: "
                          f"{', '.join(hardware_keys(sessions)) or 'none'}")
     by_id = {s["id"]: s for s in own}
-    latest = _latest_figures(by_id, [f for f in figures if f.get("hardware_key") in (hardware_key, None)])
+    latest = latest_figures(by_id, [f for f in figures if f.get("hardware_key") in (hardware_key, None)], METRICS)
     host_ids = sorted({s["host_id"] for s in own}, key=lambda h: (_label(own, h), h))
     findings = _findings(latest)
     hosts = tuple(HostColumn(h, _label(own, h), sum(s["host_id"] == h for s in own),
@@ -150,25 +151,6 @@ def build_fleet_view(hardware_key: str, sessions: Sequence[Mapping[str, Any]],
 
 def _label(sessions: Sequence[Mapping[str, Any]], host_id: str) -> str:
     return next((s["hostname"] for s in reversed(sessions) if s["host_id"] == host_id and s.get("hostname")), host_id)
-
-
-def _usable(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-
-def _latest_figures(sessions: Mapping[str, Mapping[str, Any]], figures: Iterable[Mapping[str, Any]]
-                    ) -> dict[tuple[str, str], dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]]]:
-    """(metric, test id) -> host id -> (figure, session) of the host's latest session with a usable figure."""
-    out: dict[tuple[str, str], dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
-    for figure in figures:
-        session = sessions.get(figure["session_id"])
-        if session is None or figure["metric"] not in METRICS or not _usable(figure.get("median")):
-            continue
-        hosts = out.setdefault((figure["metric"], figure["test_id"]), {})
-        held = hosts.get(session["host_id"])
-        if held is None or (held[1]["started_at"], held[1]["name"]) < (session["started_at"], session["name"]):
-            hosts[session["host_id"]] = (figure, session)
-    return out
 
 
 def _row(test_id: str, metric: str, by_host: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]],
