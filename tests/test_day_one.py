@@ -184,3 +184,24 @@ def test_a_key_no_other_host_has_measured_gets_a_provisional_expectation_from_th
     assert record.verdict == Verdict.NEW and "below prediction" in record.message
     no_keys = FleetJudge(lambda key: fleets.get(key, {}), {"machine_id": "this-host"})
     assert no_keys.judge(copy_on_h200(3000.0)) is None
+
+
+def test_a_gpu_hosts_own_cpu_figures_are_not_its_fleet_and_a_cpu_test_keeps_the_cpus_tolerance(tmp_path):
+    # the review of this change: a GPU host's store id is its GPUs' UUIDs, which its CPU tests do not carry
+    fleet = {TEST: {"GPU-1,GPU-2": 6.0, "b": 10.0, "c": 10.0, "d": 10.1}}
+    judge = FleetJudge(lambda key: fleet, {"machine_id": "m-1", "hostname": "gpu-box"}, None,
+                       lambda: {"GPU-1,GPU-2": ["gpu-box", "m-1"], "b": ["b"], "c": ["c"], "d": ["d"]})
+    assert judge.judge(_record(6.0)).n_hosts == 3  # its own 6.0 left out
+    session = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()), judge)
+    within_cpu_tolerance = _record(9.0)  # 0.9 x the fleet: beyond 5%, within the CPU's 15%
+    assert session.conclude(within_cpu_tolerance, "throughput/resnet18/train/bs1/fp32") == []
+    assert within_cpu_tolerance.verdict == Verdict.PASS and within_cpu_tolerance.threshold >= 0.15
+
+
+def test_require_baselines_still_fails_a_test_the_fleet_passes(tmp_path):
+    fleet = {TEST: {"b": 10.0, "c": 10.0, "d": 10.1}}
+    policy = Policy(Tolerances(), require_baselines=True)
+    session = BenchSession(BaselineStore(tmp_path / "baselines"), policy, FleetJudge(lambda key: fleet, {}))
+    record = _record(10.0)
+    failures = session.conclude(record, "throughput/resnet18/train/bs1/fp32")
+    assert record.verdict == Verdict.PASS and any("--require-baselines is set" in f for f in failures)

@@ -139,3 +139,22 @@ def test_a_full_disk_is_one_line_and_stores_no_half_session(tmp_path):
     assert "\n" not in str(raised.value)
     store = open_store(f"sqlite:///{path}")
     assert store.sessions() == [] and store.figures() == []
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("postgresql+psycopg://ci:secret@db:port/hwregress", "is not a SQLAlchemy URL"),
+    ("sqlite:////etc/hostname/inside-a-file.sqlite", "its folder cannot be created"),
+])
+def test_a_bad_port_or_a_folder_that_cannot_be_made_is_one_line_not_a_crash(url, said):
+    # the review of this change: these raised ValueError and FileExistsError through the session's end
+    with pytest.raises(StoreUnavailable, match=said) as caught:
+        open_store(url)
+    assert "secret" not in str(caught.value)
+
+
+def test_a_store_password_on_the_command_line_is_masked_in_the_recorded_arguments():
+    from hwregress.plugin.store_push import masked_store_args
+
+    args = ["-m", "gpu", "--store=postgresql+psycopg://ci:secret@db/h", "--store", "postgresql://u:pw@db/h", "-q"]
+    assert masked_store_args(args) == ["-m", "gpu", "--store=postgresql+psycopg://ci:***@db/h", "--store",
+                                       "postgresql://u:***@db/h", "-q"]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from hwregress.judge.defective import COMPONENTS, DefectiveFinding, host_finding
 from hwregress.judge.evidence import ceiling_name
-from hwregress.judge.fleet import FleetBaseline, FleetVerdict, fleet_baseline, judge_against_fleet
+from hwregress.judge.fleet import MIN_THRESHOLD, FleetBaseline, FleetVerdict, fleet_baseline, judge_against_fleet
 from hwregress.judge.prediction import (
     ProvisionalExpectation,
     judge_provisional,
@@ -31,6 +31,8 @@ Medians = Mapping[str, Mapping[str, float]]  # test id -> host id -> the host's 
 # hardware key -> its hosts' latest medians; raises StoreUnavailable when the store cannot be read
 MediansLoader = Callable[[str], Medians]
 KeysLoader = Callable[[], Iterable[str]]  # the hardware keys the store knows; raises StoreUnavailable
+# host id -> the hostnames and machine ids its sessions recorded; raises StoreUnavailable
+NamesLoader = Callable[[], Mapping[str, Iterable[str]]]
 
 
 class FleetJudge:
@@ -39,15 +41,18 @@ class FleetJudge:
     the UUID of the record's GPU)."""
 
     def __init__(self, load: MediansLoader, machine: Mapping[str, str | None],
-                 known_keys: KeysLoader | None = None) -> None:
+                 known_keys: KeysLoader | None = None, host_names: NamesLoader | None = None) -> None:
         self._load = load
         self._known_keys = known_keys
+        self._host_names = host_names
+        self._keys: list[str] | None = None
+        self._own_ids: set[str] | None = None
         self._names = [machine.get("machine_id"), machine.get("hostname")]
         self._machine = {value for value in machine.values() if value}
         self._fleets: dict[str, Medians | str] = {}
         self._lock = threading.Lock()
 
-    def judge(self, record: TestRecord) -> FleetVerdict | str | None:
+    def judge(self, record: TestRecord, min_threshold: float = MIN_THRESHOLD) -> FleetVerdict | str | None:
         """``record``'s throughput against the fleet of its hardware key without this host: a
         :class:`hwregress.judge.fleet.FleetVerdict`; where the store knows no other host of the key with this test, the
         provisional expectation's sentence from the nearest known key, or None; a sentence when the store could not
@@ -62,16 +67,19 @@ class FleetJudge:
         if not others:  # a key no other host has measured gets a provisional expectation from the nearest known key
             seen = any(not self._is_this_host(host, record) for hosts in fleet.values() for host in hosts)
             return None if seen else self._prediction(record)
-        return judge_against_fleet(record.throughput, fleet_baseline(others, record.test_id))
+        return judge_against_fleet(record.throughput, fleet_baseline(others, record.test_id), min_threshold)
 
     def _prediction(self, record: TestRecord) -> str | None:
         """The provisional expectation's sentence for a test of a hardware key the store has never seen."""
         if self._known_keys is None or not record.hardware_key or not record.dtype:
             return None
-        try:
-            keys = [k for k in self._known_keys() if k != record.hardware_key]
-        except StoreUnavailable:
-            return None
+        with self._lock:
+            if self._keys is None:
+                try:
+                    self._keys = sorted(self._known_keys())
+                except StoreUnavailable:
+                    self._keys = []
+        keys = [k for k in self._keys if k != record.hardware_key]
         known = nearest_known_key(record.hardware_key, keys)
         hosts = self._fleet(known) if known else None
         values = sorted((hosts.get(record.test_id) or {}).values()) if isinstance(hosts, Mapping) else []
@@ -136,4 +144,17 @@ class FleetJudge:
 
     def _is_this_host(self, host_id: str, record: TestRecord) -> bool:
         gpu = record.identity.get("gpu_uuid")
-        return host_id in self._machine or (bool(gpu) and str(gpu) in host_id.split(","))
+        return (host_id in self._machine or (bool(gpu) and str(gpu) in host_id.split(","))
+                or host_id in self._ids_of_this_machine())
+
+    def _ids_of_this_machine(self) -> set[str]:
+        """The store's host ids whose sessions recorded this machine's id or hostname (a GPU host's id is its GPUs'
+        UUIDs, which its CPU tests do not carry), read once."""
+        with self._lock:
+            if self._own_ids is None:
+                try:
+                    names = self._host_names() if self._host_names is not None else {}
+                except StoreUnavailable:
+                    names = {}
+                self._own_ids = {host for host, known in names.items() if self._machine & set(known)}
+            return self._own_ids

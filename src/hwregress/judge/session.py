@@ -103,11 +103,13 @@ class BenchSession:
             record.baseline_recorded_at = entry.get("recorded_at")
             if record.verdict == Verdict.REGRESSION:
                 record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs, self._baseline_roofs(record)))
-        elif record.verdict == Verdict.NEW and self.fleet is not None and self._day_one(record, failures, notes):
-            pass  # judged against its fleet: a verdict, not a missing baseline
-        elif self.policy.require_baselines and self.policy.update_mode is None:
-            failures.append(f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} "
-                            "and --require-baselines is set; record one with --update-baselines")
+        else:
+            if record.verdict == Verdict.NEW and self.fleet is not None:
+                self._day_one(record, failures, notes)
+            if self.policy.require_baselines and self.policy.update_mode is None:
+                failures.append(f"{record.test_id}: no baseline for {key} in "
+                                f"{self.store.path_for(record.hardware_key)} and --require-baselines is set; record "
+                                "one with --update-baselines")
         if replacing is not None:
             notes.append(f"replacing what could not be trusted ({replacing}); an unreadable file is moved aside")
         self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
@@ -115,9 +117,12 @@ class BenchSession:
         return failures
 
     def _day_one(self, record: TestRecord, failures: list[str], notes: list[str]) -> bool:
-        """Judge ``record`` (no entry of its own) against its hardware key's fleet; True when that gave a verdict."""
+        """Judge ``record`` (no entry of its own) against its hardware key's fleet, at a threshold never below the
+        device's tolerance; True when that gave a verdict."""
         assert self.fleet is not None
-        found = self.fleet.judge(record)
+        on_cpu = device_kind(record.device or "cpu") == "cpu"
+        tolerances = self.policy.tolerances  # never tighter than a test against its own baseline on this device
+        found = self.fleet.judge(record, tolerances.cpu_throughput if on_cpu else tolerances.throughput)
         if found is None:
             return False
         if isinstance(found, str):  # the store could not be read

@@ -27,6 +27,7 @@ from hwregress.plugin.host_check import host_check, terminal_lines
 from hwregress.plugin.provenance import machine_id, session_provenance
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
+from hwregress.plugin.store_push import masked_store_args
 from hwregress.store.atomic import atomic_write_text
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import Journal
@@ -50,7 +51,8 @@ class Collector:
         self.journal: Journal | None = None
         # the journal's session id once it starts: the history rows use it, also after a journal write failed, so a
         # kept journal recovered later is recognised as this session's rows
-        self.session_id = f"{socket.gethostname()}-{os.getpid()}"
+        # (with the start time: a container's hostname and pid can repeat, and the store keeps one session per name)
+        self.session_id = f"{socket.gethostname()}-{os.getpid()}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         self.dead: list[DeadSession] = []
         self.history: Any = None  # report.history_view.HistorySection once the session is in the history
 
@@ -222,7 +224,7 @@ class Collector:
             "duration_s": time.time() - self.started,
             "exitstatus": exitstatus,
             "interrupted": exitstatus == int(pytest.ExitCode.INTERRUPTED),
-            "args": list(self.config.invocation_params.args),
+            "args": masked_store_args(list(self.config.invocation_params.args)),
             "workers": getattr(self.config.option, "numprocesses", None) or 0,
             "python": platform.python_version(),
             "platform": platform.platform(),

@@ -36,6 +36,22 @@ def chosen_url(config: pytest.Config, environ: Mapping[str, str], report_dir: Pa
     return None if url.strip().lower() == OFF else url
 
 
+def masked_store_args(args: list[str]) -> list[str]:
+    """The session's arguments with a ``--store`` URL's password shown as ``***`` (results.json, the store)."""
+    from hwregress.store.database import masked
+
+    out, follows = [], False
+    for arg in args:
+        if follows:
+            out.append(masked(arg))
+        elif arg.startswith("--store="):
+            out.append("--store=" + masked(arg.split("=", 1)[1]))
+        else:
+            out.append(arg)
+        follows = arg == "--store"
+    return out
+
+
 @dataclass(frozen=True)
 class PushReport:
     """What the push did: ``line`` for the terminal; ``failed`` when the session is queued instead of stored."""
@@ -57,47 +73,43 @@ def push_session(results: Mapping[str, Any], url: str, report_dir: Path) -> Push
         finally:
             store.close()
     except (StoreUnavailable, ValueError) as error:
-        return PushReport(_queued(results, report_dir, str(error)), failed=True)
+        return PushReport(_queued(results, report_dir, str(error), masked(url)), failed=True)
     said = "pushed" if outcome.inserted else "already there"
     return PushReport(f"store: session {results['meta'].get('session')} {said} ({outcome.figures} figures) in "
                       f"{masked(url)}", failed=False)
 
 
-def _queued(results: Mapping[str, Any], report_dir: Path, error: str) -> str:
+def _queued(results: Mapping[str, Any], report_dir: Path, error: str, shown: str) -> str:
     session = str(results.get("meta", {}).get("session") or "session")
     target = report_dir / QUEUE_DIR / f"{session}.json"
     try:
         atomic_write_json(target, dict(results))
     except OSError as write_error:
         return (f"store not written: {error}; not queued either ({write_error}): results.json holds the session, "
-                "push it later with python -m hwregress store push")
+                f"push it later with python -m hwregress store push {report_dir / 'results.json'} --store '{shown}'")
     return (f"store not written: {error}; the session is queued in {target}: push it later with "
-            f"python -m hwregress store push {target}")
+            f"python -m hwregress store push {target} --store '{shown}' (a password shown *** is the store's own)")
 
 
 def fleet_judge(url: str) -> FleetJudge:
     """The day-one judge of this process (:class:`hwregress.judge.day_one.FleetJudge`), reading the store at ``url``
-    once per hardware key; this host known by its machine id and hostname."""
+    once per hardware key (and its keys and host names once); this host known by its machine id and hostname.
+    Nothing is read before a test needs it."""
     from hwregress.judge.day_one import FleetJudge
+    from hwregress.store import fleet_queries
 
-    def load(hardware_key: str) -> dict[str, dict[str, float]]:
-        from hwregress.store.database import open_store
-        from hwregress.store.fleet_queries import latest_medians
+    def reading(query: Any) -> Any:
+        def read(*args: Any) -> Any:
+            from hwregress.store.database import open_store
 
-        store = open_store(url)
-        try:
-            return latest_medians(store, hardware_key)
-        finally:
-            store.close()
+            store = open_store(url)
+            try:
+                return query(store, *args)
+            finally:
+                store.close()
 
-    def known_keys() -> list[str]:
-        from hwregress.store.database import open_store
-        from hwregress.store.fleet_queries import hardware_keys
+        return read
 
-        store = open_store(url)
-        try:
-            return hardware_keys(store)
-        finally:
-            store.close()
-
-    return FleetJudge(load, {"machine_id": machine_id(), "hostname": socket.gethostname()}, known_keys)
+    return FleetJudge(reading(fleet_queries.latest_medians), {"machine_id": machine_id(),
+                                                             "hostname": socket.gethostname()},
+                      reading(fleet_queries.hardware_keys), reading(fleet_queries.host_names))

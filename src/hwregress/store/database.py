@@ -13,6 +13,7 @@ of an empty database migrate one at a time under an advisory lock.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,9 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _MIGRATION_LOCK = 0x6877_7265_6772  # "hwregr": the advisory lock id of a PostgreSQL migration
 
 
+CONNECT_TIMEOUT_S = 10
+
+
 def store_url(option: str | None, environ: Mapping[str, str], report_dir: str | os.PathLike[str]) -> str:
     """The store's SQLAlchemy URL: ``option`` (``--store``), else ``environ["HWREGRESS_STORE"]``, else the SQLite file
     ``sqlite:///<report_dir>/hwregress.sqlite`` (``report_dir`` as given, relative or absolute)."""
@@ -44,11 +48,12 @@ def store_url(option: str | None, environ: Mapping[str, str], report_dir: str | 
 
 
 def masked(url: str) -> str:
-    """``url`` with its password shown as ``***`` (the text itself when it is no URL)."""
+    """``url`` with its password shown as ``***`` (in a text SQLAlchemy cannot read, whatever lies between
+    ``://user:`` and ``@``)."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except exc.ArgumentError:
-        return url
+    except (exc.ArgumentError, ValueError):  # ValueError: a port that is no number
+        return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 def open_store(url: str) -> Store:
@@ -63,7 +68,8 @@ def open_store(url: str) -> Store:
     shown = masked(url)
     try:
         parsed = make_url(url)
-    except exc.ArgumentError:
+        parsed.port  # noqa: B018 -- a port that is no number raises here, not at connect time
+    except (exc.ArgumentError, ValueError):
         raise StoreUnavailable(shown, "is not a SQLAlchemy URL", "give e.g. sqlite:///reports/hwregress.sqlite or "
                                       "postgresql+psycopg://user:password@host/database") from None
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
@@ -77,6 +83,9 @@ def open_store(url: str) -> Store:
         raise StoreUnavailable(shown, f"the database driver is not installed ({error.name or error})",
                                FLEET_FIX if parsed.get_backend_name() == "postgresql"
                                else f"install the driver of {parsed.drivername}") from None
+    except OSError as error:  # the SQLite file's folder cannot be created
+        raise StoreUnavailable(shown, f"its folder cannot be created ({error.strerror or error})",
+                               "point --store or HWREGRESS_STORE at a writable place, or give --store=none") from None
     try:
         upgrade(engine)
     except (exc.SQLAlchemyError, OSError, CommandError) as error:
@@ -86,8 +95,8 @@ def open_store(url: str) -> Store:
 
 
 def _engine(url: Any) -> Engine:
-    if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+    if url.get_backend_name() != "sqlite":  # a server that does not answer: one line after 10 s, not the OS's 2 min
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
     if url.database and url.database != ":memory:":
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})

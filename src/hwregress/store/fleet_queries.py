@@ -56,6 +56,21 @@ def measured(figure: Mapping[str, Any]) -> bool:
             and median > 0 and figure.get("verdict") in (*MEASURED_VERDICTS, None))
 
 
+def host_names(store: Store) -> dict[str, set[str]]:
+    """``{host_id: names}``: every hostname and machine id the sessions of each host recorded (a GPU host's id is its
+    GPUs' UUIDs, which its CPU tests do not carry: by these names a session knows its own host in the store).
+
+    Raises:
+        StoreUnavailable: the store cannot be read.
+    """
+    names: dict[str, set[str]] = {}
+    for session in store.sessions():
+        known = names.setdefault(str(session["host_id"]), set())
+        meta = session.get("meta") if isinstance(session.get("meta"), Mapping) else {}
+        known.update(str(v) for v in (session.get("hostname"), meta.get("machine_id")) if v)
+    return names
+
+
 def hardware_keys(store: Store) -> list[str]:
     """The hardware keys of the sessions in ``store``, sorted.
 
