@@ -97,6 +97,10 @@ def test_history_store_errors_are_one_line(history_store, tmp_path, capsys):
         (["history", "--store", "nosuch://x"], "no SQLAlchemy dialect"),
         (["history", "render", "--store", history_store, "-o", str(tmp_path / "fleet.sqlite")],
          "an output never overwrites an input"),
+        (["history", "render", "--store", history_store, "-o", str(tmp_path / "fleet.sqlite-wal")],
+         "an output never overwrites an input"),
+        (["history", "append", str(tmp_path / "journal.jsonl"), "--store", history_store],
+         "--store: is not an option of `history append`"),
     ]
     for argv, said in cases:
         status, _, err = run(capsys, *argv)
@@ -153,6 +157,22 @@ def test_session_not_found_lists_the_closest_ids(compared_store):
     finally:
         store.close()
     assert raised.value.closest[0] == "host-0-20260402T020000Z"
+
+
+def test_the_readers_read_a_postgresql_store(postgres_database, tmp_path, capsys):
+    a = pushed_session(tmp_path, "gpu-1-20260401T020000Z", "2026-04-01T02:00:00+00:00", seed=1, tests=8)
+    b = pushed_session(tmp_path, "gpu-1-20260402T020000Z", "2026-04-02T02:00:00+00:00", seed=2, tests=8,
+                       slowdowns={SLOW: 2.0})
+    assert main(["store", "push", str(a), str(b), "--store", postgres_database]) == 0
+    page = tmp_path / "diff.html"
+    capsys.readouterr()
+    status, out, _ = run(capsys, "report", "compare", "gpu-1-20260401T020000Z", "gpu-1-20260402T020000Z",
+                         "--store", postgres_database, "-o", str(page), "--fail-on", "regression")
+    assert status == 1 and out == f"wrote {page} (8 tests in both sessions: 1 regression, 7 pass)\n"
+    assert run(capsys, "store", "export", "--dir", str(tmp_path / "exported"), "--store", postgres_database)[0] == 0
+    from_store = run(capsys, "history", "--store", postgres_database)
+    assert from_store == run(capsys, "history", "--dir", str(tmp_path / "exported")) and from_store[0] == 0
+    assert from_store[1].endswith("8 tests: 8 short\n")  # two sessions: too short for a status
 
 
 FINITE = st.floats(min_value=0.001, max_value=1e6, allow_nan=False)
