@@ -56,6 +56,7 @@ def test_history_from_the_store_prints_what_its_exported_history_prints(history_
     exported = tmp_path / "exported"
     assert run(capsys, "store", "export", "--dir", str(exported), "--store", history_store)[0] == 0
     for options in ([], ["--status", "changed"], ["--key", "amd-epyc-7b13-f25m1-2t", "--last", "40"],
+                    ["--key", "amd-epyc-7b13-f25m1-2t", "--key", "amd-epyc-7b13-f25m1-2t"],
                     ["--test", "resnet", "--since", "2026-03-20"]):
         from_folder = run(capsys, "history", "--dir", str(exported), *options)
         from_store = run(capsys, "history", "--store", history_store, *options)

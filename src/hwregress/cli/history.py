@@ -76,19 +76,19 @@ def _trends(args: argparse.Namespace) -> tuple[list[Trend], list[str]]:
 
     if args.store_url is None:
         store = history_store(args.dir)
-        known = store.hardware_keys()
-    else:
-        with reading_store(args.store_url) as fleet:
-            by_key = fleet.history_by_key()
-        known = list(by_key)
+        _check_keys(args, store.hardware_keys())
+        return load_trends(store, args.key or None, tolerance=args.tolerance)
+    with reading_store(args.store_url) as fleet:
+        by_key = fleet.history_by_key()
+    _check_keys(args, list(by_key))
+    return analyze_all([row for key in sorted(set(args.key or by_key)) for row in by_key[key]], args.tolerance), []
+
+
+def _check_keys(args: argparse.Namespace, known: list[str]) -> None:
     unknown = [key for key in args.key or () if key not in known]
     if unknown:
         raise CliError(args.source, f"no history for hardware key {', '.join(unknown)}",
                        f"known: {', '.join(known) or 'none'}")
-    if args.store_url is None:
-        return load_trends(store, args.key or None, tolerance=args.tolerance)
-    wanted = args.key or known
-    return analyze_all([row for key in wanted for row in by_key[key]], args.tolerance), []
 
 
 def _since(text: str) -> Any:
