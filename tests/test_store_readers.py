@@ -94,7 +94,9 @@ def test_history_store_errors_are_one_line(history_store, tmp_path, capsys):
     cases = [
         (["history", "--store", history_store, "--dir", str(tmp_path)], "--store and --dir"),
         (["history", "--store", history_store, "--key", "no-such-key"], "no history for hardware key no-such-key"),
-        (["history", "--store", f"sqlite:///{tmp_path / 'empty.sqlite'}"], "no test in the history matches"),
+        (["history", "--store", f"sqlite:///{tmp_path / 'none' / 'missing.sqlite'}"], "no such SQLite store"),
+        (["report", "compare", "a", "b", "--store", f"sqlite:///{tmp_path / 'none' / 'missing.sqlite'}", "-o",
+          str(tmp_path / "d.html")], "no such SQLite store"),
         (["history", "--store", "nosuch://x"], "no SQLAlchemy dialect"),
         (["history", "render", "--store", history_store, "-o", str(tmp_path / "fleet.sqlite")],
          "an output never overwrites an input"),
@@ -106,7 +108,7 @@ def test_history_store_errors_are_one_line(history_store, tmp_path, capsys):
     for argv, said in cases:
         status, _, err = run(capsys, *argv)
         assert status == 2 and said in err and err.count("\n") == 1 and err.startswith("hwregress: "), (argv, err)
-    assert (tmp_path / "fleet.sqlite").stat().st_size > 0
+    assert (tmp_path / "fleet.sqlite").stat().st_size > 0 and not (tmp_path / "none").exists()  # a reader creates none
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hwregress.cli.common import RESULTS_FIX, CliError
-from hwregress.store.database import open_store, sqlite_files, store_url
+from hwregress.store.database import masked, open_store, sqlite_files, store_url
 from hwregress.store.fleet_store import Store
 from hwregress.store.results import SessionResults, TestRecord, record_problem
 from hwregress.store.session_results import SessionNotFound, session_results
@@ -42,7 +42,12 @@ def store_inputs(url: str) -> list[Path]:
 @contextmanager
 def reading_store(url: str) -> Iterator[Store]:
     """The store at ``url``, open for the ``with`` block and closed after it; a store that cannot be opened or read
-    is a :class:`CliError` naming the URL (password masked), what happened and the fix."""
+    is a :class:`CliError` naming the URL (password masked), what happened and the fix. A reader never creates a
+    store: a SQLite file that is not there is an error, not a new empty database."""
+    files = sqlite_files(url)
+    if files and not files[0].exists():
+        raise CliError(masked(url), "no such SQLite store",
+                       "give the --store URL the sessions were pushed to (a session's --store, or store push)")
     try:
         store = open_store(url)
     except StoreUnavailable as error:
