@@ -117,7 +117,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser("history", help="per test its recent sessions, change points and drift")
     history.add_argument("--dir", type=Path, default=None,
                          help=f"history folder (default: {DEFAULT_DIR}; not with --store)")
-    add_store_option(history, "the history (not with --dir)")
+    add_store_option(history, "the history")
     history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
     history.add_argument("--test", help="only tests whose id contains this text")
     history.add_argument("--since", type=_since,
