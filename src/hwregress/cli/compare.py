@@ -1,6 +1,7 @@
 """``python -m hwregress report compare A.json B.json -o diff.html [--fail-on regression]``: session B judged against
 session A test by test with the gate's statistics (:mod:`hwregress.judge.session_compare`), as a page and a summary
-line.
+line. With ``--store [URL]``, A and B are the ids of two sessions in the fleet store (a name, results.json's
+``meta.session``, or the store's UUID), rebuilt as results documents (:mod:`hwregress.store.session_results`).
 
 Exit status: 0, or 1 when a test's verdict matches ``--fail-on`` (``regression``, ``improvement`` or ``any``; an
 ``invalid`` test, one without samples or with a sample that is not a finite number > 0, matches each of them), 2 on a
@@ -17,6 +18,7 @@ from typing import Any
 
 from hwregress.cli.baselines import FAIL_ON
 from hwregress.cli.common import CliError, command_inputs, fraction, load_results, output_path, write_output
+from hwregress.cli.store_source import add_store_option, reading_store, resolved_url, store_inputs, stored_session
 from hwregress.store.verdicts import Verdict
 
 # a test the comparison could not judge (invalid: no samples, or a defect in them) fails every gate: a gate never
@@ -30,8 +32,8 @@ def add_compare_parser(report: Any) -> argparse.ArgumentParser:
     """Add ``compare`` to the ``report`` subcommands (``report``'s ``add_subparsers()`` object); returns its parser."""
 
     compare = report.add_parser("compare", help="session B judged against session A, test by test, as one page")
-    compare.add_argument("a", help="the reference session's results.json")
-    compare.add_argument("b", help="the candidate session's results.json, judged against A")
+    compare.add_argument("a", help="the reference session's results.json (with --store: its session id)")
+    compare.add_argument("b", help="the candidate session's results.json, judged against A (with --store: its id)")
     compare.add_argument("-o", "--output", required=True, help="the HTML file to write")
     compare.add_argument("--fail-on", choices=sorted(COMPARE_FAIL_ON), default=None,
                          help="exit 1 when any test's verdict of B against A matches (regression, improvement or any); "
@@ -43,6 +45,7 @@ def add_compare_parser(report: Any) -> argparse.ArgumentParser:
                          help="the cap of the threshold, which a one-session reference starts from (default: 0.25)")
     compare.add_argument("--accept-identity", action="store_true",
                          help="judge tests whose hardware identity differs between A and B instead of 'other-hardware'")
+    add_store_option(compare, "sessions A and B (by name or id)")
     compare.set_defaults(handler=cmd_compare)
     return compare
 
@@ -53,8 +56,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from hwregress.report.compare_view import render_compare
     from hwregress.store.results import machine_label
 
-    output = output_path(args.output, command_inputs([args.a, args.b]))
-    sessions = [load_results(Path(args.a)), load_results(Path(args.b))]
+    if args.store is None:
+        output = output_path(args.output, command_inputs([args.a, args.b]))
+        sessions, sources = [load_results(Path(args.a)), load_results(Path(args.b))], [args.a, args.b]
+    else:
+        url = resolved_url(args.store)
+        output = output_path(args.output, command_inputs(store_inputs(url)))
+        with reading_store(url) as store:
+            sessions = [stored_session(store, args.a), stored_session(store, args.b)]
+            sources = [f"session {args.a} in {store.url}", f"session {args.b} in {store.url}"]
     try:
         tolerances = tolerances_for(args.tolerance, args.max_threshold)
     except ValueError as error:
@@ -64,7 +74,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     nothing = nothing_compared(comparison)
     if nothing is not None:
         raise CliError(f"{args.a} and {args.b}", f"{nothing}; nothing was compared", NOTHING_FIX)
-    write_output(output, render_compare(comparison, [machine_label(s) for s in sessions], [args.a, args.b],
+    write_output(output, render_compare(comparison, [machine_label(s) for s in sessions], sources,
                                          [s.meta for s in sessions]))
     counts = ", ".join(f"{count} {verdict}" for verdict, count in comparison.counts().items()) or "no test in both"
     print(f"wrote {output} ({len(comparison.tests)} tests in both sessions: {counts})")

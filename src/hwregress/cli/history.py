@@ -10,8 +10,12 @@ from typing import Any
 
 from hwregress.cli.common import CliError, fraction, history_store
 from hwregress.cli.history_actions import add_history_actions
+from hwregress.cli.store_source import add_store_option, reading_store, resolved_url
+from hwregress.judge.trends import Trend
+from hwregress.store.database import masked
 from hwregress.store.history import parse_time
 
+DEFAULT_DIR = Path("reports/history")
 HISTORY_FAIL_ON = {"regression": {"regression", "drift"}, "drift": {"drift"},
                    "any": {"regression", "drift", "improvement"}}
 
@@ -19,35 +23,30 @@ HISTORY_FAIL_ON = {"regression": {"regression", "drift"}, "drift": {"drift"},
 def cmd_history(args: argparse.Namespace) -> int:
     """``history``: per test its recent sessions with change points marked; exit 1 on ``--fail-on``."""
     from hwregress.cli.history_actions import check_actions, history_json, render_dashboard_file, with_status
-    from hwregress.judge.trends import load_trends
     from hwregress.report.history_table import recorded_since, status_counts, trend_table
 
+    _resolve_source(args)
     output = check_actions(args)
     if args.action == "append":
         from hwregress.cli.history_append import append_journals
 
         return append_journals(args)
-    store = history_store(args.dir)
-    known = store.hardware_keys()
-    unknown = [key for key in args.key or () if key not in known]
-    if unknown:
-        raise CliError(args.dir, f"no history for hardware key {', '.join(unknown)}",
-                       f"known: {', '.join(known) or 'none'}")
-    trends, warnings = load_trends(store, args.key or None, tolerance=args.tolerance)
+    trends, warnings = _trends(args)
     trends = [t for t in trends if args.test is None or args.test in t.test_id]
     if args.since is not None:
         trends = [t for t in trends if any(recorded_since(row, args.since) for row in t.rows)]
     for warning in warnings:
         print(f"hwregress: warning: {warning}", file=sys.stderr)
     if not trends:
-        raise CliError(args.dir, "no test in the history matches" + (f" --test {args.test!r}" if args.test else "")
+        raise CliError(args.source, "no test in the history matches" + (f" --test {args.test!r}" if args.test else "")
                        + (f" since {args.since.isoformat()}" if args.since else ""),
                        "check the filters, or run a session first")
     trends = with_status(trends, args.status)
     if output is not None:
         return render_dashboard_file(output, args, trends, warnings)
     if args.format == "json":
-        print(history_json(trends, warnings, str(args.dir), args.tolerance))
+        store = args.source if args.store_url else None
+        print(history_json(trends, warnings, args.dir and str(args.dir), args.tolerance, store))
     else:
         for trend in trends:
             print("\n".join(trend_table(trend, args.since, args.last)), end="\n\n")
@@ -56,6 +55,40 @@ def cmd_history(args: argparse.Namespace) -> int:
     for trend in failing:
         print(f"hwregress: {trend.status}: {trend.hardware_key} {trend.test_id}: {trend.summary}", file=sys.stderr)
     return 1 if failing else 0
+
+
+def _resolve_source(args: argparse.Namespace) -> None:
+    """Where the rows come from: ``args.dir`` (default reports/history) or, with ``--store``, ``args.store_url``;
+    ``args.source`` names it in messages and on the dashboard."""
+    if args.store is not None and args.dir is not None:
+        raise CliError("--store and --dir", "name two sources of history; the command reads one",
+                       "give --store URL for the fleet store or --dir FOLDER for a history folder")
+    args.store_url = None if args.store is None else resolved_url(args.store)
+    if args.store_url is None:
+        args.dir = args.dir or DEFAULT_DIR
+    args.source = str(args.dir) if args.store_url is None else masked(args.store_url)
+
+
+def _trends(args: argparse.Namespace) -> tuple[list[Trend], list[str]]:
+    """The trends of ``--key`` (every key when none) from the history folder or the store, and the warnings of the
+    rows skipped while reading; an unknown key is an error naming the known ones."""
+    from hwregress.judge.trends import analyze_all, load_trends
+
+    if args.store_url is None:
+        store = history_store(args.dir)
+        _check_keys(args, store.hardware_keys())
+        return load_trends(store, args.key or None, tolerance=args.tolerance)
+    with reading_store(args.store_url) as fleet:
+        by_key = fleet.history_by_key()
+    _check_keys(args, list(by_key))
+    return analyze_all([row for key in sorted(set(args.key or by_key)) for row in by_key[key]], args.tolerance), []
+
+
+def _check_keys(args: argparse.Namespace, known: list[str]) -> None:
+    unknown = [key for key in args.key or () if key not in known]
+    if unknown:
+        raise CliError(args.source, f"no history for hardware key {', '.join(unknown)}",
+                       f"known: {', '.join(known) or 'none'}")
 
 
 def _since(text: str) -> Any:
@@ -82,8 +115,9 @@ def _tolerance(text: str) -> float:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """The ``history`` command."""
     history = commands.add_parser("history", help="per test its recent sessions, change points and drift")
-    history.add_argument("--dir", type=Path, default=Path("reports/history"),
-                         help="history folder (default: %(default)s)")
+    history.add_argument("--dir", type=Path, default=None,
+                         help=f"history folder (default: {DEFAULT_DIR}; not with --store)")
+    add_store_option(history, "the history")
     history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
     history.add_argument("--test", help="only tests whose id contains this text")
     history.add_argument("--since", type=_since,

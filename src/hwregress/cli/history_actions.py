@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hwregress.cli.common import CliError, command_inputs, output_path, write_output
+from hwregress.cli.store_source import store_inputs
 from hwregress.judge.trends import STATUSES, Trend, has_changed
 from hwregress.store.results import _finite  # NaN and infinity as null, as results.json writes them
 
@@ -30,7 +31,7 @@ JSON_FORMAT_VERSION = 1
 # the options of the table and the dashboard, and their values when not given: `history append` reads no trends
 TREND_OPTIONS = {"--fail-on": ("fail_on", None), "--format": ("format", "text"), "--key": ("key", None),
                  "--test": ("test", None), "--status": ("status", None), "--since": ("since", None),
-                 "--last": ("last", 10), "--tolerance": ("tolerance", 0.05)}
+                 "--last": ("last", 10), "--tolerance": ("tolerance", 0.05), "--store": ("store", None)}
 
 
 def add_history_actions(history: argparse.ArgumentParser) -> None:
@@ -79,7 +80,10 @@ def check_actions(args: argparse.Namespace) -> Path | None:
     if args.action == "render" and args.format != "text":
         raise CliError("--format", f"{args.format} is for the table, not the dashboard",
                        "leave --format out with render")
-    return output_path(args.output, command_inputs(history_dirs=[args.dir])) if args.action == "render" else None
+    if args.action != "render":
+        return None
+    inputs = command_inputs(store_inputs(args.store_url) if args.store_url else (), [args.dir] if args.dir else [])
+    return output_path(args.output, inputs)
 
 
 def with_status(trends: Sequence[Trend], statuses: Sequence[str] | None) -> list[Trend]:
@@ -91,14 +95,16 @@ def with_status(trends: Sequence[Trend], statuses: Sequence[str] | None) -> list
     return [t for t in trends if t.status in wanted or (CHANGED in wanted and has_changed(t))]
 
 
-def history_json(trends: Sequence[Trend], warnings: Sequence[str], directory: str, tolerance: float) -> str:
-    """The analysis as JSON text: ``{"format_version", "dir", "tolerance", "counts": {status: n}, "warnings",
+def history_json(trends: Sequence[Trend], warnings: Sequence[str], directory: str | None, tolerance: float,
+                 store: str | None = None) -> str:
+    """The analysis as JSON text: ``{"format_version", "dir", "store", "tolerance", "counts": {status: n}, "warnings",
     "tests": [...]}``, one test per (hardware key, test id), worst first, with its status, sentence, level now,
     reference, drift (fractions), slope per session (fraction), the latest session, and each change point (index of
     the first session after it, its time, the last good session's time, size as a fraction, Welch p-value,
-    significance, the levels before and after in the test's unit, what changed). NaN and infinity become null."""
+    significance, the levels before and after in the test's unit, what changed). NaN and infinity become null.
+    ``dir`` is the history folder read, ``store`` the store's URL (password masked) with ``--store``; the other null."""
     document = {
-        "format_version": JSON_FORMAT_VERSION, "dir": directory, "tolerance": tolerance,
+        "format_version": JSON_FORMAT_VERSION, "dir": directory, "store": store, "tolerance": tolerance,
         "counts": {status: n for status in STATUSES if (n := sum(t.status == status for t in trends))},
         "warnings": list(warnings), "tests": [trend_json(t) for t in trends],
     }
@@ -130,7 +136,7 @@ def render_dashboard_file(output: Path, args: argparse.Namespace, trends: Sequen
     status 0."""
     from hwregress.report.dashboard import render_dashboard
 
-    write_output(output, render_dashboard(trends, warnings, [str(args.dir)], args.tolerance))
+    write_output(output, render_dashboard(trends, warnings, [args.source], args.tolerance))
     keys = len({t.hardware_key for t in trends})
     print(f"wrote {output} ({len(trends)} tests on {keys} hardware keys, {sum(has_changed(t) for t in trends)} moved)")
     return 0

@@ -56,6 +56,19 @@ def masked(url: str) -> str:
         return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
+def sqlite_files(url: str) -> list[Path]:
+    """The files of a SQLite store at ``url`` (the database, its ``-wal`` and ``-shm``), which a command's output must
+    never replace; empty for another database, an in-memory one or a text that is no URL."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        return []
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return []
+    database = Path(parsed.database).expanduser()
+    return [database, Path(f"{database}-wal"), Path(f"{database}-shm")]
+
+
 def open_store(url: str) -> Store:
     """Open the store at ``url`` (a SQLAlchemy URL: ``sqlite:///path``, ``postgresql+psycopg://user:pw@host/db``),
     creating a SQLite file's folder, and migrate its schema to head.

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from hwregress.store.history import HistoryStore, iter_history
 from hwregress.store.history_export import history_rows
+from hwregress.store.history_row import HistoryRow
 from hwregress.store.session_rows import SessionRows, session_rows
 from hwregress.store.store_errors import unavailable
 from hwregress.store.tables import figures, hosts, sessions
@@ -114,6 +115,24 @@ class Store:
             query = query.where(sessions.c.started_at <= _utc(until))
         return self._read(query)
 
+    def session(self, name_or_id: str) -> dict[str, Any] | None:
+        """The ``sessions`` row whose name (``meta.session``) or UUID is ``name_or_id``; None when there is none.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        found = self._read(select(sessions).where(or_(sessions.c.name == name_or_id, sessions.c.id == name_or_id)))
+        return found[0] if found else None
+
+    def session_names(self) -> list[tuple[str, str]]:
+        """Every session's (UUID, name), oldest start first.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        rows = self._read(select(sessions.c.id, sessions.c.name).order_by(sessions.c.started_at, sessions.c.name))
+        return [(row["id"], row["name"]) for row in rows]
+
     def figures(self, hardware_key: str | None = None, test_id: str | None = None,
                 session_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The figure rows matching every filter given (column -> value), ordered by session id (that is, by start),
@@ -135,6 +154,27 @@ class Store:
         """Every ``hosts`` row, by host id."""
         return self._read(select(hosts).order_by(hosts.c.host_id))
 
+    def history_by_key(self, hardware_keys: Iterable[str] | None = None) -> dict[str, list[HistoryRow]]:
+        """The store's throughput figures as history rows (:func:`hwregress.store.history_export.history_rows`) per
+        hardware key (sorted), of ``hardware_keys`` only when given; each key's rows by session start, as
+        ``python -m hwregress history`` reads them from a history folder.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        query = select(figures).where(figures.c.metric == "throughput").order_by(figures.c.session_id,
+                                                                                  figures.c.test_id)
+        if hardware_keys is not None:
+            query = query.where(figures.c.hardware_key.in_(list(hardware_keys)))
+        by_session: dict[str, list[dict[str, Any]]] = {}
+        for row in self._read(query):
+            by_session.setdefault(row["session_id"], []).append(row)
+        by_key: dict[str, list[HistoryRow]] = {}
+        for session in self.sessions():
+            for row in history_rows(session, by_session.get(session["id"], [])):
+                by_key.setdefault(row["hardware_key"], []).append(row)
+        return dict(sorted(by_key.items()))
+
     def export_history(self, folder: str | os.PathLike[str]) -> dict[str, int]:
         """Append the store's throughput figures to ``<folder>/<hardware-key>.jsonl`` as history rows
         (:func:`hwregress.store.history_export.history_rows`) that :func:`hwregress.store.history.read_history` reads
@@ -146,13 +186,7 @@ class Store:
             OSError, ValueError, filelock.Timeout: a history file cannot be read or written
                 (:meth:`hwregress.store.history.HistoryStore.append`).
         """
-        by_session: dict[str, list[dict[str, Any]]] = {}
-        for row in self.figures():
-            by_session.setdefault(row["session_id"], []).append(row)
-        by_key: dict[str, list[Any]] = {}
-        for session in self.sessions():
-            for row in history_rows(session, by_session.get(session["id"], [])):
-                by_key.setdefault(row["hardware_key"], []).append(row)
+        by_key = self.history_by_key()
         history, appended = HistoryStore(folder), {}
         for key, rows in sorted(by_key.items()):
             present = {(row["session"], row["test_id"]) for row in iter_history(history.path_for(key), [])}

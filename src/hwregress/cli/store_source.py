@@ -1,0 +1,83 @@
+"""The fleet store as the source a reading command takes instead of files: ``--store [URL]`` on ``history``,
+``history render`` and ``report compare``. ``--store URL`` reads that store; ``--store`` alone the one
+``python -m hwregress store`` and the session use (``HWREGRESS_STORE``, else ``sqlite:///reports/hwregress.sqlite``:
+:func:`hwregress.store.database.store_url`); without ``--store`` the command reads its files as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hwregress.cli.common import RESULTS_FIX, CliError
+from hwregress.store.database import masked, open_store, sqlite_files, store_url
+from hwregress.store.fleet_store import Store
+from hwregress.store.results import SessionResults, TestRecord, record_problem
+from hwregress.store.session_results import SessionNotFound, session_results
+from hwregress.store.store_errors import StoreUnavailable
+
+REPORT_DIR = "reports"  # as python -m hwregress store: the default store is <report-dir>/hwregress.sqlite
+
+
+def add_store_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--store [URL]`` to ``parser``; ``what`` says what the command reads from the store."""
+    parser.add_argument("--store", nargs="?", const="", default=None, metavar="URL",
+                        help=f"read {what} from the fleet store at this SQLAlchemy URL; without a URL: "
+                             f"HWREGRESS_STORE, else sqlite:///{REPORT_DIR}/hwregress.sqlite (docs/store.md)")
+
+
+def resolved_url(option: str) -> str:
+    """The URL ``--store`` names (``option`` empty: ``HWREGRESS_STORE``, else the default SQLite file)."""
+    return store_url(option or None, os.environ, REPORT_DIR)
+
+
+def store_inputs(url: str) -> list[Path]:
+    """The files of the store at ``url`` that an output must not replace (a SQLite store's; none for PostgreSQL)."""
+    return sqlite_files(url)
+
+
+@contextmanager
+def reading_store(url: str) -> Iterator[Store]:
+    """The store at ``url``, open for the ``with`` block and closed after it; a store that cannot be opened or read
+    is a :class:`CliError` naming the URL (password masked), what happened and the fix. A reader never creates a
+    store: a SQLite file that is not there is an error, not a new empty database."""
+    files = sqlite_files(url)
+    if files and not files[0].exists():
+        raise CliError(masked(url), "no such SQLite store",
+                       "give the --store URL the sessions were pushed to (a session's --store, or store push)")
+    try:
+        store = open_store(url)
+    except StoreUnavailable as error:
+        raise CliError(error.url, error.what, error.fix) from None
+    try:
+        yield store
+    except StoreUnavailable as error:
+        raise CliError(error.url, error.what, error.fix) from None
+    finally:
+        store.close()
+
+
+def stored_session(store: Store, session_id: str) -> SessionResults:
+    """The session whose name (``meta.session``) or UUID is ``session_id``, as a results file would load, each record
+    checked against :class:`TestRecord`'s types.
+
+    Raises:
+        CliError: no such session (naming the closest ids the store holds), or a record the store holds is malformed.
+    """
+    try:
+        document = session_results(store, session_id)
+    except SessionNotFound as error:
+        closest = f"closest: {', '.join(error.closest)}" if error.closest else "the store holds none like it"
+        raise CliError(store.url, f"no session {session_id!r} in the store",
+                       f"give a session's name (results.json's meta.session) or id; {closest}") from None
+    records = []
+    for index, item in enumerate(document["records"]):
+        problem = record_problem(item)
+        if problem is not None:
+            raise CliError(store.url, f"session {session_id}: record {index} ({item['test_id']}) is malformed: "
+                                      f"{problem}", RESULTS_FIX)
+        records.append(TestRecord.from_json(item))
+    return SessionResults(document["meta"], records)
