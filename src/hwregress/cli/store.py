@@ -21,13 +21,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from hwregress.cli.common import RESULTS_FIX, CliError, command_inputs, output_path, require_regular, write_output
 from hwregress.report.fleet_view import build_fleet_view, hardware_keys, render_fleet
 from hwregress.store.atomic import read_regular_file
-from hwregress.store.database import masked, open_store, store_url
+from hwregress.store.database import masked, open_store, sqlite_files, store_url
 from hwregress.store.fleet_store import PushOutcome, Store
 from hwregress.store.history import HistoryStore, iter_history
 from hwregress.store.history_import import rows_from_history
@@ -65,7 +62,7 @@ def cmd_store(args: argparse.Namespace) -> int:
 def _fleet_page(args: argparse.Namespace) -> int:
     """Write the fleet page of the store's keys (or ``--hardware-key``'s) to ``-o``."""
     url = store_url(args.store, os.environ, REPORT_DIR)
-    output = output_path(args.output, command_inputs(_database_file(url)))
+    output = output_path(args.output, command_inputs([str(f) for f in sqlite_files(url)]))
     with _store(args) as store:
         sessions = _unavailable_is_cli_error(store.sessions)
         keys = hardware_keys(sessions)
@@ -83,16 +80,6 @@ def _fleet_page(args: argparse.Namespace) -> int:
     hosts = sum(len(view.hosts) for view in views)
     print(f"{output}: fleet page of {len(views)} hardware key(s), {hosts} host(s), from {masked(url)}")
     return 0
-
-
-def _database_file(url: str) -> list[str]:
-    """The SQLite file of ``url``, which the page must not overwrite (none for another database or a bad URL)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return []
-    in_file = parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
-    return [str(parsed.database)] if in_file else []
 
 
 def _said(outcome: PushOutcome) -> str:

@@ -61,7 +61,7 @@ def sqlite_files(url: str) -> list[Path]:
     never replace; empty for another database, an in-memory one or a text that is no URL."""
     try:
         parsed = make_url(url)
-    except exc.ArgumentError:
+    except (exc.ArgumentError, ValueError):
         return []
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return []
