@@ -83,6 +83,7 @@ def test_the_session_gives_a_test_without_an_entry_its_fleet_verdict(tmp_path):
     assert slow.verdict == Verdict.REGRESSION and slow.ratio == pytest.approx(6.0 / 10.05)
     assert slow.baseline_throughput == pytest.approx(10.05)
     assert failures == [slow.message.split(" | ")[0]] and "day one, no baseline of its own" in failures[0]
+    assert "record one with --update-baselines" not in slow.message  # judged after all: not "no baseline"
     healthy = _record(10.0)
     assert session.conclude(healthy, "throughput/resnet18/train/bs1/fp32") == [] and healthy.verdict == Verdict.PASS
     alone = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()))

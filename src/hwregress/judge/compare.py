@@ -107,6 +107,9 @@ class Measured:
 LATENCY_JUDGED = (("spark", "stream"), ("throughput", "decode"))
 
 
+NO_BASELINE = "no baseline for this test on this hardware; record one with --update-baselines"
+
+
 def judges_latency(family: str | None, mode: str | None) -> bool:
     """Whether a record of ``family`` in ``mode`` has its latency judged (:data:`LATENCY_JUDGED`)."""
     return (family, mode) in LATENCY_JUDGED
@@ -144,8 +147,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     """
     record = _reset_judged(onto if onto is not None else TestRecord(measured.test_id))
     if baseline is None:
-        return Judgement(record, Verdict.NEW,
-                         notes=["no baseline for this test on this hardware; record one with --update-baselines"])
+        return Judgement(record, Verdict.NEW, notes=[NO_BASELINE])
     judgement = Judgement(record)
     changes = identity_changes(baseline.get("identity") or {}, measured.identity)
     record.identity_changes = changes

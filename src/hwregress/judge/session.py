@@ -10,7 +10,7 @@ from typing import Any
 
 from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
-from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
+from hwregress.judge.compare import NO_BASELINE, Measured, Tolerances, judge, judges_latency
 from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.diagnosis import diagnose
 from hwregress.store.baseline_file import BaselineError, BaselineFile
@@ -131,6 +131,8 @@ class BenchSession:
         if found.verdict == Verdict.NEW:  # too few hosts, or no majority
             notes.append(found.message)
             return False
+        if NO_BASELINE in notes:  # judged after all: against the fleet
+            notes.remove(NO_BASELINE)
         record.verdict, record.ratio, record.threshold = found.verdict, found.ratio, found.threshold
         record.baseline_throughput = found.fleet_value
         said = f"{record.test_id}: day one, no baseline of its own: {found.message}"
