@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from support.store_results import results_document
 
 from hwregress.store.database import open_store, store_url
+from hwregress.store.results import TestRecord
 from hwregress.store.session_rows import session_rows
 from hwregress.store.store_errors import StoreUnavailable
 
@@ -158,3 +159,16 @@ def test_a_store_password_on_the_command_line_is_masked_in_the_recorded_argument
     args = ["-m", "gpu", "--store=postgresql+psycopg://ci:secret@db/h", "--store", "postgresql://u:pw@db/h", "-q"]
     assert masked_store_args(args) == ["-m", "gpu", "--store=postgresql+psycopg://ci:***@db/h", "--store",
                                        "postgresql://u:***@db/h", "-q"]
+
+
+def test_a_host_of_sixteen_gpus_has_an_id_the_column_holds(tmp_path):
+    # the review of this change: 13 or more UUIDs joined exceed the column (PostgreSQL refuses what SQLite keeps)
+    from hwregress.store.session_rows import host_id
+    from hwregress.store.tables import HOST_ID_LENGTH
+
+    records = [TestRecord("t", identity={"gpu_uuid": f"GPU-{index:08x}-0000-0000-0000-000000000000"})
+               for index in range(16)]
+    found = host_id(records, {"hostname": "dgx"})
+    assert found.startswith("gpus-sha256:") and len(found) <= HOST_ID_LENGTH
+    assert host_id(list(reversed(records)), {}) == found  # stable whatever the order
+    assert host_id(records[:2], {}) == ",".join(sorted(r.identity["gpu_uuid"] for r in records[:2]))

@@ -20,6 +20,7 @@ from typing import Any
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import parse_time
 from hwregress.store.results import TestRecord
+from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
 
 RESULTS_FIX = "give a results.json written by hwregress (its meta has session and started_at)"
@@ -99,11 +100,14 @@ def session_uuid(name: str, started: _dt.datetime) -> str:
 
 
 def host_id(records: Sequence[TestRecord], meta: Mapping[str, Any]) -> str:
-    """A host's stable id: its GPUs' UUIDs (sorted, joined by ``,``) where the records name any, else the machine id
+    """A host's stable id: its GPUs' UUIDs (sorted, joined by ``,``; their SHA-256 where that is longer than the
+    column, :data:`hwregress.store.tables.HOST_ID_LENGTH`) where the records name any, else the machine id
     (``meta["machine_id"]``, /etc/machine-id read when the session ran), else the hostname, else ``"unknown"``."""
     gpus = sorted({str(r.identity["gpu_uuid"]) for r in records if r.identity.get("gpu_uuid")})
     if gpus:
-        return ",".join(gpus)
+        joined = ",".join(gpus)
+        # 12 UUIDs fit the column (tables.HOST_ID_LENGTH); a 16-GPU host is known by their digest (and its names)
+        return joined if len(joined) <= HOST_ID_LENGTH else f"gpus-sha256:{hashlib.sha256(joined.encode()).hexdigest()}"
     for key in ("machine_id", "hostname"):
         if isinstance(meta.get(key), str) and meta[key].strip():
             return meta[key].strip()

@@ -30,6 +30,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+HOST_ID_LENGTH = 512  # characters of a host id (migration 0001): 12 GPU UUIDs joined
+
 # named constraints, so that a later migration can drop or alter them by name on either engine
 metadata = MetaData(naming_convention={
     "ix": "ix_%(column_0_label)s",
@@ -40,7 +42,7 @@ metadata = MetaData(naming_convention={
 
 hosts = Table(
     "hosts", metadata,
-    Column("host_id", String(512), primary_key=True),  # GPU UUIDs joined, else the machine id, else the hostname
+    Column("host_id", String(HOST_ID_LENGTH), primary_key=True),  # GPU UUIDs joined, else machine id, else hostname
     Column("aliases", JSON, nullable=False),  # list of hostnames seen
     Column("hardware_key", String(200)),
     Column("first_seen", DateTime(timezone=True), nullable=False),
@@ -51,7 +53,7 @@ sessions = Table(
     "sessions", metadata,
     Column("id", String(36), primary_key=True),  # UUIDv7, text
     Column("name", String(300), nullable=False, unique=True),  # meta.session: a push is idempotent by it
-    Column("host_id", String(512), ForeignKey("hosts.host_id"), nullable=False),
+    Column("host_id", String(HOST_ID_LENGTH), ForeignKey("hosts.host_id"), nullable=False),
     Column("hostname", String(300)),
     Column("hardware_key", String(200)),
     Column("started_at", DateTime(timezone=True), nullable=False),
