@@ -93,20 +93,20 @@ def _queued(results: Mapping[str, Any], report_dir: Path, error: str, shown: str
 
 def fleet_judge(url: str) -> FleetJudge:
     """The day-one judge of this process (:class:`hwregress.judge.day_one.FleetJudge`), reading the store at ``url``
-    once per hardware key (and its keys and host names once); this host known by its machine id and hostname.
-    Nothing is read before a test needs it."""
+    once per hardware key (and its keys and host names once), through one store opened at the first read and kept
+    for the process; this host known by its machine id and hostname. Nothing is read before a test needs it."""
     from hwregress.judge.day_one import FleetJudge
     from hwregress.store import fleet_queries
 
+    opened: list[Any] = []
+
     def reading(query: Any) -> Any:
         def read(*args: Any) -> Any:
-            from hwregress.store.database import open_store
+            if not opened:
+                from hwregress.store.database import open_store
 
-            store = open_store(url)
-            try:
-                return query(store, *args)
-            finally:
-                store.close()
+                opened.append(open_store(url))  # StoreUnavailable: the judge says so, and reads again next time
+            return query(opened[0], *args)
 
         return read
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from alembic.util import CommandError
-
 FLEET_FIX = "pip install 'hwregress[fleet]'"
 
 
@@ -39,6 +37,8 @@ _REASONS = (
 
 def unavailable(shown: str, error: BaseException) -> StoreUnavailable:
     """The :class:`StoreUnavailable` of an error opening or writing the store at ``shown`` (a masked URL)."""
+    from alembic.util import CommandError  # here: a session that never reaches its store need not load Alembic
+
     if isinstance(error, CommandError):
         return StoreUnavailable(shown, f"its schema is not one this hwregress knows ({error})",
                                 "upgrade hwregress to the version that last wrote the store")
