@@ -106,7 +106,7 @@ class Collector:
             self._append_history(session, self.settings.history_dir,
                                  interrupted=int(exitstatus) == int(pytest.ExitCode.INTERRUPTED))
         if self.records and (self.settings.write_report or self.settings.store_url):
-            self.host_checks = host_check(self.config.stash[SESSION_KEY].fleet, self.records.values())
+            self.host_checks = self._host_checks()
             results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
             if self.settings.write_report:
                 self._write(results, session)
@@ -154,6 +154,14 @@ class Collector:
                 self.paths.setdefault("summary", target)
             except OSError as error:
                 self._fail(session, f"Markdown summary not written to {target}: {error}")
+
+    def _host_checks(self) -> list[dict[str, Any]]:
+        """This host against its fleets; a defect there is one line, never the session's results."""
+        try:
+            return host_check(self.config.stash[SESSION_KEY].fleet, self.records.values())
+        except Exception as error:  # the results come first: whatever the check hit, they are written
+            self.problems.append(f"host check against the fleet not done: {type(error).__name__}: {error}")
+            return []
 
     def _push(self, results: SessionResults, session: pytest.Session, url: str) -> None:
         """Push the session to the fleet store (after results.json: a failed push queues it and says so)."""
