@@ -45,7 +45,9 @@ class Collector:
         self.records: dict[str, TestRecord] = {}
         self.paths: dict[str, Path] = {}
         self.problems: list[str] = []
-        self.store_failure: str | None = None  # a failed push to the store, queued: said, not a lost result
+        # a failed push to the store (queued) and a failed host check: said, never a lost result (the journal goes)
+        self.store_failure: str | None = None
+        self.host_check_failure: str | None = None
         self.host_checks: list[dict[str, Any]] = []  # this host against its fleets (meta.host_check)
         self.started = time.time()
         self.journal: Journal | None = None
@@ -160,7 +162,7 @@ class Collector:
         try:
             return host_check(self.config.stash[SESSION_KEY].fleet, self.records.values())
         except Exception as error:  # the results come first: whatever the check hit, they are written
-            self.problems.append(f"host check against the fleet not done: {type(error).__name__}: {error}")
+            self.host_check_failure = f"host check against the fleet not done: {type(error).__name__}: {error}"
             return []
 
     def _push(self, results: SessionResults, session: pytest.Session, url: str) -> None:
@@ -199,6 +201,8 @@ class Collector:
             write(f"{name}: {path}")
         for line in terminal_lines(self.host_checks):
             write(f"hwregress: {line}", red=True)
+        if self.host_check_failure is not None:
+            write(f"hwregress: {self.host_check_failure}", yellow=True)
         if self.store_failure is not None:
             required = " (--require-store: the session fails)" if self.settings.require_store else ""
             write(f"hwregress: {self.store_failure}{required}", red=bool(required), yellow=not required)
