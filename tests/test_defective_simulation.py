@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import random
 
+from test_defective import MICRO, MODEL_OF, MODELS
+
 from hwregress.judge.defective import defective_hosts
 
-MICRO = {"gemm_bf16_tflops": 700.0, "gemm_fp16_tflops": 710.0, "gemm_fp32_tflops": 50.0, "copy_gbs": 2900.0,
-         "h2d_gbs": 55.0, "allreduce_gbs": 380.0}
-MODELS = {"resnet50-train-bs32": 2500.0, "resnet50-train-bs64": 2700.0, "gpt2-train-bs8": 300.0,
-          "bert-infer-bs16": 4000.0}
-MODEL_OF = {"resnet50-train-bs32": "resnet50", "resnet50-train-bs64": "resnet50", "gpt2-train-bs8": "gpt2",
-            "bert-infer-bs16": "bert"}
 TRIALS = 3000
 HOSTS = 10
 SD = 0.02

@@ -21,7 +21,7 @@ from support.store_results import results_document
 
 from conftest import table_cells
 from hwregress.cli import main
-from hwregress.report.fleet_view import build_fleet_view, render_fleet
+from hwregress.report.fleet_view import FleetView, build_fleet_view, render_fleet
 from hwregress.store.database import open_store
 
 KEY = "nvidia-h100-sxm5-80gb"
@@ -72,19 +72,24 @@ def synthetic_fleet(url: str) -> None:
         store.close()
 
 
+def synthetic_view(tmp_path) -> tuple[str, FleetView]:
+    """The URL of a store holding :func:`synthetic_fleet`, and the fleet page's view of it."""
+    url = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
+    synthetic_fleet(url)
+    store = open_store(url)
+    try:
+        return url, build_fleet_view(KEY, store.sessions(), store.figures())
+    finally:
+        store.close()
+
+
 def ratio_table(html: str, metric: str = "throughput") -> dict[str, list[str]]:
     return {row[0].strip(): [" ".join(cell.split()) for cell in row[4:]]
             for row in table_cells(html, "id", f"{metric}-{KEY}")}
 
 
 def test_a_slow_host_is_an_outlier_and_defective_with_its_evidence_on_the_page(tmp_path):
-    url = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
-    synthetic_fleet(url)
-    store = open_store(url)
-    try:
-        view = build_fleet_view(KEY, store.sessions(), store.figures())
-    finally:
-        store.close()
+    url, view = synthetic_view(tmp_path)
     assert [h.label for h in view.hosts] == ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f"]
     assert [h.label for h in view.hosts if h.defective] == ["gpu-f"]
     html = render_fleet([view], url, generated_at="2026-11-27T10:00:00+00:00")
@@ -117,13 +122,7 @@ def table_header(html: str) -> str:
 
 
 def test_peak_memory_is_shown_per_host_too(tmp_path):
-    url = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
-    synthetic_fleet(url)
-    store = open_store(url)
-    try:
-        view = build_fleet_view(KEY, store.sessions(), store.figures())
-    finally:
-        store.close()
+    url, view = synthetic_view(tmp_path)
     html = render_fleet([view], url)
     memory = ratio_table(html, "peak_memory")
     assert memory["test_throughput[cuda-resnet50-train-bs64]"] == ["1.000"] * 5 + ["1.500 outlier"]

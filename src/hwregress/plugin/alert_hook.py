@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from hwregress.plugin.host_check import alert_findings
-from hwregress.plugin.options import value_of
+from hwregress.plugin.options import masked_option, value_of
 
 ENVIRONMENT_VARIABLE = "HWREGRESS_ALERT_WEBHOOK"
 FLAG = "--alert-webhook"
@@ -87,18 +87,7 @@ def _reason(reason: Any) -> str:
 
 def mask_args(args: Iterable[Any]) -> list[Any]:
     """The invocation arguments with the value of ``--alert-webhook`` (either form) replaced by its masked form."""
-    masked_args: list[Any] = []
-    follows = False
-    for arg in args:
-        text = str(arg)
-        if follows:
-            masked_args.append(masked(text))
-        elif text.startswith(f"{FLAG}="):
-            masked_args.append(f"{FLAG}={masked(text.split('=', 1)[1])}")
-        else:
-            masked_args.append(arg)
-        follows = text == FLAG
-    return masked_args
+    return masked_option(args, FLAG, masked)
 
 
 class AlertHook:

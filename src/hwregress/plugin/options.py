@@ -7,7 +7,7 @@ error names the flag or ini key the bad value came from, the value, and what wou
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,23 @@ def add_options(parser: pytest.Parser) -> None:
                     help="do not append this session to the history (--history-dir)")
     group.addoption("--no-hwregress-report", action="store_true", dest="hwregress_no_report",
                     help="do not write results.json and report.html")
+
+
+def masked_option(args: Iterable[Any], flag: str, mask: Callable[[str], str]) -> list[Any]:
+    """The invocation arguments with the value of ``flag`` (``--flag VALUE`` or ``--flag=VALUE``) replaced by
+    ``mask(value)``: what results.json and the store keep of a secret given on the command line."""
+    out: list[Any] = []
+    follows = False
+    for arg in args:
+        text = str(arg)
+        if follows:
+            out.append(mask(text))
+        elif text.startswith(f"{flag}="):
+            out.append(f"{flag}={mask(text.split('=', 1)[1])}")
+        else:
+            out.append(arg)
+        follows = text == flag
+    return out
 
 
 def was_given(config: pytest.Config, ini: str) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hwregress.plugin.options import value_of
+from hwregress.plugin.options import masked_option, value_of
 from hwregress.plugin.provenance import machine_id
 from hwregress.store.atomic import atomic_write_json
 
@@ -40,16 +40,7 @@ def masked_store_args(args: list[str]) -> list[str]:
     """The session's arguments with a ``--store`` URL's password shown as ``***`` (results.json, the store)."""
     from hwregress.store.database import masked
 
-    out, follows = [], False
-    for arg in args:
-        if follows:
-            out.append(masked(arg))
-        elif arg.startswith("--store="):
-            out.append("--store=" + masked(arg.split("=", 1)[1]))
-        else:
-            out.append(arg)
-        follows = arg == "--store"
-    return out
+    return masked_option(args, "--store", masked)
 
 
 @dataclass(frozen=True)
