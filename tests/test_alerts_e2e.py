@@ -71,7 +71,7 @@ def test_a_failing_webhook_is_one_line_and_leaves_the_exit_status_as_it_was(hw_p
     hw_project.run("--update-baselines").assert_outcomes(passed=2)
     with (hw_project.path / "conftest.py").open("a") as conftest:
         conftest.write(FORGIVING_CONFTEST)
-    args = ("--no-history", "--alert-webhook")  # without the history every regression is a first one
+    args = ("--no-history", "--store=none", "--alert-webhook")  # without a history every regression is a first one
     with WebhookServer(500) as server:
         refused = hw_project.run(*args, server.url, env=SLOW)
     with WebhookServer(None) as hanging:

@@ -8,8 +8,10 @@ import json
 import subprocess
 import sys
 
+import jsonschema
 import pytest
 
+from hwregress.store import schemas
 from hwregress.store.database import open_store
 
 UNREACHABLE = "postgresql+psycopg://ci:secret@127.0.0.1:1/hwregress"  # port 1: nothing listens there
@@ -69,3 +71,29 @@ def test_a_session_lands_in_postgresql(hw_project, postgres_database):
     store = open_store(postgres_database)
     assert len(store.sessions()) == 2 and not (hw_project.path / "reports" / "hwregress.sqlite").exists()
     assert {f["test_id"] for f in store.figures()} == {r["test_id"] for r in hw_project.results["records"]}
+
+
+@pytest.mark.slow
+def test_the_reports_trends_read_the_fleet_store_with_the_sessions_of_other_runners(hw_project):
+    store = f"sqlite:///{hw_project.path / 'fleet.sqlite'}"
+    hw_project.run("--update-baselines", f"--store={store}", "--history-dir=runner-a").assert_outcomes(passed=2)
+    hw_project.run(f"--store={store}", "--history-dir=runner-a").assert_outcomes(passed=2)
+    hw_project.run(f"--store={store}", "--history-dir=runner-b").assert_outcomes(passed=2)  # a runner of its own
+    history = hw_project.results["meta"]["history"]
+    jsonschema.validate(hw_project.results, schemas.schema("results"))
+    assert [t["sessions"] for t in history["trends"]] == [3, 3]  # its folder holds 1: the store brings the other 2
+    assert history["sources"] == [history["dir"], store] and history["dir"].endswith("runner-b")
+    assert 'id="history"' in (hw_project.path / "reports" / "report.html").read_text()
+
+    hw_project.run(f"--store={store}", "--no-history").assert_outcomes(passed=2)
+    history = hw_project.results["meta"]["history"]
+    assert [t["sessions"] for t in history["trends"]] == [4, 4] and history["sources"] == [store]
+    assert "dir" not in history
+
+    down = hw_project.run(f"--store={UNREACHABLE}", "--history-dir=runner-a")
+    down.assert_outcomes(passed=2)
+    history = hw_project.results["meta"]["history"]
+    assert [t["sessions"] for t in history["trends"]] == [3, 3]  # runner-a's two and this one
+    [warning] = [w for w in history["warnings"] if "not read for the trends" in w]
+    assert warning.startswith("fleet store postgresql+psycopg://ci:***@127.0.0.1:1/hwregress not read for the trends")
+    assert "secret" not in json.dumps(hw_project.results)

@@ -83,6 +83,33 @@ def test_history_render_from_the_store_draws_every_test_of_every_key(history_sto
         assert f"<code>{key}</code>" in text
 
 
+def _history_section(html: str) -> str:
+    """The report's History section without the sources line's names (a folder, a store URL)."""
+    section = html.split('<h2 id="history">', 1)[1].split("<h2>Per-test detail", 1)[0].split("<script", 1)[0]
+    return re.sub(r"\(<code>[^<]*</code>\)", "", section)
+
+
+def test_report_render_and_merge_draw_the_stores_trends_as_its_exported_history(history_store, tmp_path, capsys):
+    exported = tmp_path / "exported"
+    assert run(capsys, "store", "export", "--dir", str(exported), "--store", history_store)[0] == 0
+    results = [str(tmp_path / f"host-0-2026040{day}" / "results.json") for day in (1, 2)]
+    pages = {}
+    for action, files in (("render", results[1:]), ("merge", results)):
+        for name, source in (("store", ["--store", history_store]), ("folder", ["--history-dir", str(exported)])):
+            page = tmp_path / f"{action}-{name}.html"
+            assert run(capsys, "report", action, *files, "-o", str(page), *source)[0] == 0
+            pages[action, name] = page.read_text()
+        store_section = _history_section(pages[action, "store"])
+        assert "first bad session" in store_section and "fleet.sqlite" in pages[action, "store"]
+        assert store_section == _history_section(pages[action, "folder"])
+    status, _, err = run(capsys, "report", "render", results[1], "-o", str(tmp_path / "x.html"),
+                         "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}")
+    assert status == 2 and "no such SQLite store" in err and not (tmp_path / "absent.sqlite").exists()
+    status, _, err = run(capsys, "report", "render", results[1], "-o", history_store.removeprefix("sqlite:///"),
+                         "--store", history_store)
+    assert status == 2 and "fleet.sqlite" in err  # the page may not replace the store it reads
+
+
 def test_history_store_option_without_url_reads_hwregress_store(history_store, monkeypatch, capsys):
     monkeypatch.setenv("HWREGRESS_STORE", history_store)
     status, out, _ = run(capsys, "history", "--store", "--key", "amd-epyc-7b13-f25m1-2t")

@@ -1,7 +1,7 @@
 """``python -m hwregress report merge|render|compare``: several machines' results side by side in one HTML page, or
 one results file (or what is readable of an unfinished session's journal) as a page, with trend charts from history
-folders when given; ``compare`` (:mod:`hwregress.cli.compare`) judges one session against another. Jinja2 is imported
-only when a page is rendered."""
+folders and the fleet store when given (``--history-dir``, ``--store``); ``compare`` (:mod:`hwregress.cli.compare`)
+judges one session against another. Jinja2 is imported only when a page is rendered."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from hwregress.cli.common import (
     write_output,
 )
 from hwregress.cli.compare import add_compare_parser
+from hwregress.cli.store_source import add_store_option, reading_store, resolved_url, store_inputs
 from hwregress.store import results as results_module
 from hwregress.store.journal import JournalError, load_journal
 
@@ -28,9 +29,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     """``report merge``: several results files side by side in one HTML page."""
     from hwregress.report import render_merge
 
-    output = output_path(args.output, command_inputs(args.results, args.history_dir))
+    output = output_path(args.output, _inputs(args, args.results))
     sessions = [load_results(Path(path)) for path in args.results]
-    history = _history_section(args.history_dir, sessions)
+    history = _history_section(args, sessions)
     write_output(output, render_merge(results_module.merge_sessions(sessions), history))
     print(f"wrote {output} ({len(sessions)} machines)")
     return 0
@@ -41,7 +42,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from hwregress.report import render
 
     source = Path(args.source)
-    output = output_path(args.output, command_inputs([args.source], args.history_dir))
+    output = output_path(args.output, _inputs(args, [args.source]))
     if source.suffix == ".jsonl":
         require_regular(source, "a journal (.jsonl)")
         try:
@@ -50,24 +51,36 @@ def cmd_render(args: argparse.Namespace) -> int:
             raise CliError(source, str(error), "give the .jsonl journal an unfinished session left") from None
     else:
         session = load_results(source)
-    write_output(output, render(session, _history_section(args.history_dir, [session])))
+    write_output(output, render(session, _history_section(args, [session])))
     skipped = session.meta.get("skipped_lines") or 0
     note = f"; skipped {skipped} unreadable lines of {source}" if skipped else ""
     print(f"wrote {output} ({len(session.records)} tests{note})")
     return 0
 
 
-def _history_section(directories: Sequence[Path], sessions: Sequence[results_module.SessionResults]) -> Any:
-    """The trend section for the tests of ``sessions`` from the history folders given (None without any)."""
-    if not directories:
+def _inputs(args: argparse.Namespace, files: Sequence[str]) -> Any:
+    """The files the command reads (results, history folders, a SQLite store's files): the output must not be one."""
+    store = store_inputs(resolved_url(args.store)) if args.store is not None else []
+    return command_inputs([*files, *store], args.history_dir)
+
+
+def _history_section(args: argparse.Namespace, sessions: Sequence[results_module.SessionResults]) -> Any:
+    """The trend section for the tests of ``sessions`` from the history folders and the fleet store given (a session
+    in both counted once; None without either)."""
+    if not args.history_dir and args.store is None:
         return None
     from hwregress.judge.trends import load_trends
     from hwregress.report.history_view import HistorySection
 
     keys = {r.hardware_key for s in sessions for r in s.records if r.hardware_key}
     test_ids = {r.test_id for s in sessions for r in s.records}
-    trends, warnings = load_trends([history_store(d) for d in directories], keys, test_ids)
-    return HistorySection(trends, warnings, [str(d) for d in directories])
+    stored, sources = [], [str(d) for d in args.history_dir]
+    if args.store is not None:
+        with reading_store(resolved_url(args.store)) as store:
+            stored = [row for rows in store.history_by_key(keys, test_ids).values() for row in rows]
+            sources.append(store.url)
+    trends, warnings = load_trends([history_store(d) for d in args.history_dir], keys, test_ids, more_rows=stored)
+    return HistorySection(trends, warnings, sources)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -78,11 +91,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("-o", "--output", required=True, help="the HTML file to write")
     merge.add_argument("--history-dir", type=Path, action="append", default=[],
                        help="add trend charts from this history folder (repeatable: one per machine's history)")
+    add_store_option(merge, "the trend charts' sessions (with or without --history-dir)")
     merge.set_defaults(handler=cmd_merge)
     render = report.add_parser("render", help="render one results.json, or the journal of an unfinished session")
     render.add_argument("source", help="results.json or results-*-unfinished.jsonl")
     render.add_argument("-o", "--output", required=True, help="the HTML file to write")
     render.add_argument("--history-dir", type=Path, action="append", default=[],
                         help="add trend charts from this history folder")
+    add_store_option(render, "the trend charts' sessions (with or without --history-dir)")
     render.set_defaults(handler=cmd_render)
     add_compare_parser(report)

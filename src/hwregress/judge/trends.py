@@ -44,6 +44,7 @@ from scipy import stats
 from hwregress.hardware.facts import identity_changes
 from hwregress.judge.changepoints import SIGNIFICANCE_ALPHA, ChangePoint, change_points, welch_p_value
 from hwregress.store.history import HistoryStore, parse_time, unreadable
+from hwregress.store.history_row import HistoryRow
 
 DEFAULT_TOLERANCE = 0.05
 MIN_SESSIONS = 3
@@ -349,20 +350,25 @@ def analyze_all(rows: Iterable[dict[str, Any]], tolerance: float = DEFAULT_TOLER
 
 def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: Iterable[str] | None = None,
                 test_ids: Iterable[str] | None = None,
-                tolerance: float = DEFAULT_TOLERANCE) -> tuple[list[Trend], list[str]]:
+                tolerance: float = DEFAULT_TOLERANCE,
+                more_rows: Iterable[HistoryRow] = ()) -> tuple[list[Trend], list[str]]:
     """Read the history of ``hardware_keys`` (all keys in the stores when None) from one or several folders and
-    analyse the tests in ``test_ids`` (all when None). A row found in more than one folder (a copied CI cache)
-    counts once; rows of one key from different folders (two runners of one hardware) join one series.
+    analyse the tests in ``test_ids`` (all when None), with ``more_rows`` (e.g. the fleet store's,
+    :meth:`hwregress.store.fleet_store.Store.history_by_key`, or a session's own not yet written anywhere). A row
+    found more than once (a copied CI cache; a session in a folder and the store) counts once, the first read (the
+    folders' rows keep what the store's lack: telemetry, the package list); rows of one key from different folders
+    (two runners of one hardware) join one series.
 
     Returns:
         (trends worst first, a warning per skipped line or unreadable file: which file, which line, why).
     """
     stores = [stores] if isinstance(stores, HistoryStore) else list(stores)
     wanted = None if test_ids is None else set(test_ids)
+    key_set = None if hardware_keys is None else set(hardware_keys)
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     problems: list[str] = []
     for store in stores:
-        keys = store.hardware_keys() if hardware_keys is None else hardware_keys
+        keys = store.hardware_keys() if key_set is None else key_set
         for key in sorted(set(keys)):
             try:
                 for row in store.rows(key, problems):  # streamed: only the wanted rows are kept
@@ -372,6 +378,9 @@ def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: It
                 problems.append(unreadable(store.path_for(key), error))
             except ValueError as error:
                 problems.append(f"{store.directory}: history of {key!r} not read ({error})")
+    for row in more_rows:
+        if (key_set is None or row["hardware_key"] in key_set) and (wanted is None or row["test_id"] in wanted):
+            rows.setdefault((row["session"], row["hardware_key"], row["test_id"]), row)
     return analyze_all(rows.values(), tolerance, _first_known(stores)), problems
 
 

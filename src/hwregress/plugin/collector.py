@@ -104,9 +104,11 @@ class Collector:
 
     # -- at the end -------------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
         if self.records and self.settings.history_dir is not None:
-            self._append_history(session, self.settings.history_dir,
-                                 interrupted=int(exitstatus) == int(pytest.ExitCode.INTERRUPTED))
+            self._append_history(session, self.settings.history_dir, interrupted)
+        if self.records and (self.settings.history_dir is not None or self.settings.store_url):
+            self._analyse_history(interrupted)
         if self.records and (self.settings.write_report or self.settings.store_url):
             self.host_checks = self._host_checks()
             results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
@@ -118,12 +120,8 @@ class Collector:
             self.journal.close(remove=not self.problems)  # the results file now holds everything it held
 
     def _append_history(self, session: pytest.Session, directory: Path, interrupted: bool) -> None:
-        """Append this session's measured tests to the history (marked ``interrupted`` after a Ctrl-C), then analyse
-        their trends for the report."""
+        """Append this session's measured tests to the history folder (marked ``interrupted`` after a Ctrl-C)."""
         from filelock import Timeout
-
-        from hwregress.judge.trends import load_trends
-        from hwregress.report.history_view import HistorySection
 
         store = HistoryStore(directory)
         try:
@@ -132,13 +130,30 @@ class Collector:
             self._fail(session, f"history not appended to {directory}: {error}; this session is missing from it "
                                 "(fix the folder, or turn the history off with --no-history)")
             return
-        try:
-            trends, warnings = load_trends(store, appended, list(self.records))
-        except (ValueError, ArithmeticError) as error:  # the rows are appended; only the analysis is lost
-            self.problems.append(f"history in {directory} not analysed: {error}; the report has no trends this time")
-            return
-        self.history = HistorySection(trends, warnings, [str(directory)])
         self.paths.update({f"history ({key})": store.path_for(key) for key in appended})
+
+    def _analyse_history(self, interrupted: bool) -> None:
+        """The trends of this session's tests for the report and the alerts: their history in the history folder and
+        the fleet store (a session in both counted once), this session included."""
+        from hwregress.judge.trends import load_trends
+        from hwregress.plugin.store_push import store_history
+        from hwregress.report.history_view import HistorySection
+        from hwregress.store.database import masked
+        from hwregress.store.history import session_history_rows
+
+        directory, url = self.settings.history_dir, self.settings.store_url
+        keys = {record.hardware_key for record in self.records.values() if record.hardware_key}
+        more = session_history_rows(self.records.values(), self.session_id, _iso(self.started), interrupted)
+        store_rows, store_problem = store_history(url, keys, set(self.records)) if url else ([], None)
+        folders = [HistoryStore(directory)] if directory is not None else []
+        try:
+            trends, warnings = load_trends(folders, keys, list(self.records), more_rows=[*store_rows, *more])
+        except (ValueError, ArithmeticError) as error:  # the rows are stored; only the analysis is lost
+            self.problems.append(f"history of this session's tests not analysed: {error}; the report has no trends "
+                                 "this time")
+            return
+        sources = [str(directory)] * bool(folders) + ([masked(url)] if url and store_problem is None else [])
+        self.history = HistorySection(trends, [*([store_problem] if store_problem else []), *warnings], sources)
 
     def _write(self, results: SessionResults, session: pytest.Session) -> None:
         from hwregress.report import write_outputs  # Jinja2 only when there is something to render
@@ -253,7 +268,8 @@ class Collector:
         }
 
     def _history_meta(self) -> dict[str, Any]:
-        return {"dir": self.history.dirs[0], "warnings": self.history.warnings[:20],
+        folder = {"dir": str(self.settings.history_dir)} if self.settings.history_dir is not None else {}
+        return {**folder, "sources": self.history.dirs, "warnings": self.history.warnings[:20],
                 "trends": [{"test_id": t.test_id, "hardware_key": t.hardware_key, "status": t.status,
                             "summary": t.summary,
                             "sessions": len(t.rows), "change_points": len(t.changes)} for t in self.history.trends]}

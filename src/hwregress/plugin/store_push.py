@@ -4,13 +4,15 @@
 A store that cannot be reached or written never costs the session its results: ``results.json`` is written first,
 the session is queued as ``<report-dir>/store-queue/<session>.json`` for ``python -m hwregress store push``, one line
 says so, and the exit status changes only under ``--require-store``. The store's figures are this machine's: an
-interleaved A/B session (stack B against stack A) is not pushed, as it is not appended to the history.
+interleaved A/B session (stack B against stack A) is not pushed, as it is not appended to the history. The session
+also reads the store: its fleet for day-one verdicts (:func:`fleet_judge`) and its tests' history for the report's
+trends (:func:`store_history`).
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ from hwregress.store.atomic import atomic_write_json
 
 if TYPE_CHECKING:
     from hwregress.judge.day_one import FleetJudge
+    from hwregress.store.history_row import HistoryRow
 
 OFF = "none"  # --store=none: no store
 QUEUE_DIR = "store-queue"
@@ -80,6 +83,26 @@ def _queued(results: Mapping[str, Any], report_dir: Path, error: str, shown: str
                 f"push it later with python -m hwregress store push {report_dir / 'results.json'} --store '{shown}'")
     return (f"store not written: {error}; the session is queued in {target}: push it later with "
             f"python -m hwregress store push {target} --store '{shown}' (a password shown *** is the store's own)")
+
+
+def store_history(url: str, hardware_keys: Collection[str],
+                  test_ids: Collection[str]) -> tuple[list[HistoryRow], str | None]:
+    """The fleet store's history rows of ``hardware_keys`` and ``test_ids``
+    (:meth:`hwregress.store.fleet_store.Store.history_by_key`) for this session's trends, and None; no rows and a
+    sentence when the store cannot be read (the trends then show the history folder's sessions only)."""
+    from hwregress.store.database import masked, open_store
+    from hwregress.store.store_errors import StoreUnavailable
+
+    try:
+        store = open_store(url)
+        try:
+            by_key = store.history_by_key(hardware_keys, test_ids)
+        finally:
+            store.close()
+    except StoreUnavailable as error:
+        return [], (f"fleet store {masked(url)} not read for the trends: {error}; they show the history folder's "
+                    "sessions only")
+    return [row for rows in by_key.values() for row in rows], None
 
 
 def fleet_judge(url: str) -> FleetJudge:

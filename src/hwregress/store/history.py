@@ -227,6 +227,14 @@ class HistoryStore:
             atomic_write_json(path, list(packages))
 
 
+def session_history_rows(records: Iterable[TestRecord], session: str, time: str,
+                         interrupted: bool = False) -> list[HistoryRow]:
+    """The history rows ``records`` of one session make (:func:`row_from_record`; no package list), as
+    :meth:`HistoryStore.append_session` would append them: for a session's trends where it writes no history."""
+    return [row for rows in _rows_by_key(records, session, time, "", interrupted, __version__).values()
+            for row in rows]
+
+
 def _rows_by_key(records: Iterable[TestRecord], session: str, time: str, packages: str, interrupted: bool,
                  hwregress_version: str | None) -> dict[str, list[HistoryRow]]:
     """The history row of each measured record (:func:`row_from_record`), by hardware key."""

@@ -54,10 +54,14 @@ META_SCHEMA: dict[str, Any] = {
                        "type": "object",
                        "properties": {key: {"type": ["string", "null"]}
                                       for key in ("git_sha", "git_branch", "ci_build_url")}},
-        "history": {"description": "the session history this session was appended to (absent with --no-history or "
-                                   "when nothing was measured)",
-                    "type": "object", "required": ["dir", "trends"],
-                    "properties": {"dir": {"type": "string"},
+        "history": {"description": "the trends of this session's tests, from its history folder and its fleet store "
+                                   "(absent with neither, or when nothing was measured)",
+                    "type": "object", "required": ["trends"],
+                    "properties": {"dir": {"description": "the history folder the session was appended to",
+                                           "type": "string"},
+                                   "sources": {"description": "what the trends were read from: the history folder, "
+                                                              "the store's URL (password masked)",
+                                               "type": "array", "items": {"type": "string"}},
                                    "warnings": {"type": "array", "items": {"type": "string"}},
                                    "trends": {"type": "array", "items": _TRENDS}}},
         "ab": {"description": "an interleaved A/B session's stacks as given (--ab-python, --ab-env), its threshold "
