@@ -4,9 +4,13 @@ the session's exit status as it was."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from support.webhook_server import SECRET_PATH, WebhookServer, closed_port_url
 from test_alerts import ALERT_FIELDS, assert_slack_compatible
+
+from hwregress.store.database import open_store
 
 SLOW = {"HWREGRESS_SELFTEST_SLOWDOWN": "1.5"}
 TESTS = {"bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs4-fp32]",
@@ -89,3 +93,62 @@ def test_a_failing_webhook_is_one_line_and_leaves_the_exit_status_as_it_was(hw_p
         assert "the session's result is unchanged" in line and SECRET_PATH not in result.stdout.str()
         assert "/B0/key" not in result.stdout.str()
     assert len(server.requests) == 1 and len(hanging.requests) == 1
+
+
+# a second model (the tiny one under another name): a host is defective when two models fall below their fleet
+SECOND_MODEL_CONFTEST = '''
+import selftest_support
+
+from hwregress import workloads
+
+workloads.register(workloads.Workload("tiny2", selftest_support._MaybeOom, input_shape=(3, 8, 8), num_classes=10),
+                   replace=True)
+'''
+TWO_MODELS = ("--models", "tiny,tiny2", "--baseline-dir=no-baselines", "--no-history")
+
+
+def _defective_alerts(server: WebhookServer) -> list[dict]:
+    return [alert for message in server.messages() for alert in message["hwregress"]["alerts"]
+            if alert["kind"] == "defective-host"]
+
+
+def _fleet_of_four(hw_project) -> str:
+    """A SQLite store of four other hosts, each a copy of a real session of this machine (0.98-1.03 x its figures);
+    its URL."""
+    (hw_project.path / "no-baselines").mkdir()
+    hw_project.run(*TWO_MODELS, "--store=none").assert_outcomes(passed=4)
+    real = hw_project.results
+    url = f"sqlite:///{hw_project.path / 'fleet.sqlite'}"
+    store = open_store(url)
+    for index, speed in enumerate((0.98, 1.0, 1.01, 1.03)):
+        other = copy.deepcopy(real)
+        other["meta"].update(session=f"other-{index}", machine_id=f"{index:032x}", hostname=f"other-{index}")
+        for record in other["records"]:
+            record["throughput"] *= speed
+            record["samples"] = [value * speed for value in record["samples"]]
+        store.push(other)
+    store.close()
+    return url
+
+
+@pytest.mark.slow
+def test_a_defective_host_alerts_in_its_first_defective_session_only(hw_project):
+    """This machine against a fleet of four in a real SQLite store: a healthy session (checked, pushed), then two
+    sessions twice as slow (both models below the fleet: defective): the first alerts, the second does not, as the
+    store holds the first's defective check of this host and key."""
+    with (hw_project.path / "conftest.py").open("a") as conftest:
+        conftest.write(SECOND_MODEL_CONFTEST)
+    store = f"--store={_fleet_of_four(hw_project)}"
+    hw_project.run(*TWO_MODELS, store).assert_outcomes(passed=4)
+    assert [c["defective"] for c in hw_project.results["meta"]["host_check"]] == [False]
+    with WebhookServer(200) as server:
+        hook = f"--alert-webhook={server.url}"
+        hw_project.run(*TWO_MODELS, store, hook, env={"HWREGRESS_SELFTEST_SLOWDOWN": "2"})
+        (first,) = hw_project.results["meta"]["host_check"]
+        assert first["defective"] and first["models"] == ["tiny", "tiny2"]
+        (alert,) = _defective_alerts(server)  # after a healthy session: its first defective session
+        assert alert["contender"]["host"] == first["host"] and alert["series"]["hardware_key"] == first["hardware_key"]
+        again = hw_project.run(*TWO_MODELS, store, hook, env={"HWREGRESS_SELFTEST_SLOWDOWN": "2"})
+        assert [c["defective"] for c in hw_project.results["meta"]["host_check"]] == [True]
+    assert len(server.requests) == 2  # the second defective session still alerts its regressions (no history)
+    assert len(_defective_alerts(server)) == 1, _alert_lines(again)

@@ -206,3 +206,47 @@ def test_require_baselines_still_fails_a_test_the_fleet_passes(tmp_path):
     record = _record(10.0)
     failures = session.conclude(record, "throughput/resnet18/train/bs1/fp32")
     assert record.verdict == Verdict.PASS and any("--require-baselines is set" in f for f in failures)
+
+
+def test_a_hosts_earlier_checks_in_the_store_make_only_its_first_defective_session_alert(tmp_path):
+    """The host's states per session, from each pushed session's meta.host_check: a session that checked nothing of
+    the key says nothing, another host's checks are not this host's, this session is left out; a host that was
+    defective, then healthy, then defective again alerts again."""
+    from hwregress.plugin.host_check import alert_findings
+    from hwregress.report.alerts import session_alerts
+    from hwregress.store.fleet_queries import FleetReader
+
+    key = "nvidia-h100"
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.sqlite'}")
+
+    def push(name, day, hostname, checks, gpu_uuid=None):
+        document = results_document(name, tests=1, hostname=hostname, started=f"2026-11-{day:02d}T01:00:00+00:00",
+                                    gpu_uuid=gpu_uuid)
+        document["meta"]["host_check"] = [{"hardware_key": k, "host": hostname, "defective": bad, "message": ""}
+                                          for k, bad in checks]
+        store.push(document)
+
+    push("gpu-box-1", 1, "gpu-box", [(key, True)], gpu_uuid="GPU-7")
+    push("other-1", 2, "other", [(key, False)])  # another host's healthy check: not this host's
+    push("gpu-box-2", 3, "gpu-box", [("amd-epyc", False)], gpu_uuid="GPU-7")  # checked another key only
+    push("gpu-box-3", 4, "renamed", [], gpu_uuid="GPU-7")  # no check at all
+    reader = FleetReader(store)
+    judge = FleetJudge(reader.latest_medians, {"machine_id": "m-9", "hostname": "gpu-box"}, reader.hardware_keys,
+                       reader.host_names, reader.sessions)
+    records = [_record(5.0, hostname_gpu="GPU-7")]
+    records[0].hardware_key = key
+    assert judge.host_states(key, records, "gpu-box-4") == ["defective"]
+    assert judge.host_states("amd-epyc", records, "gpu-box-4") == ["healthy"]
+    assert judge.host_states(key, records, "gpu-box-1") == []  # this session itself is not its own past
+    check = {"hardware_key": key, "host": "GPU-7", "defective": True, "message": "GPU-7 is defective",
+             "evidence": [{"figure": TEST, "value": 5.0, "fleet_value": 10.0, "ratio": 0.5, "threshold": 0.05,
+                           "n_hosts": 3}]}
+    assert session_alerts([], [], "gpu-box-4", None, alert_findings([check], "gpu-box-4", "t", judge, records)) == []
+    push("gpu-box-4", 5, "gpu-box", [(key, False)], gpu_uuid="GPU-7")
+    recovered = FleetReader(store)  # a later process reads the store again
+    again = FleetJudge(recovered.latest_medians, {"machine_id": "m-9", "hostname": "gpu-box"}, None,
+                       recovered.host_names, recovered.sessions)
+    assert again.host_states(key, records, "gpu-box-5") == ["defective", "healthy"]
+    [alert] = session_alerts([], [], "gpu-box-5", None, alert_findings([check], "gpu-box-5", "t", again, records))
+    assert alert.kind == "defective-host" and alert.host == "GPU-7"
+    assert alert_findings([check], "gpu-box-5", "t")[0]["previous"] == []  # without a store: nothing known before

@@ -5,15 +5,17 @@ models fall below it (:mod:`hwregress.judge.defective`). A hardware key the stor
 expectation from the nearest known key instead (:mod:`hwregress.judge.prediction`): the test stays ``new``, its
 message says whether it is "below prediction".
 
-The store is read once per process and hardware key (:func:`hwregress.store.fleet_queries.latest_medians`); the host
-under test is left out of its own fleet. A store that cannot be read leaves the tests ``new`` and says so in their
-message. The page: docs/fleet-verdicts.md, 'A new host against the fleet'.
+The store is read once per process and hardware key (:class:`hwregress.store.fleet_queries.FleetReader`: the sessions
+once, each key's figures once); the host under test is left out of its own fleet, and its earlier sessions' host
+checks say whether a defective finding is its first (:meth:`FleetJudge.host_states`). A store that cannot be read
+leaves the tests ``new`` and says so in their message. The page: docs/fleet-verdicts.md, 'A new host against the fleet'.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from hwregress.judge.defective import COMPONENTS, DefectiveFinding, host_finding
 from hwregress.judge.evidence import ceiling_name
@@ -33,16 +35,21 @@ MediansLoader = Callable[[str], Medians]
 KeysLoader = Callable[[], Iterable[str]]  # the hardware keys the store knows; raises StoreUnavailable
 # host id -> the hostnames and machine ids its sessions recorded; raises StoreUnavailable
 NamesLoader = Callable[[], Mapping[str, Iterable[str]]]
+# the store's sessions, oldest first, each with its name, host_id and host_check (meta.host_check's entries, [] when
+# none: :func:`hwregress.store.fleet_queries.judged_sessions`); raises StoreUnavailable
+SessionsLoader = Callable[[], Sequence[Mapping[str, Any]]]
 
 
 class FleetJudge:
     """The fleets of the hardware keys this process measures, read once per key, and a record judged against its
     fleet. ``machine`` names this host as the store does: ``machine_id`` and ``hostname`` (a GPU host is also known by
-    the UUID of the record's GPU)."""
+    the UUID of the record's GPU). ``sessions`` gives the host's earlier checks (:meth:`host_states`)."""
 
     def __init__(self, load: MediansLoader, machine: Mapping[str, str | None],
-                 known_keys: KeysLoader | None = None, host_names: NamesLoader | None = None) -> None:
+                 known_keys: KeysLoader | None = None, host_names: NamesLoader | None = None,
+                 sessions: SessionsLoader | None = None) -> None:
         self._load = load
+        self._sessions = sessions
         self._known_keys = known_keys
         self._host_names = host_names
         self._keys: list[str] | None = None
@@ -142,9 +149,35 @@ class FleetJudge:
                     self._fleets[hardware_key] = f"no day-one verdict: the fleet store could not be read ({error})"
             return self._fleets[hardware_key]
 
+    def host_states(self, hardware_key: str, records: Iterable[TestRecord], session: str) -> list[str]:
+        """This host's state for ``hardware_key`` in each of its earlier sessions in the store, oldest first:
+        ``"defective"`` or ``"healthy"`` as that session's host check (``meta.host_check``) found it, for
+        :func:`hwregress.report.alerts.is_first_bad`. A session that checked nothing of the key says nothing and is
+        left out, as is ``session`` (this one, by name). This host: as for its fleet, its machine id, hostname or the
+        GPU UUIDs of ``records`` (this session's). Empty without a store or when it cannot be read."""
+        gpus = {str(r.identity["gpu_uuid"]) for r in records if r.hardware_key == hardware_key
+                and r.identity.get("gpu_uuid")}
+        with self._lock:
+            try:
+                earlier = list(self._sessions()) if self._sessions is not None else []
+            except StoreUnavailable:
+                earlier = []
+        states = []
+        for row in earlier:
+            if row.get("name") == session or not self._known_as_this_host(str(row.get("host_id")), gpus):
+                continue
+            checks = [c for c in row.get("host_check") or [] if isinstance(c, Mapping)
+                      and c.get("hardware_key") == hardware_key]
+            if checks:
+                states.append("defective" if any(bool(c.get("defective")) for c in checks) else "healthy")
+        return states
+
     def _is_this_host(self, host_id: str, record: TestRecord) -> bool:
         gpu = record.identity.get("gpu_uuid")
-        return (host_id in self._machine or (bool(gpu) and str(gpu) in host_id.split(","))
+        return self._known_as_this_host(host_id, {str(gpu)} if gpu else set())
+
+    def _known_as_this_host(self, host_id: str, gpus: set[str]) -> bool:
+        return (host_id in self._machine or bool(gpus.intersection(host_id.split(",")))
                 or host_id in self._ids_of_this_machine())
 
     def _ids_of_this_machine(self) -> set[str]:

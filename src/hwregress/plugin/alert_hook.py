@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from hwregress.plugin.fixture import SESSION_KEY
 from hwregress.plugin.host_check import alert_findings
 from hwregress.plugin.options import masked_option, value_of
 
@@ -120,7 +121,9 @@ class AlertHook:
 
         started = _dt.datetime.fromtimestamp(collector.started, _dt.timezone.utc).isoformat(timespec="seconds")
         trends = collector.history.trends if collector.history is not None else []
-        defective = alert_findings(collector.host_checks, collector.session_id, started)
+        fleet = self.config.stash[SESSION_KEY].fleet if SESSION_KEY in self.config.stash else None
+        defective = alert_findings(collector.host_checks, collector.session_id, started, fleet,
+                                   collector.records.values())
         alerts = session_alerts(collector.records.values(), trends, collector.session_id, started, defective)
         if not alerts:
             return ""

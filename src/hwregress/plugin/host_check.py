@@ -28,9 +28,14 @@ def terminal_lines(checks: list[dict[str, Any]]) -> list[str]:
             for check in checks if check["defective"]]
 
 
-def alert_findings(checks: list[dict[str, Any]], session: str, time: str) -> list[dict[str, Any]]:
+def alert_findings(checks: list[dict[str, Any]], session: str, time: str, fleet: FleetJudge | None = None,
+                   records: Iterable[TestRecord] = ()) -> list[dict[str, Any]]:
     """The defective findings as :func:`hwregress.report.alerts.defective_host_alert` takes them (the worst figure's
-    value, fleet value and ratio; every figure's sentence as evidence)."""
+    value, fleet value and ratio; every figure's sentence as evidence), each with ``previous``: this host's states
+    for the key in its earlier sessions of the store (:meth:`hwregress.judge.day_one.FleetJudge.host_states`, from
+    ``fleet``, which knows this host by ``records``, this session's), so that a host that stays defective alerts in
+    its first defective session only."""
+    records = list(records)
     found = []
     for check in checks:
         if not check["defective"] or not check["evidence"]:
@@ -40,7 +45,8 @@ def alert_findings(checks: list[dict[str, Any]], session: str, time: str) -> lis
                       "test_id": worst["figure"], "value": worst["value"], "baseline_median": worst["fleet_value"],
                       "ratio": worst["ratio"], "threshold": worst["threshold"], "summary": check["message"],
                       "evidence": [f"{e['figure']}: {e['ratio']:.3f} x the fleet's {e['fleet_value']:.4g} "
-                                   f"({e['n_hosts']} hosts)" for e in check["evidence"]]})
+                                   f"({e['n_hosts']} hosts)" for e in check["evidence"]],
+                      "previous": fleet.host_states(check["hardware_key"], records, session) if fleet else []})
     return found
 
 

@@ -107,23 +107,22 @@ def store_history(url: str, hardware_keys: Collection[str],
 
 def fleet_judge(url: str) -> FleetJudge:
     """The day-one judge of this process (:class:`hwregress.judge.day_one.FleetJudge`), reading the store at ``url``
-    once per hardware key (and its keys and host names once), through one store opened at the first read and kept
-    for the process; this host known by its machine id and hostname. Nothing is read before a test needs it."""
+    through one :class:`hwregress.store.fleet_queries.FleetReader`: its sessions once (the hardware keys, the host
+    names and the hosts' earlier checks all come from that read), each hardware key's figures once; one store opened
+    at the first read and kept for the process; this host known by its machine id and hostname. Nothing is read
+    before a test needs it."""
     from hwregress.judge.day_one import FleetJudge
-    from hwregress.store import fleet_queries
 
     opened: list[Any] = []
 
-    def reading(query: Any) -> Any:
-        def read(*args: Any) -> Any:
-            if not opened:
-                from hwregress.store.database import open_store
+    def reader() -> Any:
+        if not opened:
+            from hwregress.store.database import open_store
+            from hwregress.store.fleet_queries import FleetReader
 
-                opened.append(open_store(url))  # StoreUnavailable: the judge says so, and reads again next time
-            return query(opened[0], *args)
+            opened.append(FleetReader(open_store(url)))  # StoreUnavailable: the judge says so, and reads again later
+        return opened[0]
 
-        return read
-
-    return FleetJudge(reading(fleet_queries.latest_medians), {"machine_id": machine_id(),
-                                                             "hostname": socket.gethostname()},
-                      reading(fleet_queries.hardware_keys), reading(fleet_queries.host_names))
+    return FleetJudge(lambda key: reader().latest_medians(key),
+                      {"machine_id": machine_id(), "hostname": socket.gethostname()},
+                      lambda: reader().hardware_keys(), lambda: reader().host_names(), lambda: reader().sessions())

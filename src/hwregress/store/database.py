@@ -12,6 +12,7 @@ of an empty database migrate one at a time under an advisory lock.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -132,20 +133,32 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """The newest revision of :mod:`hwregress.store.migrations`, read from its scripts once per process (the
+    scripts are this package's files: they do not change while it runs)."""
+    return ScriptDirectory.from_config(_config()).get_current_head()
+
+
 def upgrade(engine: Engine) -> None:
     """Migrate the database to the newest revision of :mod:`hwregress.store.migrations`, in one transaction (a
-    database already there is only looked at).
+    database already there is only looked at: its ``alembic_version`` against :func:`head_revision`; any other
+    revision, a newer one too, goes to Alembic, which migrates it or refuses it).
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database cannot be reached or written.
         alembic.util.CommandError: its revision is unknown to this hwregress (a newer one migrated it).
     """
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    head = ScriptDirectory.from_config(config).get_current_head()
     with engine.connect().execution_options(hwregress_read_only=True) as connection:
-        if MigrationContext.configure(connection).get_current_revision() == head:
+        if MigrationContext.configure(connection).get_current_revision() == head_revision():
             return
+    config = _config()
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":
             connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")

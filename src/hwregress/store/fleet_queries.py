@@ -1,5 +1,10 @@
 """What the fleet store says about a hardware key's hosts: each host's latest median per test, the fleet a new host of
-that key is judged against on its first day (:mod:`hwregress.judge.day_one`)."""
+that key is judged against on its first day (:mod:`hwregress.judge.day_one`), and each session's host check.
+
+The judge of a session reads through one :class:`FleetReader`: the sessions once, in one SELECT of the columns it
+needs (:func:`judged_sessions`), and each hardware key's figures once, filtered in SQL
+(:func:`measured_figures`); the hardware keys, the host names and the hosts' earlier checks come from that one read.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +12,112 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from sqlalchemy import or_, select
+
 from hwregress.store.fleet_store import Store
+from hwregress.store.tables import figures, sessions
 
 # the verdicts of figures that measured the machine: a failed, oom, skipped or invalid test's figure says nothing
 MEASURED_VERDICTS = frozenset({"pass", "improvement", "regression", "new", "unstable", "env-changed",
                                "other-hardware"})
 
 
-def latest_medians(store: Store, hardware_key: str, metric: str = "throughput") -> dict[str, dict[str, float]]:
-    """``{test_id: {host_id: median}}`` over the figures of ``hardware_key`` in ``store``: each host's median of
-    ``metric`` (the figure's unit, e.g. samples/s) from its latest session that measured the test
-    (:func:`latest_figures`), interrupted sessions left out.
+def judged_sessions(store: Store) -> list[dict[str, Any]]:
+    """Every session of ``store`` as the fleet judge needs it, oldest start first (then by name): ``id``, ``name``,
+    ``host_id``, ``hostname``, ``hardware_key``, ``started_at`` (aware UTC), ``interrupted``, ``machine_id`` and
+    ``host_check`` (``meta``'s: the machine id or None, the session's host-check entries or ``[]``), in one SELECT.
+    The two ``meta`` fields are extracted in SQL (SQLAlchemy's JSON paths: ``json_extract`` on SQLite, ``->`` on
+    PostgreSQL), not the whole ``meta`` and ``environment``.
 
     Raises:
         StoreUnavailable: the store cannot be read.
     """
-    # every session, not those filed under the key: a GPU session's CPU figures are filed under the GPU's key
-    sessions = {s["id"]: s for s in store.sessions() if not s.get("interrupted")}
-    latest = latest_figures(sessions, store.figures(hardware_key=hardware_key), (metric,))
-    return {test_id: {host: float(figure["median"]) for host, (figure, _) in hosts.items()}
-            for (_, test_id), hosts in latest.items()}
+    query = select(sessions.c.id, sessions.c.name, sessions.c.host_id, sessions.c.hostname, sessions.c.hardware_key,
+                   sessions.c.started_at, sessions.c.interrupted,
+                   sessions.c.meta["machine_id"].as_string().label("machine_id"),
+                   sessions.c.meta["host_check"].label("host_check"),
+                   ).order_by(sessions.c.started_at, sessions.c.name)
+    return [{**row, "host_check": row["host_check"] if isinstance(row["host_check"], list) else []}
+            for row in store.read(query)]
+
+
+def measured_figures(store: Store, hardware_key: str, metric: str) -> list[dict[str, Any]]:
+    """``session_id``, ``test_id``, ``metric``, ``median``, ``verdict`` of the figures of ``hardware_key`` and
+    ``metric`` with a positive median and a measured verdict (:data:`MEASURED_VERDICTS`, or none recorded), filtered
+    in SQL (a median that is not finite is left to :func:`measured`).
+
+    Raises:
+        StoreUnavailable: the store cannot be read.
+    """
+    query = select(figures.c.session_id, figures.c.test_id, figures.c.metric, figures.c.median,
+                   figures.c.verdict).where(
+        figures.c.hardware_key == hardware_key, figures.c.metric == metric, figures.c.median > 0,
+        or_(figures.c.verdict.in_(sorted(MEASURED_VERDICTS)), figures.c.verdict.is_(None)))
+    return store.read(query)
+
+
+class FleetReader:
+    """The fleet store as one process's day-one judge reads it: its sessions once (:func:`judged_sessions`, kept),
+    a hardware key's figures at each :meth:`latest_medians` (the judge keeps each key's). A read that fails is not
+    kept: the next call reads again. Not locked: the judge calls it under its own lock."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._sessions: list[dict[str, Any]] | None = None
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """The store's sessions, oldest first, as :func:`judged_sessions` gives them, read at the first call.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        if self._sessions is None:
+            self._sessions = judged_sessions(self.store)
+        return self._sessions
+
+    def latest_medians(self, hardware_key: str, metric: str = "throughput") -> dict[str, dict[str, float]]:
+        """``{test_id: {host_id: median}}`` over the figures of ``hardware_key``: each host's median of ``metric``
+        (the figure's unit, e.g. samples/s) from its latest session that measured the test (:func:`latest_figures`),
+        interrupted sessions left out.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        # every session, not those filed under the key: a GPU session's CPU figures are filed under the GPU's key
+        by_id = {s["id"]: s for s in self.sessions() if not s["interrupted"]}
+        latest = latest_figures(by_id, measured_figures(self.store, hardware_key, metric), (metric,))
+        return {test_id: {host: float(figure["median"]) for host, (figure, _) in hosts.items()}
+                for (_, test_id), hosts in latest.items()}
+
+    def host_names(self) -> dict[str, set[str]]:
+        """``{host_id: names}``: every hostname and machine id the sessions of each host recorded (a GPU host's id is
+        its GPUs' UUIDs, which its CPU tests do not carry: by these names a session knows its own host in the store).
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        names: dict[str, set[str]] = {}
+        for session in self.sessions():
+            known = names.setdefault(str(session["host_id"]), set())
+            known.update(str(v) for v in (session["hostname"], session["machine_id"]) if v)
+        return names
+
+    def hardware_keys(self) -> list[str]:
+        """The hardware keys of the store's sessions, sorted.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        return sorted({str(s["hardware_key"]) for s in self.sessions() if s["hardware_key"]})
+
+
+def latest_medians(store: Store, hardware_key: str, metric: str = "throughput") -> dict[str, dict[str, float]]:
+    """:meth:`FleetReader.latest_medians` of ``store`` (its sessions read for this call only).
+
+    Raises:
+        StoreUnavailable: the store cannot be read.
+    """
+    return FleetReader(store).latest_medians(hardware_key, metric)
 
 
 Latest = dict[tuple[str, str], dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]]]
@@ -57,24 +148,18 @@ def measured(figure: Mapping[str, Any]) -> bool:
 
 
 def host_names(store: Store) -> dict[str, set[str]]:
-    """``{host_id: names}``: every hostname and machine id the sessions of each host recorded (a GPU host's id is its
-    GPUs' UUIDs, which its CPU tests do not carry: by these names a session knows its own host in the store).
+    """:meth:`FleetReader.host_names` of ``store``.
 
     Raises:
         StoreUnavailable: the store cannot be read.
     """
-    names: dict[str, set[str]] = {}
-    for session in store.sessions():
-        known = names.setdefault(str(session["host_id"]), set())
-        meta = session.get("meta") if isinstance(session.get("meta"), Mapping) else {}
-        known.update(str(v) for v in (session.get("hostname"), meta.get("machine_id")) if v)
-    return names
+    return FleetReader(store).host_names()
 
 
 def hardware_keys(store: Store) -> list[str]:
-    """The hardware keys of the sessions in ``store``, sorted.
+    """:meth:`FleetReader.hardware_keys` of ``store``.
 
     Raises:
         StoreUnavailable: the store cannot be read.
     """
-    return sorted({str(s["hardware_key"]) for s in store.sessions() if s.get("hardware_key")})
+    return FleetReader(store).hardware_keys()

@@ -230,6 +230,15 @@ class Store:
         except SQLAlchemyError as error:
             raise unavailable(self.url, error) from None
 
+    def read(self, query: Any) -> list[dict[str, Any]]:
+        """The rows of a read-only ``select`` over this store's tables (column label -> value; times aware UTC): the
+        narrow queries of :mod:`hwregress.store.fleet_queries`.
+
+        Raises:
+            StoreUnavailable: the store cannot be read.
+        """
+        return self._read(query)
+
 
 def _utc(moment: _dt.datetime) -> _dt.datetime:
     return moment.replace(tzinfo=_dt.timezone.utc) if moment.tzinfo is None else moment.astimezone(_dt.timezone.utc)
