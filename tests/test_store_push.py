@@ -172,3 +172,15 @@ def test_a_host_of_sixteen_gpus_has_an_id_the_column_holds(tmp_path):
     assert found.startswith("gpus-sha256:") and len(found) <= HOST_ID_LENGTH
     assert host_id(list(reversed(records)), {}) == found  # stable whatever the order
     assert host_id(records[:2], {}) == ",".join(sorted(r.identity["gpu_uuid"] for r in records[:2]))
+
+
+def test_a_fifo_or_a_folder_where_the_sqlite_file_should_be_is_one_line_naming_it(tmp_path, character_device):
+    fifo, folder = tmp_path / "fifo.sqlite", tmp_path / "folder.sqlite"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, kind in ((fifo, "a FIFO"), (folder, "a folder"), (character_device, "a character device")):
+        with pytest.raises(StoreUnavailable) as raised:  # a FIFO was "a disk I/O error (a full or failing disk)"
+            open_store(f"sqlite:///{path}")
+        message = str(raised.value)
+        assert f"{path} is {kind}, not a SQLite file" in message and "--store=none" in message, message
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and folder.is_dir() and not list(folder.iterdir())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Engine, create_engine, event, exc, make_url
 
+from hwregress.store.atomic import describe_kind
 from hwregress.store.fleet_store import Store
 from hwregress.store.store_errors import FLEET_FIX, StoreUnavailable, unavailable
 
@@ -88,6 +90,7 @@ def open_store(url: str) -> Store:
                                       "postgresql+psycopg://user:password@host/database") from None
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")  # psycopg 3, the fleet extra's driver
+    _require_regular_database(url, shown)
     try:
         engine = _engine(parsed)
     except exc.NoSuchModuleError:
@@ -106,6 +109,24 @@ def open_store(url: str) -> Store:
         engine.dispose()
         raise unavailable(shown, error) from None
     return Store(engine, shown)
+
+
+def _require_regular_database(url: str, shown: str) -> None:
+    """Refuse a SQLite store's path that is there but no regular file (a folder, a FIFO, a device): SQLite would
+    report a FIFO as a failing disk, and must never write into a device.
+
+    Raises:
+        StoreUnavailable: naming what the path is.
+    """
+    for path in sqlite_files(url)[:1]:
+        try:
+            mode = path.stat().st_mode
+        except OSError:  # not there (created), or unreadable (SQLite says why)
+            continue
+        if not stat.S_ISREG(mode):
+            raise StoreUnavailable(shown, f"{path} is {describe_kind(mode)}, not a SQLite file",
+                                   "point --store or HWREGRESS_STORE at a SQLite file or a new path, or give "
+                                   "--store=none")
 
 
 def _engine(url: Any) -> Engine:
