@@ -184,3 +184,29 @@ def test_a_fifo_or_a_folder_where_the_sqlite_file_should_be_is_one_line_naming_i
         message = str(raised.value)
         assert f"{path} is {kind}, not a SQLite file" in message and "--store=none" in message, message
     assert stat.S_ISFIFO(fifo.stat().st_mode) and folder.is_dir() and not list(folder.iterdir())
+
+
+@pytest.mark.needs_extra
+def test_a_connection_dropped_inside_a_push_is_one_line_and_leaves_no_half_session(postgres_database):
+    from sqlalchemy import create_engine, event, text
+
+    store, killer = open_store(postgres_database), create_engine(postgres_database)
+    dropped: list[int] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def _drop_the_connection(connection, _cursor, statement, *_):  # the server ends this backend mid-transaction
+        if statement.lstrip().upper().startswith("INSERT INTO FIGURES") and not dropped:
+            dropped.append(connection.connection.dbapi_connection.info.backend_pid)
+            with killer.begin() as other:
+                assert other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dropped[0]}).scalar()
+
+    document = results_document("s-1-20261127T012215Z")
+    with pytest.raises(StoreUnavailable) as raised:
+        store.push(document)
+    message = str(raised.value)
+    assert dropped and "\n" not in message and "the server dropped the connection" in message, message
+    assert store.sessions() == [] and store.figures() == []  # the session's host, session and figures: none
+    outcome = store.push(document)  # the pool replaces the dropped connection
+    assert outcome.inserted and len(store.figures()) == outcome.figures > 0
+    store.close()
+    killer.dispose()
