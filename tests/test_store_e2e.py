@@ -69,3 +69,44 @@ def test_a_session_lands_in_postgresql(hw_project, postgres_database):
     store = open_store(postgres_database)
     assert len(store.sessions()) == 2 and not (hw_project.path / "reports" / "hwregress.sqlite").exists()
     assert {f["test_id"] for f in store.figures()} == {r["test_id"] for r in hw_project.results["records"]}
+
+
+# What plugin/collector.py does not do yet (its owner applies the fix; these are strict, so that the fix fails them
+# until their markers go): results.json is written before the push, from the exit status pytest handed
+# pytest_sessionfinish, so a failure the collector turns into exit status 1 at the end (a required push that failed, a
+# history not appended) is not in meta.exitstatus; and the history rows do not get the machine id.
+MISMATCH = "results.json says exit status 0 where the session exits 1 (plugin/collector.py writes it first)"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=MISMATCH)
+def test_results_json_says_the_exit_status_of_a_session_whose_required_push_failed(hw_project):
+    hw_project.run("--update-baselines", "--store=none").assert_outcomes(passed=2)
+    required = hw_project.run(f"--store={UNREACHABLE}", "--require-store")
+    required.assert_outcomes(passed=2)
+    assert required.ret == 1
+    assert hw_project.results["meta"]["exitstatus"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=MISMATCH)
+def test_results_json_says_the_exit_status_of_a_session_whose_history_was_not_appended(hw_project):
+    (hw_project.path / "reports").mkdir()
+    (hw_project.path / "reports" / "history").write_text("a file where the history folder should be")
+    failed = hw_project.run("--store=none")
+    assert failed.ret == 1
+    assert hw_project.results["meta"]["exitstatus"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="plugin/collector.py does not give HistoryStore.append_session the machine id")
+def test_a_session_imported_from_its_history_is_filed_under_the_host_its_push_names(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    pushed = hw_project.results["meta"]["machine_id"]
+    if not pushed:
+        pytest.skip("this machine has no /etc/machine-id: its sessions are known by hostname, pushed or imported")
+    imported = f"sqlite:///{hw_project.path / 'imported.sqlite'}"
+    command = [sys.executable, "-m", "hwregress", "store", "import", "reports/history", "--store", imported]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=hw_project.path)
+    assert done.returncode == 0, done.stderr
+    assert [host["host_id"] for host in open_store(imported).hosts()] == [pushed]
