@@ -22,6 +22,7 @@ from hwregress.store.results import TestRecord
 
 ROW_SCHEMA = schemas.schema("history_row")
 # one value of each JSON type; "integer" is also a "number"
+MACHINE_ID = "3d1219c7c4c5404aaa1f6d2a48adfda4"
 JSON_SAMPLES: dict[str, Any] = {"string": "x", "integer": 7, "number": 2.5, "boolean": True, "null": None,
                                 "array": [], "object": {}}
 
@@ -37,7 +38,8 @@ def valid_row(index: int = 0) -> dict[str, Any]:
                         health={"other_cpu_fraction": 0.0}, diagnosis=["CPU contention"],
                         telemetry={"metrics": {"cpu_util_pct": {"mean": 97.0}}},
                         reach=ReachFigures(figure="throughput", mds=0.081 + index / 1000))
-    row = row_from_record(record, "session-1", "2026-03-01T02:00:00+00:00", "0123456789abcdef", interrupted=True)
+    row = row_from_record(record, "session-1", "2026-03-01T02:00:00+00:00", "0123456789abcdef", interrupted=True,
+                          machine_id=MACHINE_ID)
     assert row is not None
     return dict(row)
 
@@ -92,6 +94,19 @@ def test_a_row_keeps_the_mds_of_the_tests_headline_reach_and_null_without_one():
     assert row_from_record(record, "s", "2026-03-01T02:00:00+00:00", "")["mds"] is None
     record.reach = record.latency_reach = None
     assert row_from_record(record, "s", "2026-03-01T02:00:00+00:00", "")["mds"] is None
+
+
+def test_a_row_names_the_machine_that_ran_it_only_where_the_session_knew_it(tmp_path):
+    record = TestRecord("t", hardware_key="cpu-a", samples=[1.0, 2.0])
+    store = HistoryStore(tmp_path)
+    store.append_session([record], "known", "2026-03-01T02:00:00+00:00", machine_id=MACHINE_ID)
+    store.append_session([record], "unknown", "2026-03-02T02:00:00+00:00")
+    read = store.read("cpu-a")
+    assert read.warnings == []
+    assert [(row["session"], row.get("machine_id", "absent")) for row in read.rows] == [
+        ("known", MACHINE_ID), ("unknown", "absent")]  # a row without one (and every older row) stays valid
+    jsonschema.validate(read.rows[0], ROW_SCHEMA)
+    jsonschema.validate(read.rows[1], ROW_SCHEMA)
 
 
 @given(samples=st.lists(st.floats(min_value=1e-6, max_value=1e12), min_size=1, max_size=20),

@@ -97,3 +97,39 @@ def test_the_reports_trends_read_the_fleet_store_with_the_sessions_of_other_runn
     [warning] = [w for w in history["warnings"] if "not read for the trends" in w]
     assert warning.startswith("fleet store postgresql+psycopg://ci:***@127.0.0.1:1/hwregress not read for the trends")
     assert "secret" not in json.dumps(hw_project.results)
+
+
+# results.json is written before the push: a failure the collector turns into exit status 1 at the end (a required
+# push that failed, a history not appended) must still reach its meta.exitstatus (it said 0).
+@pytest.mark.slow
+def test_results_json_says_the_exit_status_of_a_session_whose_required_push_failed(hw_project):
+    hw_project.run("--update-baselines", "--store=none").assert_outcomes(passed=2)
+    required = hw_project.run(f"--store={UNREACHABLE}", "--require-store")
+    required.assert_outcomes(passed=2)
+    assert required.ret == 1
+    meta = hw_project.results["meta"]
+    assert meta["exitstatus"] == 1 and meta["store_push"] == "failed"
+    archived = sorted((hw_project.path / "reports" / "archive").glob("results-*.json"))[-1]
+    assert json.loads(archived.read_text())["meta"]["exitstatus"] == 1
+
+
+@pytest.mark.slow
+def test_results_json_says_the_exit_status_of_a_session_whose_history_was_not_appended(hw_project):
+    (hw_project.path / "reports").mkdir()
+    (hw_project.path / "reports" / "history").write_text("a file where the history folder should be")
+    failed = hw_project.run("--store=none")
+    assert failed.ret == 1
+    assert hw_project.results["meta"]["exitstatus"] == 1
+
+
+@pytest.mark.slow
+def test_a_session_imported_from_its_history_is_filed_under_the_host_its_push_names(hw_project):
+    hw_project.run("--update-baselines").assert_outcomes(passed=2)
+    pushed = hw_project.results["meta"]["machine_id"]
+    if not pushed:
+        pytest.skip("this machine has no /etc/machine-id: its sessions are known by hostname, pushed or imported")
+    imported = f"sqlite:///{hw_project.path / 'imported.sqlite'}"
+    command = [sys.executable, "-m", "hwregress", "store", "import", "reports/history", "--store", imported]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=hw_project.path)
+    assert done.returncode == 0, done.stderr
+    assert [host["host_id"] for host in open_store(imported).hosts()] == [pushed]

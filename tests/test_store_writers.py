@@ -1,6 +1,7 @@
 """Concurrent writer processes and a killed writer, on a real PostgreSQL (pgserver) and a real SQLite file: every
-session is there exactly once with all its figures, duplicates pushed at once are stored once, and a writer
-SIGKILLed inside its transaction leaves no session visible, the next push of it storing it whole."""
+session is there exactly once with all its figures, duplicates pushed at once are stored once, one machine's sessions
+pushed at once, some naming its machine id and some only its hostname, make one host, and a writer SIGKILLed inside
+its transaction leaves no session visible, the next push of it storing it whole."""
 
 from __future__ import annotations
 
@@ -58,6 +59,38 @@ def test_sixteen_postgresql_writers_lose_nothing(postgres_database, tmp_path):
 
 def test_four_sqlite_writers_lose_nothing(tmp_path):
     check_concurrent_writers(f"sqlite:///{tmp_path / 'hwregress.sqlite'}", tmp_path, 4)
+
+
+def check_one_machine_from_many_writers(url: str, folder: Path, writers: int) -> None:
+    # every other session names the machine id; the rest only the hostname (as a history written before rows carried
+    # the machine id imports): pushed at once, however they interleave, they are one host
+    machine = "3d1219c7c4c5404aaa1f6d2a48adfda4"
+    names = [f"vm-{index}-20261127T012215Z" for index in range(writers)]
+    files = []
+    for index, name in enumerate(names):
+        results = results_document(name, tests=1, hostname="vm")
+        results["meta"].update({"machine_id": machine} if index % 2 else {})
+        files.append(folder / f"{name}.json")
+        files[-1].write_text(json.dumps(results))
+    open_store(url).close()  # migrated first: the writers race in their pushes, not in the migration
+    for process in [writer(url, path) for path in files]:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+    store = open_store(url)
+    [host] = store.hosts()
+    assert (host["host_id"], host["aliases"]) == (machine, ["vm"])
+    assert sorted((s["name"], s["host_id"]) for s in store.sessions()) == sorted((n, machine) for n in names)
+    store.close()
+
+
+@pytest.mark.needs_extra
+def test_one_machine_pushed_by_sixteen_postgresql_writers_by_machine_id_and_hostname_is_one_host(postgres_database,
+                                                                                                 tmp_path):
+    check_one_machine_from_many_writers(postgres_database, tmp_path, 16)
+
+
+def test_one_machine_pushed_by_four_sqlite_writers_by_machine_id_and_hostname_is_one_host(tmp_path):
+    check_one_machine_from_many_writers(f"sqlite:///{tmp_path / 'hwregress.sqlite'}", tmp_path, 4)
 
 
 def check_killed_writer(url: str, folder: Path) -> None:

@@ -28,7 +28,7 @@ from hwregress.plugin.provenance import machine_id, session_provenance
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
 from hwregress.plugin.store_push import masked_store_args
-from hwregress.store.atomic import atomic_write_text
+from hwregress.store.atomic import atomic_write_json, atomic_write_text
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import Journal
 from hwregress.store.recovery import DeadSession, archive_dead_journals
@@ -111,7 +111,8 @@ class Collector:
             self._analyse_history(interrupted)
         if self.records and (self.settings.write_report or self.settings.store_url):
             self.host_checks = self._host_checks()
-            results = SessionResults(self._meta(int(exitstatus)), list(self.records.values()))
+            # the session's status, not the hook's argument: a history not appended above has failed the session
+            results = SessionResults(self._meta(int(session.exitstatus)), list(self.records.values()))
             if self.settings.write_report:
                 self._write(results, session)
             if self.settings.store_url:
@@ -125,7 +126,8 @@ class Collector:
 
         store = HistoryStore(directory)
         try:
-            appended = store.append_session(self.records.values(), self.session_id, _iso(self.started), interrupted)
+            appended = store.append_session(self.records.values(), self.session_id, _iso(self.started), interrupted,
+                                            machine_id=machine_id())
         except (OSError, ValueError, Timeout) as error:
             self._fail(session, f"history not appended to {directory}: {error}; this session is missing from it "
                                 "(fix the folder, or turn the history off with --no-history)")
@@ -191,6 +193,18 @@ class Collector:
         self.store_failure = pushed.line  # not a problem of the results: results.json holds them, the journal goes
         if self.settings.require_store and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self._rewrite_exitstatus(results, int(session.exitstatus))
+
+    def _rewrite_exitstatus(self, results: SessionResults, exitstatus: int) -> None:
+        """results.json and its archive copy, written before the push, say the exit status a failed required push
+        gave the session, and why (``meta.store_push``); the queued copy keeps the tests' own status."""
+        results.meta.update(exitstatus=exitstatus, store_push="failed")
+        for key in ("results", "results archive"):
+            if key in self.paths:
+                try:
+                    atomic_write_json(self.paths[key], results.to_json())
+                except (OSError, ValueError) as error:  # the first write holds the records; only the status is stale
+                    self.problems.append(f"{self.paths[key]}: exit status {exitstatus} not recorded: {error}")
 
     def _fail(self, session: pytest.Session, problem: str) -> None:
         self.problems.append(problem)

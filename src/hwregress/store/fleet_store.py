@@ -1,8 +1,9 @@
 """The fleet store's reads and writes (:func:`hwregress.store.database.open_store` opens one): push a session whole
 or not at all, list sessions and figures, export the history files today's dashboard reads.
 
-A push is one transaction: the host row (inserted, or its aliases and last sighting updated), the session row and all
-its figures, so that a reader sees the whole session or none of it, and a writer killed halfway leaves nothing.
+A push is one transaction: the host row (inserted, or its aliases and last sighting updated; the machine's stable id
+where the session names only a hostname, :mod:`hwregress.store.host_identity`), the session row and all its figures,
+so that a reader sees the whole session or none of it, and a writer killed halfway leaves nothing.
 It is idempotent by the session's name: a session already there is left as it is (``inserted`` False), also when
 two writers push it at once (the second's insert does nothing on the unique name, and it re-reads the first's).
 """
@@ -22,6 +23,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from hwregress.store.history import HistoryStore, iter_history
 from hwregress.store.history_export import history_rows
 from hwregress.store.history_row import HistoryRow
+from hwregress.store.host_identity import settle_host, take_over, utc
 from hwregress.store.session_rows import SessionRows, session_rows
 from hwregress.store.store_errors import unavailable
 from hwregress.store.tables import figures, hosts, sessions
@@ -75,8 +77,11 @@ class Store:
                 return present
             try:
                 with self.engine.begin() as connection:
-                    self._upsert_host(connection, rows.host)
-                    stamped = {**rows.session, "pushed_at": _dt.datetime.now(_dt.timezone.utc)}
+                    settled = settle_host(connection, rows.host)
+                    self._upsert_host(connection, settled.host)
+                    take_over(connection, settled)
+                    stamped = {**rows.session, "host_id": settled.host["host_id"],
+                               "pushed_at": _dt.datetime.now(_dt.timezone.utc)}
                     added = connection.execute(self._insert_absent(sessions).values(**stamped)
                                                .returning(sessions.c.id)).first()
                     if added is None:
@@ -110,9 +115,9 @@ class Store:
         if branch is not None:
             query = query.where(sessions.c.git_branch == branch)
         if since is not None:
-            query = query.where(sessions.c.started_at >= _utc(since))
+            query = query.where(sessions.c.started_at >= utc(since))
         if until is not None:
-            query = query.where(sessions.c.started_at <= _utc(until))
+            query = query.where(sessions.c.started_at <= utc(until))
         return self._read(query)
 
     def session(self, name_or_id: str) -> dict[str, Any] | None:
@@ -217,10 +222,10 @@ class Store:
         current = connection.execute(select(hosts).where(hosts.c.host_id == host["host_id"])
                                      .with_for_update()).mappings().one()
         aliases = list(current["aliases"]) + [a for a in host["aliases"] if a not in current["aliases"]]
-        changed = {"aliases": aliases, "last_seen": max(_utc(current["last_seen"]), host["last_seen"]),
-                   "first_seen": min(_utc(current["first_seen"]), host["first_seen"]),
+        changed = {"aliases": aliases, "last_seen": max(utc(current["last_seen"]), host["last_seen"]),
+                   "first_seen": min(utc(current["first_seen"]), host["first_seen"]),
                    "hardware_key": host["hardware_key"] or current["hardware_key"]}
-        if any(changed[k] != (_utc(current[k]) if k in _TIMES else current[k]) for k in changed):
+        if any(changed[k] != (utc(current[k]) if k in _TIMES else current[k]) for k in changed):
             connection.execute(update(hosts).where(hosts.c.host_id == host["host_id"]).values(**changed))
 
     def _read(self, query: Any) -> list[dict[str, Any]]:
@@ -240,12 +245,8 @@ class Store:
         return self._read(query)
 
 
-def _utc(moment: _dt.datetime) -> _dt.datetime:
-    return moment.replace(tzinfo=_dt.timezone.utc) if moment.tzinfo is None else moment.astimezone(_dt.timezone.utc)
-
-
 def _aware(row: dict[str, Any]) -> dict[str, Any]:
     """SQLite gives back naive times (stored as UTC): make every time of a row aware UTC, as PostgreSQL's are."""
-    return {key: _utc(value) if key in _TIMES and isinstance(value, _dt.datetime) else value
+    return {key: utc(value) if key in _TIMES and isinstance(value, _dt.datetime) else value
             for key, value in row.items()}
 

@@ -20,12 +20,12 @@ Discipline, as for baselines (:mod:`hwregress.store.baselines`):
 
 Row fields: :class:`hwregress.store.history_row.HistoryRow` (``HISTORY_ROW_VERSION`` 1) declares each with its type
 and meaning, and ``schemas/history_row.schema.json`` is generated from it. In words: ``session``, ``time`` (UTC, ISO
-8601), the test's identity (``test_id``, ``family``, ``model``, ...), the hardware's (``hardware_key``, ``identity``),
-the software's (``hwregress_version``, ``environment``, ``packages`` hash), the per-round samples' ``median``,
-``q1``, ``q3``, ``iqr`` and ``n``, the session's ``verdict``, ``ratio``, ``threshold`` and baseline, the window's
-``telemetry`` means, the CPU ``health`` shares the first two causes of a ``diagnosis``, and
-``interrupted`` (``true`` on the rows of a session that did not run to its end: interrupted, or killed and its finished
-records recovered from its journal (:mod:`hwregress.store.journal`); absent otherwise).
+8601), the test's identity (``test_id``, ``family``, ``model``, ...), the hardware's (``hardware_key``, ``identity``,
+``machine_id``), the software's (``hwregress_version``, ``environment``, ``packages`` hash), the per-round samples'
+``median``, ``q1``, ``q3``, ``iqr`` and ``n``, the session's ``verdict``, ``ratio``, ``threshold`` and baseline, the
+window's ``telemetry`` means, the CPU ``health`` shares the first two causes of a ``diagnosis``, and ``interrupted``
+(``true`` on the rows of a session that did not run to its end: interrupted, or killed and its finished records
+recovered from its journal (:mod:`hwregress.store.journal`); absent otherwise).
 """
 
 from __future__ import annotations
@@ -124,13 +124,15 @@ class HistoryStore:
         package_lists = sorted(path for path in self._packages_folder().glob("*.json") if path.is_file())
         return [self.path_for(key) for key in self.hardware_keys()] + package_lists
 
-    def append_session(self, records: Iterable[TestRecord], session: str, time: str,
-                       interrupted: bool = False) -> dict[str, int]:
+    def append_session(self, records: Iterable[TestRecord], session: str, time: str, interrupted: bool = False,
+                       machine_id: str | None = None) -> dict[str, int]:
         """Append one row per measured record of this session to its hardware key's file (:func:`row_from_record`,
         this hwregress's version); record the installed packages' list once.
 
         Args:
             interrupted: the session did not run to its end: its rows are marked.
+            machine_id: this machine's id (``meta.machine_id``; None: unknown), on every row, so that ``store import``
+                of the history files its sessions under the host their pushes name.
 
         Returns:
             rows appended per hardware key.
@@ -143,7 +145,7 @@ class HistoryStore:
         """
         packages = _this_process_packages()
         digest = package_hash(packages) if packages else ""
-        by_key = _rows_by_key(records, session, time, digest, interrupted, __version__)
+        by_key = _rows_by_key(records, session, time, digest, interrupted, __version__, machine_id)
         if by_key and packages:
             self._remember_packages(digest, packages)
         for key, rows in by_key.items():
@@ -236,11 +238,11 @@ def session_history_rows(records: Iterable[TestRecord], session: str, time: str,
 
 
 def _rows_by_key(records: Iterable[TestRecord], session: str, time: str, packages: str, interrupted: bool,
-                 hwregress_version: str | None) -> dict[str, list[HistoryRow]]:
+                 hwregress_version: str | None, machine_id: str | None = None) -> dict[str, list[HistoryRow]]:
     """The history row of each measured record (:func:`row_from_record`), by hardware key."""
     by_key: dict[str, list[HistoryRow]] = {}
     for record in records:
-        row = row_from_record(record, session, time, packages, interrupted, hwregress_version)
+        row = row_from_record(record, session, time, packages, interrupted, hwregress_version, machine_id)
         if row is not None:
             by_key.setdefault(row["hardware_key"], []).append(row)
     return by_key

@@ -28,6 +28,7 @@ def history_rows(session: Mapping[str, Any], figure_rows: Sequence[Mapping[str, 
         figure_rows: its ``figures`` rows (other metrics are skipped: a history row is a throughput's).
     """
     time = _iso(session["started_at"])
+    machine = (session.get("meta") or {}).get("machine_id")
     rows = []
     for figure in figure_rows:
         if figure["metric"] != "throughput" or not figure["hardware_key"] or not (figure["median"] or 0) > 0:
@@ -37,6 +38,8 @@ def history_rows(session: Mapping[str, Any], figure_rows: Sequence[Mapping[str, 
                               hwregress_version=None) if figure["samples"] else _summary_row(figure, environment,
                                                                                             session, time)
         if row is not None:
+            if machine:  # an export imported into another store files the session under its machine, not hostname
+                row["machine_id"] = str(machine)
             rows.append(row)
     return rows
 

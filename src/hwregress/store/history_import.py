@@ -2,8 +2,11 @@
 (:mod:`hwregress.store.history_row`): what ``python -m hwregress store import`` does with a history folder. Pure.
 
 A history row keeps a throughput's median and quartiles, not its samples: each becomes a ``throughput`` figure
-without samples. The session's host is its GPUs' UUIDs where the rows' identities name them, else the hostname its
-name starts with (``<host>-<pid>-<start>``), else ``unknown``.
+without samples. The session's host is the one a push of its ``results.json`` names
+(:func:`hwregress.store.session_rows.stable_host_id`): its GPUs' UUIDs where the rows' identities name them, else the
+machine id its rows carry, else the hostname its name starts with (``<host>-<pid>-<start>``; rows written before they
+carried the machine id: the push may file it under the machine's stable id, :mod:`hwregress.store.host_identity`),
+else ``unknown``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from hwregress.store.history import parse_time
 from hwregress.store.history_row import HistoryRow
-from hwregress.store.session_rows import SessionRows, session_uuid
+from hwregress.store.session_rows import SessionRows, session_uuid, stable_host_id
 
 _SESSION_NAME = re.compile(r"^(?P<host>.+)-\d+-\d{8}T\d{6}Z$")
 
@@ -34,8 +37,9 @@ def rows_from_history(rows: Sequence[HistoryRow]) -> SessionRows:
         raise ValueError(f"session {name}: time {first['time']!r} is not ISO 8601")
     match = _SESSION_NAME.match(name)
     hostname = match["host"] if match else None
-    gpus = sorted({str(row["identity"]["gpu_uuid"]) for row in rows if (row.get("identity") or {}).get("gpu_uuid")})
-    host_id = ",".join(gpus) or hostname or "unknown"
+    gpus = [str(row["identity"]["gpu_uuid"]) for row in rows if (row.get("identity") or {}).get("gpu_uuid")]
+    machine_id = next((row["machine_id"] for row in rows if row.get("machine_id")), None)
+    host_id = stable_host_id(gpus, machine_id, hostname)
     keys = [row["hardware_key"] for row in rows if not str(row.get("device") or "cpu").startswith("cpu")]
     hardware_key = max(set(keys), key=keys.count) if keys else first["hardware_key"]
     interrupted = any(row.get("interrupted") is True for row in rows)
@@ -46,7 +50,8 @@ def rows_from_history(rows: Sequence[HistoryRow]) -> SessionRows:
                "hardware_key": hardware_key, "started_at": started, "finished_at": None, "exitstatus": None,
                "interrupted": interrupted, "git_sha": None, "git_branch": None, "ci_build_url": None,
                "environment": environment,
-               "meta": {"session": name, "started_at": first["time"], "imported_from": "history"}}
+               "meta": {"session": name, "started_at": first["time"], "imported_from": "history",
+                        **({"machine_id": machine_id} if machine_id else {})}}
     latest = {row["test_id"]: row for row in rows}  # a test twice in one session (a re-run): its last row counts
     return SessionRows(host, session, [_figure(row) for row in latest.values()])
 

@@ -49,6 +49,8 @@ class HistoryRow(_RequiredFields, total=False):
     batch_size: Annotated[int | None, "samples per step"]
     dtype: Annotated[str | None, "fp32, bf16, fp16, int8, ..."]
     identity: Annotated[dict[str, Any], "hardware identity (hwregress.hardware.identity)"]
+    machine_id: Annotated[str, "machine-id(5) of the host that ran the session, the fleet store's host id of a CPU "
+                          "host (absent where the session did not know it, and on older rows)"]
     hwregress_version: Annotated[str, "the hwregress version that wrote the row"]
     environment: Annotated[dict[str, Any], "software fingerprint (hwregress.hardware.devices.environment_fingerprint)"]
     packages: Annotated[str, "hash of the installed packages; the list is in packages/<hash>.json"]
@@ -76,7 +78,7 @@ HEALTH_FIELDS = ("other_cpu_fraction", "steal_fraction", "cpu_freq_mhz")
 
 
 def row_from_record(record: TestRecord, session: str, time: str, packages: str, interrupted: bool = False,
-                    hwregress_version: str | None = __version__) -> HistoryRow | None:
+                    hwregress_version: str | None = __version__, machine_id: str | None = None) -> HistoryRow | None:
     """The history row of one finished test; None when it measured nothing (no samples, no hardware key).
 
     Args:
@@ -87,6 +89,8 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str, 
         interrupted: the session did not run to its end: the row gets ``"interrupted": true``.
         hwregress_version: the version of the hwregress that measured it (this one's by default); None when unknown
             (the journal of an older hwregress): the row has no ``hwregress_version``.
+        machine_id: the machine id of the host that ran it (``results.json``'s ``meta.machine_id``); None when unknown:
+            the row has no ``machine_id``.
     """
     values = [float(s) for s in record.samples
               if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0]
@@ -97,7 +101,7 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str, 
         "v": HISTORY_ROW_VERSION, "session": session, "time": time, "test_id": record.test_id,
         "hardware_key": record.hardware_key, "device": record.device, "device_name": record.device_name,
         "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
-        "dtype": record.dtype, "identity": record.identity,
+        "dtype": record.dtype, "identity": record.identity, **({"machine_id": machine_id} if machine_id else {}),
         **({"hwregress_version": hwregress_version} if hwregress_version is not None else {}),
         "environment": dict(record.environment), "packages": packages, "unit": record.unit,
         "median": summary.median, "q1": summary.q1, "q3": summary.q3, "iqr": summary.iqr, "n": summary.n,

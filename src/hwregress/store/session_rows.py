@@ -13,7 +13,7 @@ import hashlib
 import math
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from hwregress.store.results import TestRecord
 from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
 
+UNKNOWN_HOST = "unknown"  # the host id of a session that names no GPU, machine id or hostname
 RESULTS_FIX = "give a results.json written by hwregress (its meta has session and started_at)"
 
 
@@ -100,18 +101,25 @@ def session_uuid(name: str, started: _dt.datetime) -> str:
 
 
 def host_id(records: Sequence[TestRecord], meta: Mapping[str, Any]) -> str:
-    """A host's stable id: its GPUs' UUIDs (sorted, joined by ``,``; their SHA-256 where that is longer than the
-    column, :data:`hwregress.store.tables.HOST_ID_LENGTH`) where the records name any, else the machine id
-    (``meta["machine_id"]``, /etc/machine-id read when the session ran), else the hostname, else ``"unknown"``."""
-    gpus = sorted({str(r.identity["gpu_uuid"]) for r in records if r.identity.get("gpu_uuid")})
+    """A host's stable id (:func:`stable_host_id`) from its records' GPU UUIDs, ``meta["machine_id"]``
+    (/etc/machine-id read when the session ran) and ``meta["hostname"]``."""
+    return stable_host_id([str(r.identity["gpu_uuid"]) for r in records if r.identity.get("gpu_uuid")],
+                          meta.get("machine_id"), meta.get("hostname"))
+
+
+def stable_host_id(gpu_uuids: Iterable[str], machine_id: Any, hostname: Any) -> str:
+    """A host's stable id: its GPUs' UUIDs (sorted, duplicates dropped, joined by ``,``; their SHA-256 where that is
+    longer than the column, :data:`hwregress.store.tables.HOST_ID_LENGTH`) where there are any, else the machine id,
+    else the hostname (each where a non-blank string), else :data:`UNKNOWN_HOST`."""
+    gpus = sorted(set(gpu_uuids))
     if gpus:
         joined = ",".join(gpus)
         # 12 UUIDs fit the column (tables.HOST_ID_LENGTH); a 16-GPU host is known by their digest (and its names)
         return joined if len(joined) <= HOST_ID_LENGTH else f"gpus-sha256:{hashlib.sha256(joined.encode()).hexdigest()}"
-    for key in ("machine_id", "hostname"):
-        if isinstance(meta.get(key), str) and meta[key].strip():
-            return meta[key].strip()
-    return "unknown"
+    for name in (machine_id, hostname):
+        if isinstance(name, str) and name.strip():
+            return name.strip()
+    return UNKNOWN_HOST
 
 
 def session_hardware_key(records: Sequence[TestRecord]) -> str | None:

@@ -47,6 +47,9 @@ META_SCHEMA: dict[str, Any] = {
         "hardware": {"type": "array", "items": {"type": "object", "required": ["device"]}},
         "baseline_dir": {"type": "string"}, "update_mode": {"type": ["string", "null"]},
         "tolerances": {"type": "object"}, "pid": {"type": "integer"},
+        "store_push": {"description": "\"failed\" when the session's push to its fleet store failed under "
+                                      "--require-store (its exitstatus then says 1); absent otherwise",
+                       "enum": ["failed"]},
         "machine_id": {"description": "machine-id(5) of the host (null where none): the store's host id of a "
                                       "machine without GPUs", "type": ["string", "null"]},
         "provenance": {"description": "the commit and branch the session ran (the CI's variables, else git in the "
