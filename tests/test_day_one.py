@@ -8,6 +8,8 @@ import copy
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support.store_results import results_document
 
 from hwregress.judge.compare import Tolerances
@@ -250,3 +252,60 @@ def test_a_hosts_earlier_checks_in_the_store_make_only_its_first_defective_sessi
     [alert] = session_alerts([], [], "gpu-box-5", None, alert_findings([check], "gpu-box-5", "t", again, records))
     assert alert.kind == "defective-host" and alert.host == "GPU-7"
     assert alert_findings([check], "gpu-box-5", "t")[0]["previous"] == []  # without a store: nothing known before
+
+
+GIB = 2**30
+
+
+def _memory_fleet_store(tmp_path, peaks):
+    """A real SQLite store with one session per host, each host's peak memory of TEST as given (bytes)."""
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.sqlite'}")
+    for index, (host, peak) in enumerate(peaks.items()):
+        document = results_document(f"{host}-1-20261127T0{index}2215Z", tests=1, hostname=host)
+        document["records"][0].update(throughput=10.0, samples=[10.0] * 3, peak_memory_bytes=peak)
+        store.push(document)
+    store.close()
+    return f"sqlite:///{tmp_path / 'fleet.sqlite'}"
+
+
+def test_a_new_hosts_peak_memory_is_held_under_its_fleets_ceiling_on_day_one(tmp_path):
+    from hwregress.plugin.store_push import fleet_judge
+
+    url = _memory_fleet_store(tmp_path, {"host-a": 1.00 * GIB, "host-b": 1.02 * GIB, "host-c": 1.01 * GIB,
+                                         "host-d": 9 * GIB})  # host-d: a wild reading, dropped, never the base
+    session = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()), fleet_judge(url))
+    doubled = _record(10.0)
+    doubled.peak_memory_bytes = round(2.04 * GIB)
+    failures = session.conclude(doubled, "throughput/resnet18/train/bs1/fp32")
+    assert doubled.verdict == Verdict.REGRESSION and len(failures) == 1  # the throughput passed; the memory did not
+    assert failures[0].startswith(f"{TEST}: day one, no baseline of its own: peak memory 2089.0 MiB")
+    assert "exceeds the fleet's ceiling 1369.6 MiB" in failures[0] and "a fleet of 3 hosts" in failures[0]
+    assert doubled.baseline_peak_memory_bytes == round(1.02 * GIB) and doubled.memory_ratio == pytest.approx(2.0)
+    as_its_fleet = _record(10.0)
+    as_its_fleet.peak_memory_bytes = round(1.05 * GIB)
+    assert session.conclude(as_its_fleet, "throughput/resnet18/train/bs1/fp32") == []
+    assert as_its_fleet.verdict == Verdict.PASS and "exceeds" not in as_its_fleet.message
+
+
+def test_a_fleet_too_small_for_a_memory_ceiling_gives_none():
+    from hwregress.judge.fleet import fleet_memory_ceiling
+
+    assert fleet_memory_ceiling({"a": GIB, "b": GIB}, TEST, 0.10) is None
+    assert fleet_memory_ceiling({"a": GIB, "b": GIB, "c": float("nan"), "d": 0.0}, TEST, 0.10) is None
+    assert fleet_memory_ceiling({"a": GIB, "b": GIB, "c": GIB}, TEST, 0.10).ceiling_bytes == pytest.approx(1.1 * GIB)
+
+
+@given(base=st.floats(1e8, 1e11), jitters=st.lists(st.floats(1.0, 1.05), min_size=3, max_size=12),
+       wild=st.sampled_from([None, 0.1, 10.0]), exact=st.booleans())
+def test_a_doubled_peak_is_never_under_a_fleets_ceiling(base, jitters, wild, exact):
+    from hwregress.judge.fleet import fleet_memory_ceiling
+
+    tolerances = Tolerances()
+    peaks = {f"host-{i}": base * jitter for i, jitter in enumerate(jitters)}
+    healthiest = max(peaks.values())
+    if wild is not None:
+        peaks["wild"] = base * wild
+    ceiling = fleet_memory_ceiling(peaks, TEST, tolerances.memory if exact else tolerances.sampled_memory,
+                                   0.0 if exact else tolerances.memory_slack_bytes)
+    assert ceiling is not None and ceiling.base_bytes == healthiest  # the wild host is dropped, never the base
+    assert ceiling.exceeded_by(2 * healthiest) is not None and ceiling.exceeded_by(healthiest) is None

@@ -19,7 +19,15 @@ from typing import Any
 
 from hwregress.judge.defective import COMPONENTS, DefectiveFinding, host_finding
 from hwregress.judge.evidence import ceiling_name
-from hwregress.judge.fleet import MIN_THRESHOLD, FleetBaseline, FleetVerdict, fleet_baseline, judge_against_fleet
+from hwregress.judge.fleet import (
+    MIN_THRESHOLD,
+    FleetBaseline,
+    FleetMemoryCeiling,
+    FleetVerdict,
+    fleet_baseline,
+    fleet_memory_ceiling,
+    judge_against_fleet,
+)
 from hwregress.judge.prediction import (
     ProvisionalExpectation,
     judge_provisional,
@@ -47,8 +55,9 @@ class FleetJudge:
 
     def __init__(self, load: MediansLoader, machine: Mapping[str, str | None],
                  known_keys: KeysLoader | None = None, host_names: NamesLoader | None = None,
-                 sessions: SessionsLoader | None = None) -> None:
+                 sessions: SessionsLoader | None = None, peaks: MediansLoader | None = None) -> None:
         self._load = load
+        self._peaks = peaks
         self._sessions = sessions
         self._known_keys = known_keys
         self._host_names = host_names
@@ -57,6 +66,7 @@ class FleetJudge:
         self._names = [machine.get("machine_id"), machine.get("hostname")]
         self._machine = {value for value in machine.values() if value}
         self._fleets: dict[str, Medians | str] = {}
+        self._peak_fleets: dict[str, Medians | str] = {}
         self._lock = threading.Lock()
 
     def judge(self, record: TestRecord, min_threshold: float = MIN_THRESHOLD) -> FleetVerdict | str | None:
@@ -140,14 +150,32 @@ class FleetJudge:
         gpus = sorted({str(r.identity["gpu_uuid"]) for r in records if r.identity.get("gpu_uuid")})
         return ",".join(gpus) if gpus else next((name for name in self._names if name), "this host")
 
-    def _fleet(self, hardware_key: str) -> Medians | str:
+    def memory_ceiling(self, record: TestRecord, tolerance: float,
+                       slack_bytes: float = 0.0) -> FleetMemoryCeiling | None:
+        """The ceiling of ``record``'s peak memory from the other hosts of its hardware key
+        (:func:`hwregress.judge.fleet.fleet_memory_ceiling`); None without a peaks loader, a peak, a readable store or
+        enough hosts."""
+        if self._peaks is None or not record.hardware_key or not record.peak_memory_bytes:
+            return None
+        fleet = self._fleet(record.hardware_key, self._peaks, self._peak_fleets)
+        if isinstance(fleet, str):
+            return None
+        others = {host: peak for host, peak in (fleet.get(record.test_id) or {}).items()
+                  if not self._is_this_host(host, record)}
+        return fleet_memory_ceiling(others, record.test_id, tolerance, slack_bytes)
+
+    def _fleet(self, hardware_key: str, load: MediansLoader | None = None,
+               cache: dict[str, Medians | str] | None = None) -> Medians | str:
+        """The hosts' latest medians of ``hardware_key`` (throughput unless another loader and its cache are given),
+        read once; the sentence of a store that could not be read."""
+        load, cache = (self._load, self._fleets) if load is None or cache is None else (load, cache)
         with self._lock:
-            if hardware_key not in self._fleets:
+            if hardware_key not in cache:
                 try:
-                    self._fleets[hardware_key] = self._load(hardware_key)
+                    cache[hardware_key] = load(hardware_key)
                 except StoreUnavailable as error:
-                    self._fleets[hardware_key] = f"no day-one verdict: the fleet store could not be read ({error})"
-            return self._fleets[hardware_key]
+                    cache[hardware_key] = f"no day-one verdict: the fleet store could not be read ({error})"
+            return cache[hardware_key]
 
     def host_states(self, hardware_key: str, records: Iterable[TestRecord], session: str) -> list[str]:
         """This host's state for ``hardware_key`` in each of its earlier sessions in the store, oldest first:

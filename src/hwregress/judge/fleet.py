@@ -184,8 +184,7 @@ def fleet_threshold(baseline: FleetBaseline, min_threshold: float = MIN_THRESHOL
 def judge_against_fleet(value: float, baseline: FleetBaseline, min_threshold: float = MIN_THRESHOLD) -> FleetVerdict:
     """A host's ``value`` (a throughput of ``baseline``'s test; higher is better) judged against the fleet.
 
-    Peak memory (lower is better) would be judged on the reciprocal: the fleet of ``1 / peak bytes``, so that a
-    host using more memory reads as a ratio below 1; it is not judged here.
+    Peak memory (lower is better) has its own rule, a ceiling (:func:`fleet_memory_ceiling`).
 
     Raises:
         ValueError: ``value`` is not a positive finite number.
@@ -213,3 +212,57 @@ def judge_against_fleet(value: float, baseline: FleetBaseline, min_threshold: fl
         verdict, where = Verdict.PASS, f"within the {threshold:.1%} threshold"
     return FleetVerdict(baseline.test_id, verdict, value, baseline.value, ratio, threshold, baseline.n,
                         f"{ratio:.3f} x the fleet, {where}, {fleet}")
+
+
+@dataclass(frozen=True)
+class FleetMemoryCeiling:
+    """The peak-memory ceiling of one test on a new host, from its fleet (:func:`fleet_memory_ceiling`).
+
+    Attributes:
+        test_id: the test.
+        base_bytes: the largest latest peak among the kept hosts, bytes.
+        ceiling_bytes: ``base_bytes x (1 + tolerance) + slack_bytes``, bytes.
+        tolerance: relative growth tolerated (fraction); slack_bytes: absolute growth tolerated, bytes.
+        n: hosts kept; dropped: hosts the fleet baseline dropped.
+    """
+
+    test_id: str
+    base_bytes: float
+    ceiling_bytes: float
+    tolerance: float
+    slack_bytes: float
+    n: int
+    dropped: int
+
+    def exceeded_by(self, peak_bytes: float) -> str | None:
+        """The sentence of ``peak_bytes`` above the ceiling; None within it."""
+        if peak_bytes <= self.ceiling_bytes:
+            return None
+        slack = f" + {self.slack_bytes / 2**20:.0f} MiB slack" if self.slack_bytes else ""
+        mib = 2**20
+        return (f"peak memory {peak_bytes / mib:.1f} MiB exceeds the fleet's ceiling {self.ceiling_bytes / mib:.1f} "
+                f"MiB (the largest latest peak of a fleet of {self.n} hosts, {self.base_bytes / mib:.1f} MiB, x "
+                f"(1 + {self.tolerance:.0%}){slack}; {self.dropped} dropped)")
+
+
+def fleet_memory_ceiling(host_peaks: Mapping[str, float], test_id: str, tolerance: float,
+                         slack_bytes: float = 0.0) -> FleetMemoryCeiling | None:
+    """The ceiling a new host's peak memory of ``test_id`` is held to on its first day, as a host's own baseline
+    holds it (:mod:`hwregress.judge.compare`'s peak-memory rule: the largest recent peak x (1 + tolerance) + slack),
+    the hosts standing in for the sessions: the largest latest peak of the hosts the fleet baseline keeps, built on
+    the reciprocals ``1 / peak`` (a host using far more or far less memory than the others is dropped, never the
+    base); None with fewer than :data:`MIN_FLEET_HOSTS` usable hosts or no majority.
+
+    Args:
+        host_peaks: host id -> that host's latest peak memory of the test, bytes (non-positive or non-finite: unused).
+        tolerance: relative growth tolerated (fraction); slack_bytes: absolute growth tolerated (bytes).
+    """
+    usable = {host: float(peak) for host, peak in host_peaks.items() if math.isfinite(peak) and peak > 0}
+    if len(usable) < MIN_FLEET_HOSTS:
+        return None
+    baseline = fleet_baseline({host: 1 / peak for host, peak in usable.items()}, test_id)
+    if baseline.n < MIN_FLEET_HOSTS or not baseline.has_majority:
+        return None
+    base = max(usable[host] for host in baseline.kept)
+    return FleetMemoryCeiling(test_id, base, base * (1 + tolerance) + slack_bytes, tolerance, slack_bytes, baseline.n,
+                              len(baseline.dropped))

@@ -116,9 +116,17 @@ class BenchSession:
         record.message = " | ".join(failures + notes)
         return failures
 
-    def _day_one(self, record: TestRecord, failures: list[str], notes: list[str]) -> bool:
-        """Judge ``record`` (no entry of its own) against its hardware key's fleet, at a threshold never below the
-        device's tolerance; True when that gave a verdict."""
+    def _day_one(self, record: TestRecord, failures: list[str], notes: list[str]) -> None:
+        """Judge ``record`` (no entry of its own) against its hardware key's fleet: its throughput and its peak
+        memory."""
+        judged = self._day_one_throughput(record, failures, notes)
+        judged = self._day_one_memory(record, failures) or judged
+        if judged and NO_BASELINE in notes:  # judged after all: against the fleet
+            notes.remove(NO_BASELINE)
+
+    def _day_one_throughput(self, record: TestRecord, failures: list[str], notes: list[str]) -> bool:
+        """``record``'s throughput against its fleet, at a threshold never below the device's tolerance; True when
+        that gave a verdict."""
         assert self.fleet is not None
         on_cpu = device_kind(record.device or "cpu") == "cpu"
         tolerances = self.policy.tolerances  # never tighter than a test against its own baseline on this device
@@ -131,12 +139,29 @@ class BenchSession:
         if found.verdict == Verdict.NEW:  # too few hosts, or no majority
             notes.append(found.message)
             return False
-        if NO_BASELINE in notes:  # judged after all: against the fleet
-            notes.remove(NO_BASELINE)
         record.verdict, record.ratio, record.threshold = found.verdict, found.ratio, found.threshold
         record.baseline_throughput = found.fleet_value
         said = f"{record.test_id}: day one, no baseline of its own: {found.message}"
         (failures if found.verdict == Verdict.REGRESSION else notes).append(said)
+        return True
+
+    def _day_one_memory(self, record: TestRecord, failures: list[str]) -> bool:
+        """``record``'s peak memory under its fleet's ceiling, with the tolerances of its own baseline's rule (an
+        exact CUDA peak: ``memory``; a sampled RSS peak: ``sampled_memory`` + ``memory_slack_bytes``); a peak above
+        it is a regression. True when a ceiling was there to judge by."""
+        assert self.fleet is not None
+        exact = device_kind(record.device or "cpu") == "cuda"
+        tolerances = self.policy.tolerances
+        ceiling = self.fleet.memory_ceiling(record, tolerances.memory if exact else tolerances.sampled_memory,
+                                            0.0 if exact else tolerances.memory_slack_bytes)
+        if ceiling is None or not record.peak_memory_bytes:
+            return False
+        record.baseline_peak_memory_bytes = round(ceiling.base_bytes)
+        record.memory_ratio = record.peak_memory_bytes / ceiling.base_bytes
+        exceeded = ceiling.exceeded_by(record.peak_memory_bytes)
+        if exceeded is not None:
+            failures.append(f"{record.test_id}: day one, no baseline of its own: {exceeded}")
+            record.verdict = Verdict.REGRESSION
         return True
 
     def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:

@@ -125,4 +125,5 @@ def fleet_judge(url: str) -> FleetJudge:
 
     return FleetJudge(lambda key: reader().latest_medians(key),
                       {"machine_id": machine_id(), "hostname": socket.gethostname()},
-                      lambda: reader().hardware_keys(), lambda: reader().host_names(), lambda: reader().sessions())
+                      lambda: reader().hardware_keys(), lambda: reader().host_names(), lambda: reader().sessions(),
+                      peaks=lambda key: reader().latest_medians(key, "peak_memory"))
