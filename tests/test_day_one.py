@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.store_results import results_document
 
-from hwregress.judge.compare import Tolerances
+from hwregress.judge.compare import Tolerances, memory_limits
 from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.session import BenchSession, Policy
 from hwregress.store.baselines import BaselineStore
@@ -224,6 +224,7 @@ def test_a_hosts_earlier_checks_in_the_store_make_only_its_first_defective_sessi
     def push(name, day, hostname, checks, gpu_uuid=None):
         document = results_document(name, tests=1, hostname=hostname, started=f"2026-11-{day:02d}T01:00:00+00:00",
                                     gpu_uuid=gpu_uuid)
+        document["meta"]["machine_id"] = "m-9" if gpu_uuid else None  # the GPU box's sessions record its machine id
         document["meta"]["host_check"] = [{"hardware_key": k, "host": hostname, "defective": bad, "message": ""}
                                           for k, bad in checks]
         store.push(document)
@@ -300,12 +301,37 @@ def test_a_fleet_too_small_for_a_memory_ceiling_gives_none():
 def test_a_doubled_peak_is_never_under_a_fleets_ceiling(base, jitters, wild, exact):
     from hwregress.judge.fleet import fleet_memory_ceiling
 
-    tolerances = Tolerances()
     peaks = {f"host-{i}": base * jitter for i, jitter in enumerate(jitters)}
     healthiest = max(peaks.values())
     if wild is not None:
         peaks["wild"] = base * wild
-    ceiling = fleet_memory_ceiling(peaks, TEST, tolerances.memory if exact else tolerances.sampled_memory,
-                                   0.0 if exact else tolerances.memory_slack_bytes)
+    ceiling = fleet_memory_ceiling(peaks, TEST, *memory_limits(exact, Tolerances()))
     assert ceiling is not None and ceiling.base_bytes == healthiest  # the wild host is dropped, never the base
     assert ceiling.exceeded_by(2 * healthiest) is not None and ceiling.exceeded_by(healthiest) is None
+
+
+def test_two_machines_of_one_hostname_keep_their_own_alert_memory_and_fleets(tmp_path):
+    """Containers share hostnames, never machine ids: a machine whose id is known is not the other machine of its
+    hostname, whose defective check it must not inherit and whose figures are its fleet."""
+    from hwregress.store.fleet_queries import FleetReader
+
+    key = "amd-epyc-f26m2-2t"
+    store = open_store(f"sqlite:///{tmp_path / 'fleet.sqlite'}")
+    for index, (hostname, machine) in enumerate((("ci", "m-1"), ("b", "m-b"), ("c", "m-c"), ("d", "m-d"))):
+        document = results_document(f"{hostname}-{index}-20261127T0{index}2215Z", tests=1, hostname=hostname)
+        document["meta"].update(machine_id=machine, host_check=[{"hardware_key": key, "host": machine,
+                                                                  "defective": hostname == "ci", "message": ""}])
+        document["records"][0].update(throughput=10.0, samples=[10.0] * 3)
+        store.push(document)
+    reader = FleetReader(store)
+    other = FleetJudge(reader.latest_medians, {"machine_id": "m-2", "hostname": "ci"}, reader.hardware_keys,
+                       reader.host_names, reader.sessions)
+    assert other.host_states(key, [_record(10.0)], "ci-9-20261128T012215Z") == []  # m-1's check is not m-2's
+    assert other.judge(_record(10.0)).n_hosts == 4  # m-1 is in m-2's fleet
+    same = FleetJudge(reader.latest_medians, {"machine_id": "m-1", "hostname": "ci"}, reader.hardware_keys,
+                      reader.host_names, reader.sessions)
+    assert same.host_states(key, [_record(10.0)], "ci-9-20261128T012215Z") == ["defective"]
+    assert same.judge(_record(10.0)).n_hosts == 3
+    unknown = FleetJudge(reader.latest_medians, {"machine_id": None, "hostname": "ci"}, reader.hardware_keys,
+                         reader.host_names, reader.sessions)
+    assert unknown.judge(_record(10.0)).n_hosts == 3  # without its id, a machine is known by its hostname

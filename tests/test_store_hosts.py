@@ -191,7 +191,7 @@ def test_one_machine_is_one_host_in_any_order_of_pushes_and_imports(store, hows)
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(st.sampled_from(["push", "import"]), st.sampled_from([MACHINE, OTHER_MACHINE])),
                       min_size=1, max_size=6))
-def test_two_machines_of_one_hostname_never_mix_in_any_order(store, steps):
+def test_pushed_sessions_of_two_machines_of_one_hostname_stay_apart_in_any_order(store, steps):
     host_of = run_steps(store, steps)
     names = [session_name("vm", index) for index in range(len(steps))]
     for index, (how, machine) in enumerate(steps):

@@ -184,6 +184,9 @@ def test_a_fifo_or_a_folder_where_the_sqlite_file_should_be_is_one_line_naming_i
         message = str(raised.value)
         assert f"{path} is {kind}, not a SQLite file" in message and "--store=none" in message, message
     assert stat.S_ISFIFO(fifo.stat().st_mode) and folder.is_dir() and not list(folder.iterdir())
+    os.mkfifo(tmp_path / "new.sqlite-wal")  # beside a database not there yet: SQLite would open it as its log
+    with pytest.raises(StoreUnavailable, match=r"new\.sqlite-wal is a FIFO, not a SQLite file"):
+        open_store(f"sqlite:///{tmp_path / 'new.sqlite'}")
 
 
 @pytest.mark.needs_extra
@@ -205,6 +208,7 @@ def test_a_connection_dropped_inside_a_push_is_one_line_and_leaves_no_half_sessi
         store.push(document)
     message = str(raised.value)
     assert dropped and "\n" not in message and "the server dropped the connection" in message, message
+    assert message.endswith("a push is whole or nothing and safe to repeat)")
     assert store.sessions() == [] and store.figures() == []  # the session's host, session and figures: none
     outcome = store.push(document)  # the pool replaces the dropped connection
     assert outcome.inserted and len(store.figures()) == outcome.figures > 0

@@ -266,6 +266,15 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
         judgement.notes.append("the window stayed noisy after extending its rounds; the verdict is not trustworthy")
 
 
+def memory_limits(exact: bool, tolerances: Tolerances) -> tuple[float, float]:
+    """``(tolerance, slack bytes)`` of a peak-memory ceiling, ``base x (1 + tolerance) + slack``: an exact peak (the
+    CUDA caching allocator's) gets ``tolerances.memory`` and no slack, a sampled RSS peak (CPU, MPS)
+    ``tolerances.sampled_memory`` and ``tolerances.memory_slack_bytes``."""
+    if exact:
+        return tolerances.memory, 0.0
+    return tolerances.sampled_memory, float(tolerances.memory_slack_bytes)
+
+
 def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
                   judgement: Judgement) -> None:
     base_peak = baseline.get("peak_memory_bytes")
@@ -273,8 +282,7 @@ def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: T
         return
     judgement.record.baseline_peak_memory_bytes = base_peak
     judgement.record.memory_ratio = measured.peak_memory_bytes / base_peak if base_peak else None
-    slack = 0 if measured.exact_memory else tolerances.memory_slack_bytes
-    tolerance = tolerances.memory if measured.exact_memory else tolerances.sampled_memory
+    tolerance, slack = memory_limits(measured.exact_memory, tolerances)
     ceiling = base_peak * (1 + tolerance) + slack
     if measured.peak_memory_bytes > ceiling:
         slack_text = f" + {slack / 2**20:.0f} MiB slack" if slack else ""

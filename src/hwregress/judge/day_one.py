@@ -64,7 +64,11 @@ class FleetJudge:
         self._keys: list[str] | None = None
         self._own_ids: set[str] | None = None
         self._names = [machine.get("machine_id"), machine.get("hostname")]
+        # a host id that is this machine's id or bare hostname is this host (host_identity files a bare hostname's
+        # sessions under this machine at its push); another host that recorded this hostname is this host only when
+        # this machine's id is unknown: two machines can share a hostname (containers), never a machine id
         self._machine = {value for value in machine.values() if value}
+        self._recorded_as = {machine["machine_id"]} if machine.get("machine_id") else set(self._machine)
         self._fleets: dict[str, Medians | str] = {}
         self._peak_fleets: dict[str, Medians | str] = {}
         self._lock = threading.Lock()
@@ -209,13 +213,13 @@ class FleetJudge:
                 or host_id in self._ids_of_this_machine())
 
     def _ids_of_this_machine(self) -> set[str]:
-        """The store's host ids whose sessions recorded this machine's id or hostname (a GPU host's id is its GPUs'
-        UUIDs, which its CPU tests do not carry), read once."""
+        """The store's host ids whose sessions recorded this machine's id (its hostname where its id is unknown; a GPU
+        host's id is its GPUs' UUIDs, which its CPU tests do not carry), read once."""
         with self._lock:
             if self._own_ids is None:
                 try:
                     names = self._host_names() if self._host_names is not None else {}
                 except StoreUnavailable:
                     names = {}
-                self._own_ids = {host for host, known in names.items() if self._machine & set(known)}
+                self._own_ids = {host for host, known in names.items() if self._recorded_as & set(known)}
             return self._own_ids

@@ -10,7 +10,7 @@ from typing import Any
 
 from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
-from hwregress.judge.compare import NO_BASELINE, Measured, Tolerances, judge, judges_latency
+from hwregress.judge.compare import NO_BASELINE, Measured, Tolerances, judge, judges_latency, memory_limits
 from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.diagnosis import diagnose
 from hwregress.store.baseline_file import BaselineError, BaselineFile
@@ -119,50 +119,44 @@ class BenchSession:
     def _day_one(self, record: TestRecord, failures: list[str], notes: list[str]) -> None:
         """Judge ``record`` (no entry of its own) against its hardware key's fleet: its throughput and its peak
         memory."""
-        judged = self._day_one_throughput(record, failures, notes)
-        judged = self._day_one_memory(record, failures) or judged
-        if judged and NO_BASELINE in notes:  # judged after all: against the fleet
+        self._day_one_throughput(record, failures, notes)
+        self._day_one_memory(record, failures)
+        if record.verdict != Verdict.NEW and NO_BASELINE in notes:  # judged after all: against the fleet
             notes.remove(NO_BASELINE)
 
-    def _day_one_throughput(self, record: TestRecord, failures: list[str], notes: list[str]) -> bool:
-        """``record``'s throughput against its fleet, at a threshold never below the device's tolerance; True when
-        that gave a verdict."""
+    def _day_one_throughput(self, record: TestRecord, failures: list[str], notes: list[str]) -> None:
+        """``record``'s throughput against its fleet, at a threshold never below the device's tolerance."""
         assert self.fleet is not None
         on_cpu = device_kind(record.device or "cpu") == "cpu"
         tolerances = self.policy.tolerances  # never tighter than a test against its own baseline on this device
         found = self.fleet.judge(record, tolerances.cpu_throughput if on_cpu else tolerances.throughput)
         if found is None:
-            return False
+            return
         if isinstance(found, str):  # the store could not be read
             notes.append(found)
-            return False
+            return
         if found.verdict == Verdict.NEW:  # too few hosts, or no majority
             notes.append(found.message)
-            return False
+            return
         record.verdict, record.ratio, record.threshold = found.verdict, found.ratio, found.threshold
         record.baseline_throughput = found.fleet_value
         said = f"{record.test_id}: day one, no baseline of its own: {found.message}"
         (failures if found.verdict == Verdict.REGRESSION else notes).append(said)
-        return True
 
-    def _day_one_memory(self, record: TestRecord, failures: list[str]) -> bool:
-        """``record``'s peak memory under its fleet's ceiling, with the tolerances of its own baseline's rule (an
-        exact CUDA peak: ``memory``; a sampled RSS peak: ``sampled_memory`` + ``memory_slack_bytes``); a peak above
-        it is a regression. True when a ceiling was there to judge by."""
+    def _day_one_memory(self, record: TestRecord, failures: list[str]) -> None:
+        """``record``'s peak memory under its fleet's ceiling, with its own baseline's tolerances
+        (:func:`hwregress.judge.compare.memory_limits`); a peak above it is a regression."""
         assert self.fleet is not None
-        exact = device_kind(record.device or "cpu") == "cuda"
-        tolerances = self.policy.tolerances
-        ceiling = self.fleet.memory_ceiling(record, tolerances.memory if exact else tolerances.sampled_memory,
-                                            0.0 if exact else tolerances.memory_slack_bytes)
+        tolerance, slack = memory_limits(device_kind(record.device or "cpu") == "cuda", self.policy.tolerances)
+        ceiling = self.fleet.memory_ceiling(record, tolerance, slack)
         if ceiling is None or not record.peak_memory_bytes:
-            return False
+            return
         record.baseline_peak_memory_bytes = round(ceiling.base_bytes)
         record.memory_ratio = record.peak_memory_bytes / ceiling.base_bytes
         exceeded = ceiling.exceeded_by(record.peak_memory_bytes)
         if exceeded is not None:
             failures.append(f"{record.test_id}: day one, no baseline of its own: {exceeded}")
             record.verdict = Verdict.REGRESSION
-        return True
 
     def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:
         loaded = self._files.get(record.hardware_key or "")

@@ -57,6 +57,7 @@ class Collector:
         self.session_id = f"{socket.gethostname()}-{os.getpid()}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         self.dead: list[DeadSession] = []
         self.history: Any = None  # report.history_view.HistorySection once the session is in the history
+        self.history_appended = False  # this session's rows are in its history folder
 
     # -- while the session runs --------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -133,10 +134,11 @@ class Collector:
                                 "(fix the folder, or turn the history off with --no-history)")
             return
         self.paths.update({f"history ({key})": store.path_for(key) for key in appended})
+        self.history_appended = True
 
     def _analyse_history(self, interrupted: bool) -> None:
-        """The trends of this session's tests for the report and the alerts: their history in the history folder and
-        the fleet store (a session in both counted once), this session included."""
+        """The trends of this session's tests for the report and the alerts: this machine's history in the history
+        folder and the fleet store (a session in both counted once), this session included."""
         from hwregress.judge.trends import load_trends
         from hwregress.plugin.store_push import store_history
         from hwregress.report.history_view import HistorySection
@@ -146,9 +148,10 @@ class Collector:
         directory, url = self.settings.history_dir, self.settings.store_url
         keys = {record.hardware_key for record in self.records.values() if record.hardware_key}
         more = session_history_rows(self.records.values(), self.session_id, _iso(self.started), interrupted)
-        store_rows, store_problem = store_history(url, keys, set(self.records)) if url else ([], None)
-        folders = [HistoryStore(directory)] if directory is not None else []
         try:
+            store_rows, store_problem = (store_history(url, keys, set(self.records), self._host_ids()) if url
+                                         else ([], None))
+            folders = [HistoryStore(directory)] if directory is not None else []
             trends, warnings = load_trends(folders, keys, list(self.records), more_rows=[*store_rows, *more])
         except (ValueError, ArithmeticError) as error:  # the rows are stored; only the analysis is lost
             self.problems.append(f"history of this session's tests not analysed: {error}; the report has no trends "
@@ -156,6 +159,17 @@ class Collector:
             return
         sources = [str(directory)] * bool(folders) + ([masked(url)] if url and store_problem is None else [])
         self.history = HistorySection(trends, [*([store_problem] if store_problem else []), *warnings], sources)
+
+    def _host_ids(self) -> list[str]:
+        """This machine's ids in the fleet store: the one its push files it under
+        (:func:`hwregress.store.session_rows.host_id`: its GPUs' UUIDs where it tests GPUs), its machine id (its
+        sessions without a GPU) and its bare hostname (older sessions', which :mod:`hwregress.store.host_identity`
+        joins to it at its next push)."""
+        from hwregress.store.session_rows import host_id
+
+        machine, hostname = machine_id(), socket.gethostname()
+        pushed = host_id(list(self.records.values()), {"machine_id": machine, "hostname": hostname})
+        return [name for name in (pushed, machine, hostname) if name]
 
     def _write(self, results: SessionResults, session: pytest.Session) -> None:
         from hwregress.report import write_outputs  # Jinja2 only when there is something to render
@@ -191,8 +205,9 @@ class Collector:
             self.paths["store"] = pushed.line.removeprefix("store: ")
             return
         self.store_failure = pushed.line  # not a problem of the results: results.json holds them, the journal goes
-        if self.settings.require_store and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.settings.require_store:
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._rewrite_exitstatus(results, int(session.exitstatus))
 
     def _rewrite_exitstatus(self, results: SessionResults, exitstatus: int) -> None:
@@ -282,8 +297,8 @@ class Collector:
         }
 
     def _history_meta(self) -> dict[str, Any]:
-        folder = {"dir": str(self.settings.history_dir)} if self.settings.history_dir is not None else {}
-        return {**folder, "sources": self.history.dirs, "warnings": self.history.warnings[:20],
+        folder = {"dir": str(self.settings.history_dir)} if self.history_appended else {}
+        return {**folder, "sources": self.history.sources, "warnings": self.history.warnings[:20],
                 "trends": [{"test_id": t.test_id, "hardware_key": t.hardware_key, "status": t.status,
                             "summary": t.summary,
                             "sessions": len(t.rows), "change_points": len(t.changes)} for t in self.history.trends]}

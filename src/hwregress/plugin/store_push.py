@@ -85,21 +85,22 @@ def _queued(results: Mapping[str, Any], report_dir: Path, error: str, shown: str
             f"python -m hwregress store push {target} --store '{shown}' (a password shown *** is the store's own)")
 
 
-def store_history(url: str, hardware_keys: Collection[str],
-                  test_ids: Collection[str]) -> tuple[list[HistoryRow], str | None]:
-    """The fleet store's history rows of ``hardware_keys`` and ``test_ids``
-    (:meth:`hwregress.store.fleet_store.Store.history_by_key`) for this session's trends, and None; no rows and a
-    sentence when the store cannot be read (the trends then show the history folder's sessions only)."""
+def store_history(url: str, hardware_keys: Collection[str], test_ids: Collection[str],
+                  host_ids: Collection[str]) -> tuple[list[HistoryRow], str | None]:
+    """This machine's history rows of ``hardware_keys`` and ``test_ids`` in the fleet store (the sessions of
+    ``host_ids``: :meth:`hwregress.store.fleet_store.Store.history_by_key`) for this session's trends, and None; no rows
+    and a sentence when the store cannot be read (the trends then show the history folder's sessions only). Other
+    hosts' sessions are left out: a trend, its drift and an alert's "first bad session" are this machine's."""
     from hwregress.store.database import masked, open_store
     from hwregress.store.store_errors import StoreUnavailable
 
     try:
         store = open_store(url)
         try:
-            by_key = store.history_by_key(hardware_keys, test_ids)
+            by_key = store.history_by_key(hardware_keys, test_ids, host_ids)
         finally:
             store.close()
-    except StoreUnavailable as error:
+    except (StoreUnavailable, ValueError) as error:  # ValueError: a row this hwregress cannot read
         return [], (f"fleet store {masked(url)} not read for the trends: {error}; they show the history folder's "
                     "sessions only")
     return [row for rows in by_key.values() for row in rows], None

@@ -28,11 +28,12 @@ STATUS_BADGE = {"regression": "regression", "drift": "unstable", "improvement": 
 
 @dataclass
 class HistorySection:
-    """What the report shows of the history: the trends, the lines skipped while reading, the folders read."""
+    """What the report shows of the history: the trends, the lines skipped while reading, what was read (history
+    folders, the fleet store's URL with its password masked)."""
 
     trends: list[Trend] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
     tolerance: float = DEFAULT_TOLERANCE
 
     def context(self) -> dict[str, Any]:
@@ -41,7 +42,7 @@ class HistorySection:
         moved, steady = split_by_movement(self.trends)
         return {"history_views": trend_views(moved),
                 "history_steady": [SteadyLine(t, _median_sparkline(t)) for t in steady],
-                "history_warnings": self.warnings[:20], "history_dirs": self.dirs,
+                "history_warnings": self.warnings[:20], "history_sources": self.sources,
                 "history_tolerance": self.tolerance, "status_badge": STATUS_BADGE}
 
 

@@ -118,7 +118,7 @@ def _require_regular_database(url: str, shown: str) -> None:
     Raises:
         StoreUnavailable: naming what the path is.
     """
-    for path in sqlite_files(url)[:1]:
+    for path in sqlite_files(url):  # the database, its -wal and -shm
         try:
             mode = path.stat().st_mode
         except OSError:  # not there (created), or unreadable (SQLite says why)

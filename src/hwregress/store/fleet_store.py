@@ -159,12 +159,13 @@ class Store:
         """Every ``hosts`` row, by host id."""
         return self._read(select(hosts).order_by(hosts.c.host_id))
 
-    def history_by_key(self, hardware_keys: Iterable[str] | None = None,
-                       test_ids: Iterable[str] | None = None) -> dict[str, list[HistoryRow]]:
+    def history_by_key(self, hardware_keys: Iterable[str] | None = None, test_ids: Iterable[str] | None = None,
+                       host_ids: Iterable[str] | None = None) -> dict[str, list[HistoryRow]]:
         """The store's throughput figures as history rows (:func:`hwregress.store.history_export.history_rows`) per
-        hardware key (sorted), of ``hardware_keys`` and ``test_ids`` only when given; each key's rows by session
-        start, as ``python -m hwregress history`` reads them from a history folder. Only the sessions holding such a
-        figure are read.
+        hardware key (sorted), of ``hardware_keys``, ``test_ids`` and the sessions of ``host_ids`` only when given;
+        each key's rows by session start, as ``python -m hwregress history`` reads them from a history folder. Only
+        the sessions holding such a figure are read; test ids are matched here, not in SQL (thousands of them would
+        pass SQLite's bound-parameter limit, 999 on older builds).
 
         Raises:
             StoreUnavailable: the store cannot be read.
@@ -172,14 +173,16 @@ class Store:
         wanted = figures.c.metric == "throughput"
         if hardware_keys is not None:
             wanted = wanted & figures.c.hardware_key.in_(sorted(set(hardware_keys)))
-        if test_ids is not None:
-            wanted = wanted & figures.c.test_id.in_(sorted(set(test_ids)))
+        if host_ids is not None:
+            of_hosts = select(sessions.c.id).where(sessions.c.host_id.in_(sorted(set(host_ids))))
+            wanted = wanted & figures.c.session_id.in_(of_hosts)
+        tests = None if test_ids is None else set(test_ids)
         by_session: dict[str, list[dict[str, Any]]] = {}
         for row in self._read(select(figures).where(wanted).order_by(figures.c.session_id, figures.c.test_id)):
-            by_session.setdefault(row["session_id"], []).append(row)
-        holding = select(figures.c.session_id).where(wanted)
+            if tests is None or row["test_id"] in tests:
+                by_session.setdefault(row["session_id"], []).append(row)
         by_key: dict[str, list[HistoryRow]] = {}
-        for session in self._read(select(sessions).where(sessions.c.id.in_(holding))
+        for session in self._read(select(sessions).where(sessions.c.id.in_(select(figures.c.session_id).where(wanted)))
                                   .order_by(sessions.c.started_at, sessions.c.name)):
             for row in history_rows(session, by_session.get(session["id"], [])):
                 by_key.setdefault(row["hardware_key"], []).append(row)

@@ -16,7 +16,9 @@ from typing import Any
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history_row import HISTORY_ROW_VERSION, HistoryRow, row_from_record
 from hwregress.store.results import TestRecord
-from hwregress.store.verdicts import parse_verdict
+from hwregress.store.verdicts import Verdict, parse_verdict
+
+KNOWN_VERDICTS = frozenset({None, *(verdict.value for verdict in Verdict)})
 
 
 def history_rows(session: Mapping[str, Any], figure_rows: Sequence[Mapping[str, Any]]) -> list[HistoryRow]:
@@ -25,13 +27,16 @@ def history_rows(session: Mapping[str, Any], figure_rows: Sequence[Mapping[str, 
 
     Args:
         session: the session's row (``name``, ``started_at`` an aware datetime, ``interrupted``, ``environment``).
-        figure_rows: its ``figures`` rows (other metrics are skipped: a history row is a throughput's).
+        figure_rows: its ``figures`` rows (other metrics are skipped: a history row is a throughput's; so is a
+            figure whose verdict this hwregress does not know, written by a newer one into a shared store).
     """
     time = _iso(session["started_at"])
     machine = (session.get("meta") or {}).get("machine_id")
     rows = []
     for figure in figure_rows:
         if figure["metric"] != "throughput" or not figure["hardware_key"] or not (figure["median"] or 0) > 0:
+            continue
+        if figure["verdict"] not in KNOWN_VERDICTS:  # a newer hwregress's verdict in a shared store: not readable here
             continue
         environment = dict((session.get("environment") or {}).get(str(figure["device"]), {}))
         row = row_from_record(_record(figure, environment), session["name"], time, "", bool(session["interrupted"]),

@@ -31,10 +31,10 @@ _REASONS = (
      "check the URL's user and password"),
     ("does not exist", "the server has no such database or role", "create it or correct the URL"),
     ("timeout", "the server did not answer in time", "check the server is up and reachable from here"),
-    ("server closed the connection", "the server dropped the connection (nothing of this write was stored)",
-     "check the server's log for a restart or a killed backend, then push again"),
-    ("terminating connection", "the server dropped the connection (nothing of this write was stored)",
-     "check the server's log for a restart or a killed backend, then push again"),
+    ("server closed the connection", "the server dropped the connection",
+     "check the server's log for a restart or a killed backend; a push is whole or nothing and safe to repeat"),
+    ("terminating connection", "the server dropped the connection",
+     "check the server's log for a restart or a killed backend; a push is whole or nothing and safe to repeat"),
     ("could not translate host name", "the host name is unknown", "correct the URL's host"),
 )
 
