@@ -35,9 +35,10 @@ def _records(hw_project) -> dict[str, dict]:
     return {record["test_id"].split("[")[1].rstrip("]"): record for record in hw_project.results["records"]}
 
 
-def test_an_aa_session_passes_with_both_fingerprints_and_records_nothing_of_this_machine(hw_project, xdist_args):
-    # 8 process pairs: enough to bound the ratio at alpha 0.01 (2^-8 < 0.01)
-    result = _run(hw_project, f"--ab-python={sys.executable}", "--batch-sizes", "2,4", "--ab-looks", "16", *xdist_args)
+def test_an_aa_session_passes_with_both_fingerprints_and_records_nothing_of_this_machine(hw_project):
+    # 8 process pairs: enough to bound the ratio at alpha 0.01 (2^-8 < 0.01). Under -n 2 only (the serial A/B path is
+    # the other tests' here): each run takes 80 s of CI's 2 cores
+    result = _run(hw_project, f"--ab-python={sys.executable}", "--batch-sizes", "2,4", "--ab-looks", "16", "-n", "2")
     result.assert_outcomes(passed=2)
     assert f"A/B: stack B ({sys.executable}) against stack A ({sys.executable})" in result.stdout.str()
     results = hw_project.results
