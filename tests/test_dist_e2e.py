@@ -47,8 +47,9 @@ def _records(project: HwProject) -> dict[str, dict]:
     return {r["test_id"].rsplit("[", 1)[-1].rstrip("]"): r for r in project.results["records"]}
 
 
-def test_scaling_records_world_sizes_one_and_two_with_efficiency_and_communication_share(dist_project, xdist_args):
-    result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "1,2", "--update-baselines", *DIST, *xdist_args)
+def test_scaling_records_world_sizes_one_and_two_with_efficiency_and_communication_share(dist_project):
+    # under -n 2 only: the launcher's serial path is every other test's here, and each run is 36 s of CI's 2 cores
+    result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "1,2", "--update-baselines", *DIST, "-n", "2")
     result.assert_outcomes(passed=2)
     records = _records(dist_project)
     one, two = records["cpu-tiny-train-w1-bs4-fp32"], records["cpu-tiny-train-w2-bs4-fp32"]
@@ -66,7 +67,7 @@ def test_scaling_records_world_sizes_one_and_two_with_efficiency_and_communicati
     assert "scaling/tiny/train-w1/bs4/fp32" in entries
     assert two["looks"] is None  # nothing to judge against yet: no looks
     # judged against the entry just recorded: the ranks take the planned looks together, and the record keeps them
-    dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", *DIST, *xdist_args)
+    dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", *DIST, "-n", "2")
     judged = _records(dist_project)["cpu-tiny-train-w2-bs4-fp32"]
     looks = judged["looks"]
     assert looks is not None and looks["rounds"] and looks["rounds"][-1] == judged["rounds"]
