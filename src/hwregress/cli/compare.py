@@ -18,7 +18,8 @@ from typing import Any
 
 from hwregress.cli.baselines import FAIL_ON
 from hwregress.cli.common import CliError, command_inputs, fraction, load_results, output_path, write_output
-from hwregress.cli.store_source import add_store_option, reading_store, resolved_url, store_inputs, stored_session
+from hwregress.cli.store_source import add_store_option, reading_store, resolved_url, stored_session
+from hwregress.store.database import sqlite_files
 from hwregress.store.verdicts import Verdict
 
 # a test the comparison could not judge (invalid: no samples, or a defect in them) fails every gate: a gate never
@@ -61,7 +62,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sessions, sources = [load_results(Path(args.a)), load_results(Path(args.b))], [args.a, args.b]
     else:
         url = resolved_url(args.store)
-        output = output_path(args.output, command_inputs(store_inputs(url)))
+        output = output_path(args.output, command_inputs(sqlite_files(url)))
         with reading_store(url) as store:
             sessions = [stored_session(store, args.a), stored_session(store, args.b)]
             sources = [f"session {args.a} in {store.url}", f"session {args.b} in {store.url}"]

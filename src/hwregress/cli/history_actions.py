@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from hwregress.cli.common import CliError, command_inputs, output_path, write_output
-from hwregress.cli.store_source import store_inputs
 from hwregress.judge.trends import STATUSES, Trend, has_changed
+from hwregress.store.database import sqlite_files
 from hwregress.store.results import _finite  # NaN and infinity as null, as results.json writes them
 
 CHANGED = "changed"  # --status changed: every test whose history moved (hwregress.judge.trends.has_changed)
@@ -82,7 +82,7 @@ def check_actions(args: argparse.Namespace) -> Path | None:
                        "leave --format out with render")
     if args.action != "render":
         return None
-    inputs = command_inputs(store_inputs(args.store_url) if args.store_url else (), [args.dir] if args.dir else [])
+    inputs = command_inputs(sqlite_files(args.store_url) if args.store_url else (), [args.dir] if args.dir else [])
     return output_path(args.output, inputs)
 
 

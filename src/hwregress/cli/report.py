@@ -20,8 +20,9 @@ from hwregress.cli.common import (
     write_output,
 )
 from hwregress.cli.compare import add_compare_parser
-from hwregress.cli.store_source import add_store_option, reading_store, resolved_url, store_inputs
+from hwregress.cli.store_source import add_store_option, reading_store, resolved_url
 from hwregress.store import results as results_module
+from hwregress.store.database import sqlite_files
 from hwregress.store.journal import JournalError, load_journal
 
 
@@ -60,7 +61,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _inputs(args: argparse.Namespace, files: Sequence[str]) -> Any:
     """The files the command reads (results, history folders, a SQLite store's files): the output must not be one."""
-    store = store_inputs(resolved_url(args.store)) if args.store is not None else []
+    store = sqlite_files(resolved_url(args.store)) if args.store is not None else []
     return command_inputs([*files, *store], args.history_dir)
 
 

@@ -10,7 +10,6 @@ import argparse
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from hwregress.cli.common import RESULTS_FIX, CliError
 from hwregress.store.database import masked, open_store, sqlite_files, store_url
@@ -32,11 +31,6 @@ def add_store_option(parser: argparse.ArgumentParser, what: str) -> None:
 def resolved_url(option: str) -> str:
     """The URL ``--store`` names (``option`` empty: ``HWREGRESS_STORE``, else the default SQLite file)."""
     return store_url(option or None, os.environ, REPORT_DIR)
-
-
-def store_inputs(url: str) -> list[Path]:
-    """The files of the store at ``url`` that an output must not replace (a SQLite store's; none for PostgreSQL)."""
-    return sqlite_files(url)
 
 
 @contextmanager

@@ -56,8 +56,7 @@ class FleetJudge:
     def __init__(self, load: MediansLoader, machine: Mapping[str, str | None],
                  known_keys: KeysLoader | None = None, host_names: NamesLoader | None = None,
                  sessions: SessionsLoader | None = None, peaks: MediansLoader | None = None) -> None:
-        self._load = load
-        self._peaks = peaks
+        self._loaders = {"throughput": load, **({"peak_memory": peaks} if peaks is not None else {})}
         self._sessions = sessions
         self._known_keys = known_keys
         self._host_names = host_names
@@ -69,8 +68,7 @@ class FleetJudge:
         # this machine's id is unknown: two machines can share a hostname (containers), never a machine id
         self._machine = {value for value in machine.values() if value}
         self._recorded_as = {machine["machine_id"]} if machine.get("machine_id") else set(self._machine)
-        self._fleets: dict[str, Medians | str] = {}
-        self._peak_fleets: dict[str, Medians | str] = {}
+        self._fleets: dict[tuple[str, str], Medians | str] = {}  # (metric, hardware key) -> medians or why not
         self._lock = threading.Lock()
 
     def judge(self, record: TestRecord, min_threshold: float = MIN_THRESHOLD) -> FleetVerdict | str | None:
@@ -159,27 +157,26 @@ class FleetJudge:
         """The ceiling of ``record``'s peak memory from the other hosts of its hardware key
         (:func:`hwregress.judge.fleet.fleet_memory_ceiling`); None without a peaks loader, a peak, a readable store or
         enough hosts."""
-        if self._peaks is None or not record.hardware_key or not record.peak_memory_bytes:
+        if "peak_memory" not in self._loaders or not record.hardware_key or not record.peak_memory_bytes:
             return None
-        fleet = self._fleet(record.hardware_key, self._peaks, self._peak_fleets)
+        fleet = self._fleet(record.hardware_key, "peak_memory")
         if isinstance(fleet, str):
             return None
         others = {host: peak for host, peak in (fleet.get(record.test_id) or {}).items()
                   if not self._is_this_host(host, record)}
         return fleet_memory_ceiling(others, record.test_id, tolerance, slack_bytes)
 
-    def _fleet(self, hardware_key: str, load: MediansLoader | None = None,
-               cache: dict[str, Medians | str] | None = None) -> Medians | str:
-        """The hosts' latest medians of ``hardware_key`` (throughput unless another loader and its cache are given),
-        read once; the sentence of a store that could not be read."""
-        load, cache = (self._load, self._fleets) if load is None or cache is None else (load, cache)
+    def _fleet(self, hardware_key: str, metric: str = "throughput") -> Medians | str:
+        """The hosts' latest medians of ``metric`` (a loader's: throughput, peak_memory) of ``hardware_key``, read
+        once; the sentence of a store that could not be read."""
         with self._lock:
-            if hardware_key not in cache:
+            if (metric, hardware_key) not in self._fleets:
                 try:
-                    cache[hardware_key] = load(hardware_key)
+                    self._fleets[metric, hardware_key] = self._loaders[metric](hardware_key)
                 except StoreUnavailable as error:
-                    cache[hardware_key] = f"no day-one verdict: the fleet store could not be read ({error})"
-            return cache[hardware_key]
+                    self._fleets[metric, hardware_key] = (f"no day-one verdict: the fleet store could not be read "
+                                                          f"({error})")
+            return self._fleets[metric, hardware_key]
 
     def host_states(self, hardware_key: str, records: Iterable[TestRecord], session: str) -> list[str]:
         """This host's state for ``hardware_key`` in each of its earlier sessions in the store, oldest first:
