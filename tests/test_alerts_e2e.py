@@ -4,9 +4,8 @@ the session's exit status as it was."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
+from support.store_results import push_as_other_hosts
 from support.webhook_server import SECRET_PATH, WebhookServer, closed_port_url
 from test_alerts import ALERT_FIELDS, assert_slack_compatible
 
@@ -120,13 +119,7 @@ def _fleet_of_four(hw_project) -> str:
     real = hw_project.results
     url = f"sqlite:///{hw_project.path / 'fleet.sqlite'}"
     store = open_store(url)
-    for index, speed in enumerate((0.98, 1.0, 1.01, 1.03)):
-        other = copy.deepcopy(real)
-        other["meta"].update(session=f"other-{index}", machine_id=f"{index:032x}", hostname=f"other-{index}")
-        for record in other["records"]:
-            record["throughput"] *= speed
-            record["samples"] = [value * speed for value in record["samples"]]
-        store.push(other)
+    push_as_other_hosts(store, real)
     store.close()
     return url
 

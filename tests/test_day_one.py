@@ -4,13 +4,12 @@ judged against that fleet; the host itself is never part of its own fleet; a sto
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.store_results import results_document
+from support.store_results import push_as_other_hosts, results_document
 
 from hwregress.judge.compare import Tolerances, memory_limits
 from hwregress.judge.day_one import FleetJudge
@@ -102,14 +101,7 @@ def test_a_new_host_of_a_known_key_gets_day_one_verdicts_end_to_end(hw_project):
     store_url = f"sqlite:///{hw_project.path / 'fleet.sqlite'}"
     hw_project.run(f"--store={store_url}", "--update-baselines", "--baseline-dir=recorded").assert_outcomes(passed=2)
     real = hw_project.results
-    fleet = open_store(f"sqlite:///{hw_project.path / 'others.sqlite'}")
-    for index, speed in enumerate((0.98, 1.0, 1.01, 1.03)):
-        other = copy.deepcopy(real)
-        other["meta"].update(session=f"other-{index}", machine_id=f"{index:032x}", hostname=f"other-{index}")
-        for record in other["records"]:
-            record["throughput"] *= speed
-            record["samples"] = [value * speed for value in record["samples"]]
-        fleet.push(other)
+    push_as_other_hosts(open_store(f"sqlite:///{hw_project.path / 'others.sqlite'}"), real)
     (hw_project.path / "none").mkdir()
     others = f"--store=sqlite:///{hw_project.path / 'others.sqlite'}"
     slow = hw_project.run(others, "--baseline-dir=none", env={"HWREGRESS_SELFTEST_SLOWDOWN": "2"})

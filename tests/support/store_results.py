@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
@@ -20,3 +21,16 @@ def results_document(name: str, tests: int = 3, hostname: str = "runner-1", star
             "meta": {"session": name, "hostname": hostname, "started_at": started,
                      "finished_at": "2026-11-27T01:30:00+00:00", "exitstatus": 0, "interrupted": False,
                      "ci": {"commit": "abc123", "branch": "main", "build": "https://ci.example.org/1"}}}
+
+
+def push_as_other_hosts(store: Any, results: dict[str, Any],
+                        speeds: tuple[float, ...] = (0.98, 1.0, 1.01, 1.03)) -> None:
+    """Push a real session's ``results`` into ``store`` once per speed as another host (``other-<i>``, its own machine
+    id), its throughputs and samples scaled by that speed: a fleet around this machine."""
+    for index, speed in enumerate(speeds):
+        other = copy.deepcopy(results)
+        other["meta"].update(session=f"other-{index}", machine_id=f"{index:032x}", hostname=f"other-{index}")
+        for record in other["records"]:
+            record["throughput"] *= speed
+            record["samples"] = [value * speed for value in record["samples"]]
+        store.push(other)
