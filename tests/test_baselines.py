@@ -12,12 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hwregress import __version__
-from hwregress.store.baseline_file import BaselineError, BaselineFile, check_entry, merge, parse
+from hwregress.store.baseline_file import CHECKED_FIELDS, BaselineError, BaselineFile, check_entry, merge, parse
 from hwregress.store.baselines import BaselineStore
 
-CHECKED_FIELDS = {"family", "model", "mode", "dtype", "device_name", "unit", "recorded_at", "hwregress_version",
-                  "batch_size", "steps_per_round", "n", "median", "iqr", "latency_ms", "peak_memory_bytes",
-                  "accuracy", "speedup", "samples", "history", "environment"}
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**9, 10**9),
                          st.floats(allow_nan=False, allow_infinity=False), st.text())
 positive = st.floats(min_value=1e-6, max_value=1e12, allow_nan=False, allow_infinity=False)
@@ -30,6 +27,13 @@ entries_strategy = st.dictionaries(
                                            max_size=3).map(lambda extra: {**extra, **known})),
     max_size=6,
 )
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED_FIELDS))
+def test_every_checked_field_refuses_a_boolean(name):
+    """The strategies above keep their free keys out of CHECKED_FIELDS; this holds the set to what is checked."""
+    assert check_entry({name: True}) is not None
+    assert check_entry({f"{name}_unchecked": True}) is None
 
 
 @settings(max_examples=50, deadline=None)

@@ -105,6 +105,9 @@ _FIGURE_FIELDS = ("median", "iqr", "latency_ms", "peak_memory_bytes", "accuracy"
 _SAMPLE_FIELDS = ("samples", "history", "efficiency_history", "compile_history")
 _OBJECT_FIELDS = ("environment", "identity", "telemetry_means", "health")
 _LIST_FIELDS = ("top_ops", "throttle_reasons")
+CHECKED_FIELDS: frozenset[str] = frozenset((*_TEXT_FIELDS, *_COUNT_FIELDS, *_FIGURE_FIELDS, *_SAMPLE_FIELDS,
+                                            *_OBJECT_FIELDS, *_LIST_FIELDS, "session_samples"))
+"""Every entry key :func:`check_entry` checks; any other key is kept unchecked."""
 
 
 def check_entry(entry: Any) -> str | None:
