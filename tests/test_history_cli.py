@@ -223,11 +223,27 @@ def test_last_shows_that_many_sessions(tmp_path, capsys):
     assert "(12 earlier session(s) not shown" in out
 
 
+def test_window_analyses_the_latest_sessions_and_zero_every_one(tmp_path, capsys):
+    directory = history_dir(tmp_path / "history", step_rows())  # the 10% step at STEP_AT of 20 sessions
+    status, out, _ = run(capsys, "history", "--dir", str(directory), "--window", str(20 - STEP_AT), "--format", "json")
+    windowed = json.loads(out)["tests"][0]
+    assert status == 0 and (windowed["sessions"], windowed["earlier_sessions"]) == (20 - STEP_AT, STEP_AT)
+    assert windowed["change_points"] == [] and windowed["status"] == "regression"  # the window is all after the step
+    assert windowed["summary"].endswith(f"; analysed the latest {20 - STEP_AT} of 20 sessions")
+    status, out, _ = run(capsys, "history", "--dir", str(directory), "--window", "0", "--format", "json")
+    everything = json.loads(out)["tests"][0]
+    assert (everything["sessions"], everything["earlier_sessions"]) == (20, 0) and len(everything["change_points"]) == 1
+    status, out, _ = run(capsys, "history", "--dir", str(directory), "--window", "12")
+    assert "(samples/s, 12 sessions, 8 earlier not analysed (--window))" in out
+
+
 @pytest.mark.parametrize(("option", "value", "expected"), [
     ("--since", "last tuesday", "is not a date or time"),
     ("--last", "0", "is not a whole number >= 1"),
     ("--last", "-3", "is not a whole number >= 1"),
     ("--tolerance", "0", "must be above 0"),
+    ("--window", "-1", "is not a number of sessions"),
+    ("--window", "all", "is not a number of sessions"),
     ("--tolerance", "1.5", "is not a fraction in [0, 1)"),
     ("--tolerance", "nan", "is not a fraction in [0, 1)"),
 ])
@@ -504,7 +520,8 @@ def test_history_append_refuses_the_journal_of_a_session_still_running(tmp_path,
 
 @pytest.mark.parametrize("option", [["--fail-on", "regression"], ["--format", "json"], ["--key", "cpu-a"],
                                     ["--test", "train"], ["--status", "regression"], ["--since", "2026-03-01"],
-                                    ["--last", "3"], ["--tolerance", "0.1"]], ids=lambda option: option[0])
+                                    ["--last", "3"], ["--tolerance", "0.1"], ["--window", "5"]],
+                         ids=lambda option: option[0])
 def test_history_append_refuses_the_options_it_would_ignore(tmp_path, capsys, option):
     directory = history_dir(tmp_path / "history", steady_rows())
     journal = archived_journal(tmp_path / "old.jsonl", TEST_ID)

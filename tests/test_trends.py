@@ -18,7 +18,8 @@ from ruptures.costs import CostL1
 from hwregress.hardware.facts import PERFORMANCE_FIELDS
 from hwregress.judge import trends
 from hwregress.judge.changepoints import L1Cost, change_points, last_change_index
-from hwregress.judge.trends import STATUSES, analyze, analyze_all, differences
+from hwregress.judge.session_diff import MAX_PACKAGE_LINES, differences
+from hwregress.judge.trends import STATUSES, analyze, analyze_all
 
 START = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 LEVEL = 1000.0  # samples/s
@@ -208,9 +209,9 @@ def test_differences_cap_the_package_lines():
     old = [f"pkg{i:02d}==1.0" for i in range(20)]
     new = [f"pkg{i:02d}==2.0" for i in range(20)]
     lines = differences(row(packages="old"), row(packages="new"), {"old": old, "new": new}.get)
-    assert len(lines) == trends.MAX_PACKAGE_LINES + 1
+    assert len(lines) == MAX_PACKAGE_LINES + 1
     assert lines[0] == "pkg00 1.0 -> 2.0"
-    assert lines[-1] == f"and {20 - trends.MAX_PACKAGE_LINES} more package changes"
+    assert lines[-1] == f"and {20 - MAX_PACKAGE_LINES} more package changes"
 
 
 def test_differences_name_telemetry_beyond_five_percent_only():
@@ -382,3 +383,23 @@ def test_the_l1_cost_is_ruptures_own_on_a_long_history():
     values = np.log(100 * (1 + 0.01 * np.random.default_rng(1).standard_normal(300)) * step)
     segments = [(start, end) for start in range(0, 300, 7) for end in range(start + 2, 301, 11)]
     assert_same_costs_and_changes(values, segments, 0.1)
+
+
+# the analysed window
+def test_a_long_history_is_analysed_over_its_latest_window():
+    """500 sessions, a 20% step at session 60 and another at 470: the default window (365) sees only the second."""
+    medians = noisy(7, np.select([np.arange(500) < 60, np.arange(500) < 470], [1.0, 0.8], 0.64), 0.01)
+    windowed = analyze(history(medians))
+    assert (len(windowed.rows), windowed.earlier_sessions) == (trends.TREND_WINDOW, 500 - trends.TREND_WINDOW)
+    assert [item.first_bad["session"] for item in windowed.changes] == ["s470"]
+    assert windowed.summary.endswith(f"; analysed the latest {trends.TREND_WINDOW} of 500 sessions")
+    whole = analyze(history(medians), window=None)
+    assert [item.first_bad["session"] for item in whole.changes] == ["s60", "s470"]
+    assert whole.earlier_sessions == 0 and "analysed the latest" not in whole.summary
+    assert analyze(history(medians[:300])).earlier_sessions == 0
+
+
+@pytest.mark.parametrize("window", [0, -5])
+def test_a_window_under_one_session_is_refused(window):
+    with pytest.raises(ValueError, match=f"window {window} must be a number of sessions >= 1"):
+        analyze(history([LEVEL] * 5), window=window)

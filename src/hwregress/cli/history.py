@@ -11,7 +11,7 @@ from typing import Any
 from hwregress.cli.common import CliError, fraction, history_store
 from hwregress.cli.history_actions import add_history_actions
 from hwregress.cli.store_source import add_store_option, reading_store, resolved_url
-from hwregress.judge.trends import Trend
+from hwregress.judge.trends import TREND_WINDOW, Trend
 from hwregress.store.database import masked
 from hwregress.store.history import parse_time
 
@@ -77,11 +77,12 @@ def _trends(args: argparse.Namespace) -> tuple[list[Trend], list[str]]:
     if args.store_url is None:
         store = history_store(args.dir)
         _check_keys(args, store.hardware_keys())
-        return load_trends(store, args.key or None, tolerance=args.tolerance)
+        return load_trends(store, args.key or None, tolerance=args.tolerance, window=args.window or None)
     with reading_store(args.store_url) as fleet:
         by_key = fleet.history_by_key()
     _check_keys(args, list(by_key))
-    return analyze_all([row for key in sorted(set(args.key or by_key)) for row in by_key[key]], args.tolerance), []
+    rows = [row for key in sorted(set(args.key or by_key)) for row in by_key[key]]
+    return analyze_all(rows, args.tolerance, window=args.window or None), []
 
 
 def _check_keys(args: argparse.Namespace, known: list[str]) -> None:
@@ -105,6 +106,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _window(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of sessions; give a whole number, 0 for all")
+    return int(text)
+
+
 def _tolerance(text: str) -> float:
     value = fraction(text)
     if value <= 0:
@@ -123,6 +130,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--since", type=_since,
                          help="only sessions at or after this date (ISO 8601, UTC); the analysis uses all")
     history.add_argument("--last", type=_positive, default=10, help="sessions shown per test (default: %(default)s)")
+    history.add_argument("--window", type=_window, default=TREND_WINDOW,
+                         help="the latest sessions analysed per test (default: %(default)s; 0: every session, "
+                              "slower: the change-point search grows ~k^2)")
     history.add_argument("--tolerance", type=_tolerance, default=0.05,
                          help="smallest level change that sets a status (default: %(default)s)")
     history.add_argument("--fail-on", choices=sorted(HISTORY_FAIL_ON), default=None,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hwregress.cli.common import CliError, command_inputs, output_path, write_output
-from hwregress.judge.trends import STATUSES, Trend, has_changed
+from hwregress.judge.trends import STATUSES, TREND_WINDOW, Trend, has_changed
 from hwregress.store.database import sqlite_files
 from hwregress.store.results import _finite  # NaN and infinity as null, as results.json writes them
 
@@ -31,7 +31,8 @@ JSON_FORMAT_VERSION = 1
 # the options of the table and the dashboard, and their values when not given: `history append` reads no trends
 TREND_OPTIONS = {"--fail-on": ("fail_on", None), "--format": ("format", "text"), "--key": ("key", None),
                  "--test": ("test", None), "--status": ("status", None), "--since": ("since", None),
-                 "--last": ("last", 10), "--tolerance": ("tolerance", 0.05), "--store": ("store", None)}
+                 "--last": ("last", 10), "--tolerance": ("tolerance", 0.05), "--store": ("store", None),
+                 "--window": ("window", TREND_WINDOW)}
 
 
 def add_history_actions(history: argparse.ArgumentParser) -> None:
@@ -99,7 +100,8 @@ def history_json(trends: Sequence[Trend], warnings: Sequence[str], directory: st
                  store: str | None = None) -> str:
     """The analysis as JSON text: ``{"format_version", "dir", "store", "tolerance", "counts": {status: n}, "warnings",
     "tests": [...]}``, one test per (hardware key, test id), worst first, with its status, sentence, level now,
-    reference, drift (fractions), slope per session (fraction), the latest session, and each change point (index of
+    reference, drift (fractions), slope per session (fraction), the sessions analysed and the earlier ones left out
+    (``--window``), the latest session, and each change point (index of
     the first session after it, its time, the last good session's time, size as a fraction, Welch p-value,
     significance, the levels before and after in the test's unit, what changed). NaN and infinity become null.
     ``dir`` is the history folder read, ``store`` the store's URL (password masked) with ``--store``; the other null."""
@@ -117,6 +119,7 @@ def trend_json(trend: Trend) -> dict[str, Any]:
     return {
         "hardware_key": trend.hardware_key, "test_id": trend.test_id, "unit": trend.unit, "status": trend.status,
         "changed": has_changed(trend), "summary": trend.summary, "sessions": len(trend.rows),
+        "earlier_sessions": trend.earlier_sessions,
         "level_now": trend.level_now, "reference": trend.reference, "reference_source": trend.reference_source,
         "drift": trend.drift, "drift_p_value": trend.drift_p_value, "slope_per_session": trend.slope_per_session,
         "latest": {"session": latest.get("session"), "time": latest.get("time"), "median": latest.get("median"),

@@ -1,7 +1,8 @@
 """What the session history says per test: its change points, the first bad session of each with what changed,
 and whether the latest level is a regression, an accepted new level, or a slow drift no single run flagged.
 
-Per test (one hardware key, one test id, sessions in time order):
+Per test (one hardware key, one test id, its latest ``TREND_WINDOW`` sessions in time order; the store keeps every
+session, and the change-point search costs ~k^2 in the sessions it reads):
 
 - **Change points**: :func:`hwregress.judge.changepoints.change_points` on the session medians (ruptures PELT; the
   size and Welch p-value of each shift). A change counts for the status when it is significant
@@ -34,30 +35,25 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from hwregress.hardware.facts import identity_changes
 from hwregress.judge.changepoints import SIGNIFICANCE_ALPHA, ChangePoint, change_points, welch_p_value
+from hwregress.judge.session_diff import PackageLookup, differences
 from hwregress.store.history import HistoryStore, parse_time, unreadable
 from hwregress.store.history_row import HistoryRow
 
 DEFAULT_TOLERANCE = 0.05
 MIN_SESSIONS = 3
 MIN_TREND_SESSIONS = 4
+TREND_WINDOW = 365  # the latest sessions a trend analyses: PELT's cost grows ~k^2 (docs/history.md)
 REFERENCE_SESSIONS = 3
-TELEMETRY_CHANGE = 0.05  # a window telemetry mean that moved more than this is worth naming at a change
-HEALTH_CHANGE = 0.05  # a share of the cores' time (other processes, steal) that moved more than this
-MAX_PACKAGE_LINES = 12
 STATUSES = ("regression", "drift", "improvement", "accepted", "steady", "short")
 MOVED_STATUSES = ("regression", "drift", "improvement", "accepted")  # a status that says the level changed
-
-PackageLookup = Callable[[str], "list[str] | None"]
-
 
 @dataclass
 class FirstBad:
@@ -86,6 +82,7 @@ class Trend:
     drift_p_value: float | None = None
     slope_per_session: float | None = None
     summary: str = ""
+    earlier_sessions: int = 0  # sessions before the analysed window (``rows`` holds the window only)
 
     @property
     def baseline(self) -> float | None:
@@ -103,7 +100,7 @@ def group_rows(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dic
 
 
 def analyze(rows: Sequence[dict[str, Any]], tolerance: float = DEFAULT_TOLERANCE,
-            packages: PackageLookup | None = None) -> Trend:
+            packages: PackageLookup | None = None, window: int | None = TREND_WINDOW) -> Trend:
     """Analyse the rows of one test on one hardware key (time order, as :func:`group_rows` gives them).
 
     Args:
@@ -111,16 +108,23 @@ def analyze(rows: Sequence[dict[str, Any]], tolerance: float = DEFAULT_TOLERANCE
         tolerance: smallest relative change that sets a status (fraction, e.g. 0.05).
         packages: package hash -> ``name==version`` list (:meth:`HistoryStore.packages`), to name the packages
             that changed at a change point; None: name only that the hash changed.
+        window: analyse only the latest ``window`` sessions (the trend's ``rows``; ``earlier_sessions`` counts the
+            rest); None: every session. The change-point search costs ~k^2 in the sessions analysed.
 
     Raises:
-        ValueError: ``rows`` is empty, or ``tolerance`` is not in (0, 1).
+        ValueError: ``rows`` is empty, ``tolerance`` is not in (0, 1), or ``window`` is under 1.
     """
     if not rows:
         raise ValueError("no history rows to analyse")
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance {tolerance!r} must be a fraction in (0, 1), e.g. 0.05")
+    if window is not None and window < 1:
+        raise ValueError(f"window {window!r} must be a number of sessions >= 1 (None: every session)")
+    earlier = max(0, len(rows) - window) if window is not None else 0
+    rows = rows[earlier:]
     first = rows[0]
-    trend = Trend(first["test_id"], first["hardware_key"], str(first.get("unit") or ""), list(rows))
+    trend = Trend(first["test_id"], first["hardware_key"], str(first.get("unit") or ""), list(rows),
+                  earlier_sessions=earlier)
     medians = [float(row["median"]) for row in rows]
     trend.changes = [FirstBad(change, rows[change.index - 1], rows[change.index],
                               differences(rows[change.index - 1], rows[change.index], packages))
@@ -129,6 +133,8 @@ def analyze(rows: Sequence[dict[str, Any]], tolerance: float = DEFAULT_TOLERANCE
         trend.summary = f"{len(rows)} session(s): too few for a trend (at least {MIN_SESSIONS})"
         return trend
     _judge(trend, medians, tolerance)
+    if earlier:
+        trend.summary += f"; analysed the latest {len(rows)} of {len(rows) + earlier} sessions"
     return trend
 
 
@@ -274,90 +280,25 @@ def _sentence(trend: Trend, latest: FirstBad | None, sessions: int, flagged: int
     return f"{trend.status}: {level}" + "".join(f"; {part}" for part in how)
 
 
-def differences(before: dict[str, Any], after: dict[str, Any], packages: PackageLookup | None = None) -> list[str]:
-    """What differs between two sessions' rows: software fingerprint, hwregress version (where both say), packages,
-    hardware identity, device name, window telemetry means (beyond ``TELEMETRY_CHANGE``) and CPU health shares (beyond
-    ``HEALTH_CHANGE``), one line each, or one line saying nothing recorded changed; then the first likely cause
-    the later session's own diagnosis gave, if any."""
-    lines = _mapping_changes(before.get("environment") or {}, after.get("environment") or {})
-    versions = before.get("hwregress_version"), after.get("hwregress_version")
-    if None not in versions and versions[0] != versions[1]:  # unknown (an older journal recovered): no change to name
-        lines.append(f"hwregress {versions[0]} -> {versions[1]}")
-    lines += _package_changes(before.get("packages"), after.get("packages"), packages)
-    lines += identity_changes(before.get("identity") or {}, after.get("identity") or {})
-    if before.get("device_name") != after.get("device_name"):
-        lines.append(f"device {before.get('device_name')} -> {after.get('device_name')}")
-    lines += _telemetry_changes(before.get("telemetry") or {}, after.get("telemetry") or {})
-    lines += _health_changes(before.get("health") or {}, after.get("health") or {})
-    lines = lines or ["nothing recorded changed (software, packages, hardware identity, telemetry, CPU health): "
-                      "look at what hwregress does not see (firmware, BIOS, the code under test)"]
-    return lines + [f"diagnosed in the first bad session: {cause}" for cause in after.get("diagnosis") or []][:1]
-
-
-def _mapping_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    return [f"{key} {before.get(key)} -> {after.get(key)}" for key in sorted(set(before) | set(after))
-            if before.get(key) != after.get(key)]
-
-
-def _package_changes(before: Any, after: Any, packages: PackageLookup | None) -> list[str]:
-    if before == after or not before or not after:
-        return []
-    old, new = (packages(before), packages(after)) if packages else (None, None)
-    if old is None or new is None:
-        return [f"installed packages changed (hash {before} -> {after})"]
-    old_versions = dict(item.split("==", 1) for item in old if "==" in item)
-    new_versions = dict(item.split("==", 1) for item in new if "==" in item)
-    lines = [f"{name} {old_versions.get(name, '(absent)')} -> {new_versions.get(name, '(removed)')}"
-             for name in sorted(set(old_versions) | set(new_versions), key=str.lower)
-             if old_versions.get(name) != new_versions.get(name)]
-    if len(lines) > MAX_PACKAGE_LINES:
-        lines = [*lines[:MAX_PACKAGE_LINES], f"and {len(lines) - MAX_PACKAGE_LINES} more package changes"]
-    return lines
-
-
-_TELEMETRY_NAMES = {"power_w": ("mean power", "W"), "sm_clock_mhz": ("mean SM clock", "MHz"),
-                    "temperature_c": ("mean temperature", "°C"), "cpu_util_pct": ("mean CPU utilization", "%")}
-
-
-def _telemetry_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    lines = []
-    for key, (name, unit) in _TELEMETRY_NAMES.items():
-        old, new = before.get(key), after.get(key)
-        if (isinstance(old, (int, float)) and isinstance(new, (int, float)) and old > 0
-            and abs(new / old - 1) > TELEMETRY_CHANGE):
-            lines.append(f"{name} {old:.4g} -> {new:.4g} {unit}")
-    return lines
-
-
-_HEALTH_NAMES = {"other_cpu_fraction": "other processes' share of the cores", "steal_fraction": "hypervisor steal"}
-
-
-def _health_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    lines = []
-    for key, name in _HEALTH_NAMES.items():
-        old, new = before.get(key), after.get(key)
-        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and abs(new - old) > HEALTH_CHANGE:
-            lines.append(f"{name} {old:.0%} -> {new:.0%}")
-    return lines
-
-
 def analyze_all(rows: Iterable[dict[str, Any]], tolerance: float = DEFAULT_TOLERANCE,
-                packages: PackageLookup | None = None) -> list[Trend]:
+                packages: PackageLookup | None = None, window: int | None = TREND_WINDOW) -> list[Trend]:
     """:func:`analyze` for every (hardware key, test id) in ``rows``, worst status first, then by test id."""
-    trends = [analyze(group, tolerance, packages) for group in group_rows(rows).values()]
+    trends = [analyze(group, tolerance, packages, window) for group in group_rows(rows).values()]
     return sorted(trends, key=lambda t: (STATUSES.index(t.status), t.hardware_key, t.test_id))
 
 
 def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: Iterable[str] | None = None,
                 test_ids: Iterable[str] | None = None,
                 tolerance: float = DEFAULT_TOLERANCE,
-                more_rows: Iterable[HistoryRow] = ()) -> tuple[list[Trend], list[str]]:
+                more_rows: Iterable[HistoryRow] = (),
+                window: int | None = TREND_WINDOW) -> tuple[list[Trend], list[str]]:
     """Read the history of ``hardware_keys`` (all keys in the stores when None) from one or several folders and
     analyse the tests in ``test_ids`` (all when None), with ``more_rows`` (e.g. the fleet store's,
     :meth:`hwregress.store.fleet_store.Store.history_by_key`, or a session's own not yet written anywhere). A row
     found more than once (a copied CI cache; a session in a folder and the store) counts once, the first read (the
     folders' rows keep what the store's lack: telemetry, the package list); rows of one key from different folders
-    (two runners of one hardware) join one series.
+    (two runners of one hardware) join one series. Each series is analysed over its latest ``window`` sessions
+    (:func:`analyze`).
 
     Returns:
         (trends worst first, a warning per skipped line or unreadable file: which file, which line, why).
@@ -381,7 +322,7 @@ def load_trends(stores: HistoryStore | Sequence[HistoryStore], hardware_keys: It
     for row in more_rows:
         if (key_set is None or row["hardware_key"] in key_set) and (wanted is None or row["test_id"] in wanted):
             rows.setdefault((row["session"], row["hardware_key"], row["test_id"]), row)
-    return analyze_all(rows.values(), tolerance, _first_known(stores)), problems
+    return analyze_all(rows.values(), tolerance, _first_known(stores), window), problems
 
 
 def _first_known(stores: Sequence[HistoryStore]) -> PackageLookup:

@@ -28,7 +28,9 @@ def trend_table(trend: Trend, since: _dt.datetime | None = None, last: int | Non
     shown = [(index, row) for index, row in enumerate(trend.rows) if since is None or recorded_since(row, since)]
     if last is not None:
         shown = shown[-last:]
-    lines = [f"{trend.hardware_key}  {trend.test_id}  ({trend.unit}, {len(trend.rows)} sessions)", f"  {trend.summary}",
+    counted = f"{len(trend.rows)} sessions" + (f", {trend.earlier_sessions} earlier not analysed (--window)"
+                                               if trend.earlier_sessions else "")
+    lines = [f"{trend.hardware_key}  {trend.test_id}  ({trend.unit}, {counted})", f"  {trend.summary}",
              f"  {'':2}{'session (UTC)':<26} {'median':>10} {'IQR':>9} {'n':>4}  {'verdict':<14} "
              f"{'hwregress':<10} change"]
     lines += [_session_line(row, changes.get(index)) for index, row in shown]
