@@ -276,3 +276,68 @@ def test_session_results_reads_a_pushed_session_back_and_it_pushes_again_as_the_
 def _without(row: dict[str, Any], column: str) -> dict[str, Any]:
     """A stored row without the column that differs between two stores (a figure's serial id, a push's time)."""
     return {key: value for key, value in row.items() if key != column}
+
+
+# --host: one runner's sessions of the store
+def _two_runners(path: Path, runners: tuple[str, ...] = ("runner-1", "runner-2")) -> str:
+    """A SQLite store at ``path`` holding four sessions of each runner in ``runners`` (its own machine id), runner-2
+    20% slower; its URL."""
+    url = f"sqlite:///{path}"
+    store = open_store(url)
+    try:
+        for day in range(1, 5):
+            for runner in runners:
+                document = results_document(f"{runner}-{day}", started=f"2026-11-0{day}T0{runner[-1]}:00:00+00:00")
+                document["meta"].update(hostname=runner, machine_id=runner[-1] * 32)
+                for record in document["records"]:
+                    speed = 0.8 if runner == "runner-2" else 1.0
+                    record["throughput"] *= speed
+                    record["samples"] = [value * speed for value in record["samples"]]
+                store.push(document)
+    finally:
+        store.close()
+    return url
+
+
+def test_host_reads_one_runners_sessions_by_hostname_or_host_id(tmp_path, capsys):
+    url = _two_runners(tmp_path / "fleet.sqlite")
+    sessions = {name: {t["sessions"] for t in json.loads(run(capsys, "history", "--store", url, *host,
+                                                             "--format", "json")[1])["tests"]}
+                for name, host in (("every", []), ("runner-1", ["--host", "runner-1"]),
+                                   ("both", ["--host", "runner-1", "--host", "2" * 32]))}
+    assert sessions == {"every": {8}, "runner-1": {4}, "both": {8}}
+    alone = run(capsys, "history", "--store", _two_runners(tmp_path / "alone.sqlite", ("runner-1",)))
+    assert run(capsys, "history", "--store", url, "--host", "runner-1") == alone
+
+
+def test_report_render_with_host_draws_that_runners_trends(tmp_path, capsys):
+    url = _two_runners(tmp_path / "fleet.sqlite")
+    alone = _two_runners(tmp_path / "alone.sqlite", ("runner-2",))
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(results_document("runner-2-5", started="2026-11-05T02:00:00+00:00")))
+    pages = {}
+    for name, source in (("host", ["--store", url, "--host", "runner-2"]), ("alone", ["--store", alone]),
+                         ("every", ["--store", url])):
+        page = tmp_path / f"{name}.html"
+        assert run(capsys, "report", "render", str(results), "-o", str(page), *source)[0] == 0
+        pages[name] = _history_section(page.read_text())
+    assert pages["host"] == pages["alone"] != pages["every"]
+
+
+def test_host_errors_are_one_line(tmp_path, capsys):
+    url = _two_runners(tmp_path / "fleet.sqlite")
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(results_document("s")))
+    cases = [
+        (["history", "--store", url, "--host", "runner-9"], "no host 'runner-9' in the store"),
+        (["history", "--dir", str(tmp_path), "--host", "runner-1"],
+         "--host: runner-1 names a runner of the fleet store"),
+        (["report", "render", str(results), "-o", str(tmp_path / "p.html"), "--host", "runner-1"],
+         "and no --store was given"),
+        (["report", "merge", str(results), "-o", str(tmp_path / "p.html"), "--store", url, "--host", "nobody"],
+         "give a host id or a hostname the store knows: 1111"),
+    ]
+    for argv, said in cases:
+        status, _, err = run(capsys, *argv)
+        assert status == 2 and said in err and err.count("\n") == 1 and err.startswith("hwregress: "), (argv, err)
+    assert "runner-1, runner-2" not in err and "(runner-1)" in err and "(runner-2)" in err

@@ -10,7 +10,14 @@ from typing import Any
 
 from hwregress.cli.common import CliError, fraction, history_store
 from hwregress.cli.history_actions import add_history_actions
-from hwregress.cli.store_source import add_store_option, reading_store, resolved_url
+from hwregress.cli.store_source import (
+    add_host_option,
+    add_store_option,
+    check_host_option,
+    host_ids,
+    reading_store,
+    resolved_url,
+)
 from hwregress.judge.trends import TREND_WINDOW, Trend
 from hwregress.store.database import masked
 from hwregress.store.history import parse_time
@@ -31,6 +38,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         from hwregress.cli.history_append import append_journals
 
         return append_journals(args)
+    check_host_option(args)
     trends, warnings = _trends(args)
     trends = [t for t in trends if args.test is None or args.test in t.test_id]
     if args.since is not None:
@@ -79,7 +87,7 @@ def _trends(args: argparse.Namespace) -> tuple[list[Trend], list[str]]:
         _check_keys(args, store.hardware_keys())
         return load_trends(store, args.key or None, tolerance=args.tolerance, window=args.window or None)
     with reading_store(args.store_url) as fleet:
-        by_key = fleet.history_by_key()
+        by_key = fleet.history_by_key(host_ids=host_ids(fleet, args.host))
     _check_keys(args, list(by_key))
     rows = [row for key in sorted(set(args.key or by_key)) for row in by_key[key]]
     return analyze_all(rows, args.tolerance, window=args.window or None), []
@@ -125,6 +133,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--dir", type=Path, default=None,
                          help=f"history folder (default: {DEFAULT_DIR}; not with --store)")
     add_store_option(history, "the history")
+    add_host_option(history)
     history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
     history.add_argument("--test", help="only tests whose id contains this text")
     history.add_argument("--since", type=_since,

@@ -32,7 +32,7 @@ JSON_FORMAT_VERSION = 1
 TREND_OPTIONS = {"--fail-on": ("fail_on", None), "--format": ("format", "text"), "--key": ("key", None),
                  "--test": ("test", None), "--status": ("status", None), "--since": ("since", None),
                  "--last": ("last", 10), "--tolerance": ("tolerance", 0.05), "--store": ("store", None),
-                 "--window": ("window", TREND_WINDOW)}
+                 "--window": ("window", TREND_WINDOW), "--host": ("host", None)}
 
 
 def add_history_actions(history: argparse.ArgumentParser) -> None:

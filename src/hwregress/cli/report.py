@@ -20,7 +20,14 @@ from hwregress.cli.common import (
     write_output,
 )
 from hwregress.cli.compare import add_compare_parser
-from hwregress.cli.store_source import add_store_option, reading_store, resolved_url
+from hwregress.cli.store_source import (
+    add_host_option,
+    add_store_option,
+    check_host_option,
+    host_ids,
+    reading_store,
+    resolved_url,
+)
 from hwregress.store import results as results_module
 from hwregress.store.database import sqlite_files
 from hwregress.store.journal import JournalError, load_journal
@@ -68,6 +75,7 @@ def _inputs(args: argparse.Namespace, files: Sequence[str]) -> Any:
 def _history_section(args: argparse.Namespace, sessions: Sequence[results_module.SessionResults]) -> Any:
     """The trend section for the tests of ``sessions`` from the history folders and the fleet store given (a session
     in both counted once; None without either)."""
+    check_host_option(args)
     if not args.history_dir and args.store is None:
         return None
     from hwregress.judge.trends import load_trends
@@ -78,8 +86,9 @@ def _history_section(args: argparse.Namespace, sessions: Sequence[results_module
     stored, sources = [], [str(d) for d in args.history_dir]
     if args.store is not None:
         with reading_store(resolved_url(args.store)) as store:
-            stored = [row for rows in store.history_by_key(keys, test_ids).values() for row in rows]
-            sources.append(store.url)
+            by_key = store.history_by_key(keys, test_ids, host_ids(store, args.host))
+            stored = [row for rows in by_key.values() for row in rows]
+            sources.append(store.url + (f" (host {', '.join(args.host)})" if args.host else ""))
     trends, warnings = load_trends([history_store(d) for d in args.history_dir], keys, test_ids, more_rows=stored)
     return HistorySection(trends, warnings, sources)
 
@@ -93,6 +102,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     merge.add_argument("--history-dir", type=Path, action="append", default=[],
                        help="add trend charts from this history folder (repeatable: one per machine's history)")
     add_store_option(merge, "the trend charts' sessions (with or without --history-dir)")
+    add_host_option(merge)
     merge.set_defaults(handler=cmd_merge)
     render = report.add_parser("render", help="render one results.json, or the journal of an unfinished session")
     render.add_argument("source", help="results.json or results-*-unfinished.jsonl")
@@ -100,5 +110,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     render.add_argument("--history-dir", type=Path, action="append", default=[],
                         help="add trend charts from this history folder")
     add_store_option(render, "the trend charts' sessions (with or without --history-dir)")
+    add_host_option(render)
     render.set_defaults(handler=cmd_render)
     add_compare_parser(report)

@@ -1,7 +1,8 @@
 """The fleet store as the source a reading command takes instead of files: ``--store [URL]`` on ``history``,
-``history render`` and ``report compare``. ``--store URL`` reads that store; ``--store`` alone the one
-``python -m hwregress store`` and the session use (``HWREGRESS_STORE``, else ``sqlite:///reports/hwregress.sqlite``:
-:func:`hwregress.store.database.store_url`); without ``--store`` the command reads its files as before.
+``history render``, ``report render|merge`` and ``report compare``, and ``--host`` to read one runner's sessions of
+it. ``--store URL`` reads that store; ``--store`` alone the one ``python -m hwregress store`` and the session use
+(``HWREGRESS_STORE``, else ``sqlite:///reports/hwregress.sqlite``: :func:`hwregress.store.database.store_url`);
+without ``--store`` the command reads its files as before.
 """
 
 from __future__ import annotations
@@ -26,6 +27,48 @@ def add_store_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--store", nargs="?", const="", default=None, metavar="URL",
                         help=f"read {what} from the fleet store at this SQLAlchemy URL; without a URL: "
                              f"HWREGRESS_STORE, else sqlite:///{REPORT_DIR}/hwregress.sqlite (docs/store.md)")
+
+
+def add_host_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--host NAME`` (repeatable) to ``parser``: only those runners' sessions of ``--store``."""
+    parser.add_argument("--host", action="append", default=None, metavar="NAME",
+                        help="with --store: only this runner's sessions, named by its host id or a hostname it had "
+                             "(repeatable; default: every runner of each key, joined in one series)")
+
+
+def check_host_option(args: argparse.Namespace) -> None:
+    """Refuse ``--host`` without ``--store``: a history folder does not say which runner wrote a row.
+
+    Raises:
+        CliError: ``--host`` given and ``--store`` not.
+    """
+    if args.host and args.store is None:
+        raise CliError("--host", f"{', '.join(args.host)} names a runner of the fleet store, and no --store was given",
+                       "add --store [URL], or leave --host out to read the history folders")
+
+
+def host_ids(store: Store, names: list[str] | None) -> list[str] | None:
+    """The host ids ``names`` mean in ``store``: a host id as it is, a hostname every host that had it (two machines
+    that shared one hostname both); None when ``names`` is empty or None (every host).
+
+    Raises:
+        CliError: a name is neither a host id nor a hostname of the store; the message lists the known hosts.
+        StoreUnavailable: the store cannot be read.
+    """
+    if not names:
+        return None
+    known = store.hosts()
+    found: list[str] = []
+    for name in names:
+        matching = [host["host_id"] for host in known if host["host_id"] == name or name in (host["aliases"] or [])]
+        if not matching:
+            listed = "; ".join(f"{host['host_id']} ({', '.join(host['aliases'] or []) or 'no hostname'})"
+                               for host in known[:10]) or "none"
+            more = f"; and {len(known) - 10} more (python -m hwregress store fleet)" if len(known) > 10 else ""
+            raise CliError("--host", f"no host {name!r} in the store {store.url}",
+                           f"give a host id or a hostname the store knows: {listed}{more}")
+        found += [host for host in matching if host not in found]
+    return found
 
 
 def resolved_url(option: str) -> str:
