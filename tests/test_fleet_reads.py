@@ -5,10 +5,15 @@ are those SQLAlchemy's engines really execute on a real SQLite store (``before_c
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import re
+from typing import Any
 
 import pytest
 import sqlalchemy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine, event
 from support.store_results import results_document
 
@@ -16,9 +21,10 @@ from hwregress.judge.fleet import FleetVerdict
 from hwregress.plugin.store_push import fleet_judge
 from hwregress.store import database
 from hwregress.store.database import open_store
-from hwregress.store.fleet_queries import FleetReader, judged_sessions
+from hwregress.store.fleet_queries import FleetReader, judged_sessions, latest_figures, latest_measured
 from hwregress.store.results import TestRecord
 from hwregress.store.store_errors import StoreUnavailable
+from hwregress.store.tables import figures, hosts, sessions
 
 KEY = "amd-epyc-f26m2-2t"  # results_document's key
 TEST = "bench_tests/test_models.py::test_throughput[cpu-resnet18-train-bs{}]"
@@ -121,3 +127,85 @@ def test_a_store_migrated_by_a_newer_hwregress_is_still_refused(tmp_path):
     with pytest.raises(StoreUnavailable, match=r"its schema is not one this hwregress knows .*9999"):
         open_store(url)
 
+
+
+# each host's latest figure: chosen in SQL as the Python reference chooses it
+MEDIANS = st.sampled_from([-1.0, 0.0, math.nan, math.inf, None]) | st.floats(0.5, 100.0)
+VERDICTS = st.sampled_from([None, "pass", "regression", "new", "failed", "oom", "skipped"])
+FIGURES = st.dictionaries(st.tuples(st.sampled_from(["t0", "t1"]), st.sampled_from(["throughput", "peak_memory"])),
+                          st.tuples(st.sampled_from([KEY, "other-key"]), MEDIANS, VERDICTS), max_size=4)
+SESSIONS = st.lists(st.tuples(st.sampled_from(["h0", "h1", "h2"]), st.integers(0, 3), st.booleans(), FIGURES),
+                    max_size=12)
+EPOCH = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
+
+
+def _insert(store: Any, spec: list[tuple[str, int, bool, dict[tuple[str, str], tuple[str, Any, Any]]]]) -> None:
+    """Sessions as ``spec`` gives them (host, start day: equal days tie, broken by name; interrupted; figures: (test,
+    metric) -> (key, median, verdict)), written straight into the tables: a median or verdict a push would never
+    write is still read right."""
+    with store.engine.begin() as connection:
+        for host in sorted({host for host, *_ in spec}):
+            connection.execute(hosts.insert().values(host_id=host, aliases=[host], hardware_key=KEY, first_seen=EPOCH,
+                                                     last_seen=EPOCH))
+        for index, (host, day, interrupted, measured) in enumerate(spec):
+            session_id = f"00000000-0000-7000-8000-{index:012d}"
+            connection.execute(sessions.insert().values(
+                id=session_id, name=f"s{index:02d}", host_id=host, hostname=host, hardware_key=KEY,
+                started_at=EPOCH + dt.timedelta(days=day), interrupted=interrupted, environment={}, meta={},
+                pushed_at=EPOCH))
+            for (test, metric), (key, median, verdict) in measured.items():
+                connection.execute(figures.insert().values(session_id=session_id, test_id=test, metric=metric,
+                                                           hardware_key=key, direction="higher", median=median,
+                                                           verdict=verdict))
+
+
+def check_latest_measured(url: str, spec: list[Any]) -> None:
+    """``latest_measured`` gives, per metric, what ``latest_figures`` keeps of every figure and session read whole."""
+    store = open_store(url)
+    try:
+        _insert(store, spec)
+        uninterrupted = {s["id"]: s for s in store.sessions() if not s["interrupted"]}
+        for metric in ("throughput", "peak_memory"):
+            reference = latest_figures(uninterrupted, store.figures(hardware_key=KEY), (metric,))
+            expected = {(test, host): (figure["session_id"], figure["median"])
+                        for (_, test), by_host in reference.items() for host, (figure, _) in by_host.items()}
+            found = {(row["test_id"], row["host_id"]): (row["session_id"], row["median"])
+                     for row in latest_measured(store, KEY, metric)}
+            assert found == expected, metric
+    finally:
+        store.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=SESSIONS)
+def test_latest_measured_chooses_in_sql_what_latest_figures_chooses(tmp_path_factory, spec):
+    check_latest_measured(f"sqlite:///{tmp_path_factory.mktemp('latest') / 'fleet.sqlite'}", spec)
+
+
+# h0: a failed run, a NaN and an infinite median after its measured ones; h1: two sessions at one start (the later
+# name wins), then an interrupted one; h2: the other key only
+LATEST_CASE = [
+    ("h0", 0, False, {("t0", "throughput"): (KEY, 10.0, "pass")}),
+    ("h0", 1, False, {("t0", "throughput"): (KEY, 9.0, "failed"), ("t1", "throughput"): (KEY, math.nan, "pass")}),
+    ("h0", 2, False, {("t0", "throughput"): (KEY, math.inf, None), ("t1", "throughput"): (KEY, 5.0, "regression")}),
+    ("h1", 1, False, {("t0", "throughput"): (KEY, 11.0, "pass")}),
+    ("h1", 1, False, {("t0", "throughput"): (KEY, 12.0, "new")}),
+    ("h1", 3, True, {("t0", "throughput"): (KEY, 13.0, "pass")}),
+    ("h2", 3, False, {("t0", "throughput"): ("other-key", 14.0, "pass")}),
+]
+
+
+def test_latest_measured_on_sqlite_keeps_the_latest_measured_figure_per_host(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
+    check_latest_measured(url, LATEST_CASE)
+    store = open_store(url)
+    assert FleetReader(store).latest_medians(KEY) == {"t0": {"h0": 10.0, "h1": 12.0}, "t1": {"h0": 5.0}}
+    store.close()
+
+
+@pytest.mark.needs_extra
+def test_latest_measured_on_postgresql_keeps_the_latest_measured_figure_per_host(postgres_database):
+    check_latest_measured(postgres_database, LATEST_CASE)  # PostgreSQL keeps NaN, and orders it above every number
+    store = open_store(postgres_database)
+    assert FleetReader(store).latest_medians(KEY) == {"t0": {"h0": 10.0, "h1": 12.0}, "t1": {"h0": 5.0}}
+    store.close()

@@ -2,8 +2,9 @@
 that key is judged against on its first day (:mod:`hwregress.judge.day_one`), and each session's host check.
 
 The judge of a session reads through one :class:`FleetReader`: the sessions once, in one SELECT of the columns it
-needs (:func:`judged_sessions`), and each hardware key's figures once, filtered in SQL
-(:func:`measured_figures`); the hardware keys, the host names and the hosts' earlier checks come from that one read.
+needs (:func:`judged_sessions`), and per hardware key each host's latest figure of each test, chosen in SQL
+(:func:`latest_measured`: a window function, one row per host and test however long the history); the hardware keys,
+the host names and the hosts' earlier checks come from the one read of the sessions.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 
 from hwregress.store.fleet_store import Store
 from hwregress.store.tables import figures, sessions
@@ -41,25 +42,36 @@ def judged_sessions(store: Store) -> list[dict[str, Any]]:
             for row in store.read(query)]
 
 
-def measured_figures(store: Store, hardware_key: str, metric: str) -> list[dict[str, Any]]:
-    """``session_id``, ``test_id``, ``metric``, ``median``, ``verdict`` of the figures of ``hardware_key`` and
-    ``metric`` with a positive median and a measured verdict (:data:`MEASURED_VERDICTS`, or none recorded), filtered
-    in SQL (a median that is not finite is left to :func:`measured`).
+FINITE_BELOW = 1e308  # a median under this is finite: PostgreSQL orders NaN above every number, SQLite stores it NULL
+
+
+def latest_measured(store: Store, hardware_key: str, metric: str) -> list[dict[str, Any]]:
+    """Each host's latest measured figure of each test of ``hardware_key`` and ``metric``, uninterrupted sessions
+    only: ``host_id``, ``test_id``, ``median`` (the figure's unit), ``session_id``, ``started_at``, ``name``. What
+    :func:`latest_figures` keeps of the key's figures (a self-test holds the two equal), chosen in SQL by
+    ``row_number() OVER (PARTITION BY host, test ORDER BY start DESC, name DESC)``, so the rows read are hosts x tests,
+    not sessions x tests. Window functions: SQLite >= 3.25 (2018), PostgreSQL >= 8.4.
 
     Raises:
         StoreUnavailable: the store cannot be read.
     """
-    query = select(figures.c.session_id, figures.c.test_id, figures.c.metric, figures.c.median,
-                   figures.c.verdict).where(
+    rank = func.row_number().over(partition_by=(sessions.c.host_id, figures.c.test_id),
+                                  order_by=(sessions.c.started_at.desc(), sessions.c.name.desc()))
+    ranked = select(sessions.c.host_id, figures.c.test_id, figures.c.median, figures.c.session_id,
+                    sessions.c.started_at, sessions.c.name, rank.label("rank")).join(
+        sessions, sessions.c.id == figures.c.session_id).where(
         figures.c.hardware_key == hardware_key, figures.c.metric == metric, figures.c.median > 0,
-        or_(figures.c.verdict.in_(sorted(MEASURED_VERDICTS)), figures.c.verdict.is_(None)))
-    return store.read(query)
+        figures.c.median < FINITE_BELOW, or_(figures.c.verdict.in_(sorted(MEASURED_VERDICTS)),
+                                             figures.c.verdict.is_(None)),
+        sessions.c.interrupted.is_(False)).subquery()
+    return store.read(select(*(column for column in ranked.c if column.name != "rank")).where(ranked.c.rank == 1)
+                      .order_by(ranked.c.test_id, ranked.c.host_id))
 
 
 class FleetReader:
     """The fleet store as one process's day-one judge reads it: its sessions once (:func:`judged_sessions`, kept),
-    a hardware key's figures at each :meth:`latest_medians` (the judge keeps each key's). A read that fails is not
-    kept: the next call reads again. Not locked: the judge calls it under its own lock."""
+    each host's latest figures of a hardware key at each :meth:`latest_medians` (the judge keeps each key's). A read
+    that fails is not kept: the next call reads again. Not locked: the judge calls it under its own lock."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -77,17 +89,17 @@ class FleetReader:
 
     def latest_medians(self, hardware_key: str, metric: str = "throughput") -> dict[str, dict[str, float]]:
         """``{test_id: {host_id: median}}`` over the figures of ``hardware_key``: each host's median of ``metric``
-        (the figure's unit, e.g. samples/s) from its latest session that measured the test (:func:`latest_figures`),
-        interrupted sessions left out.
+        (the figure's unit, e.g. samples/s) from its latest session that measured the test, interrupted sessions left
+        out (:func:`latest_measured`; a session filed under another key counts: a GPU session's CPU figures are filed
+        under the GPU's key).
 
         Raises:
             StoreUnavailable: the store cannot be read.
         """
-        # every session, not those filed under the key: a GPU session's CPU figures are filed under the GPU's key
-        by_id = {s["id"]: s for s in self.sessions() if not s["interrupted"]}
-        latest = latest_figures(by_id, measured_figures(self.store, hardware_key, metric), (metric,))
-        return {test_id: {host: float(figure["median"]) for host, (figure, _) in hosts.items()}
-                for (_, test_id), hosts in latest.items()}
+        medians: dict[str, dict[str, float]] = {}
+        for row in latest_measured(self.store, hardware_key, metric):
+            medians.setdefault(row["test_id"], {})[row["host_id"]] = float(row["median"])
+        return medians
 
     def host_names(self) -> dict[str, set[str]]:
         """``{host_id: names}``: every hostname and machine id the sessions of each host recorded (a GPU host's id is
