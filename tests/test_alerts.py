@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.webhook_server import SECRET_PATH, WebhookServer, closed_port_url
 
-from hwregress.judge.trends import analyze
+from hwregress.judge.trends import MIN_SESSIONS, analyze
 from hwregress.plugin.alert_hook import mask_args, masked, post_json
 from hwregress.report.alerts import (
     SLACK_HEADER_LIMIT,
@@ -23,6 +23,7 @@ from hwregress.report.alerts import (
     is_first_bad,
     session_alerts,
     slack_message,
+    status_before,
     verdicts_before,
 )
 from hwregress.store.results import TestRecord
@@ -97,6 +98,17 @@ def test_a_drift_alerts_in_the_first_session_the_history_calls_it_a_drift_only()
     assert alert.kind == "drift" and alert.session == f"s{first}" and alert.summary.startswith("drift:")
     assert alert.old == 100.0 and math.isclose(alert.new, rows[first]["median"])
     assert session_alerts([], [analyze(rows[:first + 2])], f"s{first + 1}", None) == []
+
+
+@pytest.mark.parametrize("window", [MIN_SESSIONS, 8, None])
+def test_the_status_before_a_session_is_that_of_the_window_ending_one_session_earlier(window):
+    """No baseline, a 10% step at session 3 of 30: as the window slides past the step, the status before each
+    session is what the series up to the session before it gives through the same window."""
+    rows = [{**_row(f"s{i:02d}", i + 1, 100.0 * (0.9 if i >= 3 else 1.0) * (1 + 0.004 * (-1) ** i), "pass"),
+             "baseline_median": None, "baseline_recorded_at": None} for i in range(30)]
+    for end in range(2, 31):
+        before = status_before(analyze(rows[:end], window=window), rows[end - 1]["session"])
+        assert before == [analyze(rows[:end - 1], window=window).status], end
 
 
 def test_a_defective_host_finding_alerts_once_and_a_finding_without_a_host_is_named():

@@ -128,7 +128,6 @@ def test_a_store_migrated_by_a_newer_hwregress_is_still_refused(tmp_path):
         open_store(url)
 
 
-
 # each host's latest figure: chosen in SQL as the Python reference chooses it
 MEDIANS = st.sampled_from([-1.0, 0.0, math.nan, math.inf, None]) | st.floats(0.5, 100.0)
 VERDICTS = st.sampled_from([None, "pass", "regression", "new", "failed", "oom", "skipped"])
@@ -186,8 +185,8 @@ def test_latest_measured_chooses_in_sql_what_latest_figures_chooses(tmp_path_fac
 # name wins), then an interrupted one; h2: the other key only
 LATEST_CASE = [
     ("h0", 0, False, {("t0", "throughput"): (KEY, 10.0, "pass")}),
-    ("h0", 1, False, {("t0", "throughput"): (KEY, 9.0, "failed"), ("t1", "throughput"): (KEY, math.nan, "pass")}),
-    ("h0", 2, False, {("t0", "throughput"): (KEY, math.inf, None), ("t1", "throughput"): (KEY, 5.0, "regression")}),
+    ("h0", 1, False, {("t0", "throughput"): (KEY, 9.0, "failed"), ("t1", "throughput"): (KEY, 5.0, "regression")}),
+    ("h0", 2, False, {("t0", "throughput"): (KEY, math.inf, None), ("t1", "throughput"): (KEY, math.nan, "pass")}),
     ("h1", 1, False, {("t0", "throughput"): (KEY, 11.0, "pass")}),
     ("h1", 1, False, {("t0", "throughput"): (KEY, 12.0, "new")}),
     ("h1", 3, True, {("t0", "throughput"): (KEY, 13.0, "pass")}),

@@ -242,8 +242,9 @@ def test_window_analyses_the_latest_sessions_and_zero_every_one(tmp_path, capsys
     ("--last", "0", "is not a whole number >= 1"),
     ("--last", "-3", "is not a whole number >= 1"),
     ("--tolerance", "0", "must be above 0"),
-    ("--window", "-1", "is not a number of sessions"),
-    ("--window", "all", "is not a number of sessions"),
+    ("--window", "-1", "is not a number of sessions to analyse; give 3 or more, 0 for all"),
+    ("--window", "all", "is not a number of sessions to analyse"),
+    ("--window", "2", "is not a number of sessions to analyse"),
     ("--tolerance", "1.5", "is not a fraction in [0, 1)"),
     ("--tolerance", "nan", "is not a fraction in [0, 1)"),
 ])
@@ -520,7 +521,8 @@ def test_history_append_refuses_the_journal_of_a_session_still_running(tmp_path,
 
 @pytest.mark.parametrize("option", [["--fail-on", "regression"], ["--format", "json"], ["--key", "cpu-a"],
                                     ["--test", "train"], ["--status", "regression"], ["--since", "2026-03-01"],
-                                    ["--last", "3"], ["--tolerance", "0.1"], ["--window", "5"]],
+                                    ["--last", "3"], ["--tolerance", "0.1"], ["--window", "5"],
+                                    ["--host", "runner-1"]],
                          ids=lambda option: option[0])
 def test_history_append_refuses_the_options_it_would_ignore(tmp_path, capsys, option):
     directory = history_dir(tmp_path / "history", steady_rows())

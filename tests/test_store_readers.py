@@ -334,6 +334,10 @@ def test_host_errors_are_one_line(tmp_path, capsys):
          "--host: runner-1 names a runner of the fleet store"),
         (["report", "render", str(results), "-o", str(tmp_path / "p.html"), "--host", "runner-1"],
          "and no --store was given"),
+        (["report", "render", str(results), "-o", str(tmp_path / "p.html"), "--store", url, "--host", "runner-1",
+          "--history-dir", str(tmp_path)], "--host and --history-dir: --host picks a runner's sessions of the store"),
+        (["history", "--store", url, "--host", "runner-1", "--key", "nvidia-h100"],
+         "no history for hardware key nvidia-h100 of host runner-1 (known of host runner-1: amd-epyc-f26m2-2t; leave"),
         (["report", "merge", str(results), "-o", str(tmp_path / "p.html"), "--store", url, "--host", "nobody"],
          "give a host id or a hostname the store knows: 1111"),
     ]

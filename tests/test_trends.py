@@ -399,7 +399,7 @@ def test_a_long_history_is_analysed_over_its_latest_window():
     assert analyze(history(medians[:300])).earlier_sessions == 0
 
 
-@pytest.mark.parametrize("window", [0, -5])
-def test_a_window_under_one_session_is_refused(window):
-    with pytest.raises(ValueError, match=f"window {window} must be a number of sessions >= 1"):
+@pytest.mark.parametrize("window", [0, -5, trends.MIN_SESSIONS - 1])
+def test_a_window_too_short_for_a_trend_is_refused(window):
+    with pytest.raises(ValueError, match=f"window {window} must be a number of sessions >= {trends.MIN_SESSIONS}"):
         analyze(history([LEVEL] * 5), window=window)

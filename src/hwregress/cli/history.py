@@ -18,7 +18,7 @@ from hwregress.cli.store_source import (
     reading_store,
     resolved_url,
 )
-from hwregress.judge.trends import TREND_WINDOW, Trend
+from hwregress.judge.trends import MIN_SESSIONS, TREND_WINDOW, Trend
 from hwregress.store.database import masked
 from hwregress.store.history import parse_time
 
@@ -96,8 +96,10 @@ def _trends(args: argparse.Namespace) -> tuple[list[Trend], list[str]]:
 def _check_keys(args: argparse.Namespace, known: list[str]) -> None:
     unknown = [key for key in args.key or () if key not in known]
     if unknown:
-        raise CliError(args.source, f"no history for hardware key {', '.join(unknown)}",
-                       f"known: {', '.join(known) or 'none'}")
+        hosts = f" of host {', '.join(args.host)}" if args.host else ""
+        raise CliError(args.source, f"no history for hardware key {', '.join(unknown)}{hosts}",
+                       f"known{hosts}: {', '.join(known) or 'none'}" + ("; leave --host out for every runner's keys"
+                                                                         if args.host else ""))
 
 
 def _since(text: str) -> Any:
@@ -115,8 +117,9 @@ def _positive(text: str) -> int:
 
 
 def _window(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of sessions; give a whole number, 0 for all")
+    if not text.isdigit() or 0 < int(text) < MIN_SESSIONS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of sessions to analyse; give {MIN_SESSIONS} or "
+                                         "more, 0 for all")
     return int(text)
 
 
@@ -137,7 +140,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
     history.add_argument("--test", help="only tests whose id contains this text")
     history.add_argument("--since", type=_since,
-                         help="only sessions at or after this date (ISO 8601, UTC); the analysis uses all")
+                         help="only sessions at or after this date (ISO 8601, UTC); the analysis reads --window's")
     history.add_argument("--last", type=_positive, default=10, help="sessions shown per test (default: %(default)s)")
     history.add_argument("--window", type=_window, default=TREND_WINDOW,
                          help="the latest sessions analysed per test (default: %(default)s; 0: every session, "

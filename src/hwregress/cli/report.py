@@ -76,6 +76,10 @@ def _history_section(args: argparse.Namespace, sessions: Sequence[results_module
     """The trend section for the tests of ``sessions`` from the history folders and the fleet store given (a session
     in both counted once; None without either)."""
     check_host_option(args)
+    if args.host and args.history_dir:
+        raise CliError("--host and --history-dir", "--host picks a runner's sessions of the store, and a history "
+                       "folder does not say which runner wrote a row", "give that runner's own folder with "
+                       "--history-dir, or --store with --host")
     if not args.history_dir and args.store is None:
         return None
     from hwregress.judge.trends import load_trends

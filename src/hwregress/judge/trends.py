@@ -55,6 +55,7 @@ REFERENCE_SESSIONS = 3
 STATUSES = ("regression", "drift", "improvement", "accepted", "steady", "short")
 MOVED_STATUSES = ("regression", "drift", "improvement", "accepted")  # a status that says the level changed
 
+
 @dataclass
 class FirstBad:
     """One change point with the sessions on either side of it and what differed between them."""
@@ -82,7 +83,13 @@ class Trend:
     drift_p_value: float | None = None
     slope_per_session: float | None = None
     summary: str = ""
-    earlier_sessions: int = 0  # sessions before the analysed window (``rows`` holds the window only)
+    earlier_rows: list[dict[str, Any]] = field(default_factory=list, repr=False)  # before the window, not analysed
+    window: int | None = TREND_WINDOW  # the sessions analysed at most (None: every one)
+
+    @property
+    def earlier_sessions(self) -> int:
+        """How many sessions precede the analysed window (``rows``)."""
+        return len(self.earlier_rows)
 
     @property
     def baseline(self) -> float | None:
@@ -108,23 +115,23 @@ def analyze(rows: Sequence[dict[str, Any]], tolerance: float = DEFAULT_TOLERANCE
         tolerance: smallest relative change that sets a status (fraction, e.g. 0.05).
         packages: package hash -> ``name==version`` list (:meth:`HistoryStore.packages`), to name the packages
             that changed at a change point; None: name only that the hash changed.
-        window: analyse only the latest ``window`` sessions (the trend's ``rows``; ``earlier_sessions`` counts the
-            rest); None: every session. The change-point search costs ~k^2 in the sessions analysed.
+        window: analyse only the latest ``window`` sessions (>= ``MIN_SESSIONS``; the trend's ``rows``, the rest its
+            ``earlier_rows``); None: every session. The change-point search costs ~k^2 in the sessions analysed.
 
     Raises:
-        ValueError: ``rows`` is empty, ``tolerance`` is not in (0, 1), or ``window`` is under 1.
+        ValueError: ``rows`` is empty, ``tolerance`` is not in (0, 1), or ``window`` is under ``MIN_SESSIONS``.
     """
     if not rows:
         raise ValueError("no history rows to analyse")
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance {tolerance!r} must be a fraction in (0, 1), e.g. 0.05")
-    if window is not None and window < 1:
-        raise ValueError(f"window {window!r} must be a number of sessions >= 1 (None: every session)")
+    if window is not None and window < MIN_SESSIONS:
+        raise ValueError(f"window {window!r} must be a number of sessions >= {MIN_SESSIONS} (None: every session)")
     earlier = max(0, len(rows) - window) if window is not None else 0
-    rows = rows[earlier:]
-    first = rows[0]
-    trend = Trend(first["test_id"], first["hardware_key"], str(first.get("unit") or ""), list(rows),
-                  earlier_sessions=earlier)
+    first = rows[earlier]
+    trend = Trend(first["test_id"], first["hardware_key"], str(first.get("unit") or ""), list(rows[earlier:]),
+                  earlier_rows=list(rows[:earlier]), window=window)
+    rows = trend.rows
     medians = [float(row["median"]) for row in rows]
     trend.changes = [FirstBad(change, rows[change.index - 1], rows[change.index],
                               differences(rows[change.index - 1], rows[change.index], packages))

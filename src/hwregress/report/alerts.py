@@ -109,13 +109,14 @@ def verdicts_before(rows: Iterable[Mapping[str, Any]], session: str) -> list[str
 
 def status_before(trend: Trend, session: str) -> list[str]:
     """The history status of ``trend``'s series as it stood after the session before ``session``: ``[status]``, or
-    ``[]`` when ``session`` is its first."""
+    ``[]`` when ``session`` is its first. That analysis reads the same window of sessions, ending one earlier: the
+    row just before ``trend``'s window included."""
     earlier = []
-    for row in trend.rows:
+    for row in [*trend.earlier_rows, *trend.rows]:
         if row.get("session") == session:
             break
         earlier.append(row)
-    return [analyze(earlier).status] if earlier else []
+    return [analyze(earlier, window=trend.window).status] if earlier else []
 
 
 def regression_alert(record: TestRecord, session: str, time: str | None) -> Alert:

@@ -42,15 +42,13 @@ def judged_sessions(store: Store) -> list[dict[str, Any]]:
             for row in store.read(query)]
 
 
-FINITE_BELOW = 1e308  # a median under this is finite: PostgreSQL orders NaN above every number, SQLite stores it NULL
-
-
 def latest_measured(store: Store, hardware_key: str, metric: str) -> list[dict[str, Any]]:
     """Each host's latest measured figure of each test of ``hardware_key`` and ``metric``, uninterrupted sessions
     only: ``host_id``, ``test_id``, ``median`` (the figure's unit), ``session_id``, ``started_at``, ``name``. What
     :func:`latest_figures` keeps of the key's figures (a self-test holds the two equal), chosen in SQL by
     ``row_number() OVER (PARTITION BY host, test ORDER BY start DESC, name DESC)``, so the rows read are hosts x tests,
-    not sessions x tests. Window functions: SQLite >= 3.25 (2018), PostgreSQL >= 8.4.
+    not sessions x tests. ``median < inf`` leaves out infinity and NaN (PostgreSQL orders NaN above infinity; SQLite
+    stores it NULL). Window functions: SQLite >= 3.25 (2018), PostgreSQL >= 8.4.
 
     Raises:
         StoreUnavailable: the store cannot be read.
@@ -61,7 +59,7 @@ def latest_measured(store: Store, hardware_key: str, metric: str) -> list[dict[s
                     sessions.c.started_at, sessions.c.name, rank.label("rank")).join(
         sessions, sessions.c.id == figures.c.session_id).where(
         figures.c.hardware_key == hardware_key, figures.c.metric == metric, figures.c.median > 0,
-        figures.c.median < FINITE_BELOW, or_(figures.c.verdict.in_(sorted(MEASURED_VERDICTS)),
+        figures.c.median < math.inf, or_(figures.c.verdict.in_(sorted(MEASURED_VERDICTS)),
                                              figures.c.verdict.is_(None)),
         sessions.c.interrupted.is_(False)).subquery()
     return store.read(select(*(column for column in ranked.c if column.name != "rank")).where(ranked.c.rank == 1)
