@@ -140,7 +140,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--key", action="append", help="hardware key (repeatable; default: every key in the folder)")
     history.add_argument("--test", help="only tests whose id contains this text")
     history.add_argument("--since", type=_since,
-                         help="only sessions at or after this date (ISO 8601, UTC); the analysis reads --window's")
+                         help="only sessions at or after this date (ISO 8601, UTC); the analysis still reads the "
+                              "latest --window sessions")
     history.add_argument("--last", type=_positive, default=10, help="sessions shown per test (default: %(default)s)")
     history.add_argument("--window", type=_window, default=TREND_WINDOW,
                          help="the latest sessions analysed per test (default: %(default)s; 0: every session, "

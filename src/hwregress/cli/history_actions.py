@@ -101,9 +101,9 @@ def history_json(trends: Sequence[Trend], warnings: Sequence[str], directory: st
     """The analysis as JSON text: ``{"format_version", "dir", "store", "tolerance", "counts": {status: n}, "warnings",
     "tests": [...]}``, one test per (hardware key, test id), worst first, with its status, sentence, level now,
     reference, drift (fractions), slope per session (fraction), the sessions analysed and the earlier ones left out
-    (``--window``), the latest session, and each change point (index of
-    the first session after it, its time, the last good session's time, size as a fraction, Welch p-value,
-    significance, the levels before and after in the test's unit, what changed). NaN and infinity become null.
+    (``--window``), the latest session, and each change point (index of the first session after it, its time, the
+    last good session's time, size as a fraction, Welch p-value, significance, the levels before and after in the
+    test's unit, what changed). NaN and infinity become null.
     ``dir`` is the history folder read, ``store`` the store's URL (password masked) with ``--store``; the other null."""
     document = {
         "format_version": JSON_FORMAT_VERSION, "dir": directory, "store": store, "tolerance": tolerance,
