@@ -23,10 +23,11 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from hwregress.store.history import HistoryStore, iter_history
 from hwregress.store.history_export import history_rows
 from hwregress.store.history_row import HistoryRow
-from hwregress.store.host_identity import settle_host, take_over, utc
+from hwregress.store.host_identity import settle_host, take_over
 from hwregress.store.session_rows import SessionRows, session_rows
 from hwregress.store.store_errors import unavailable
 from hwregress.store.tables import figures, hosts, sessions
+from hwregress.store.times import utc
 
 _TIMES = ("started_at", "finished_at", "pushed_at", "first_seen", "last_seen")
 

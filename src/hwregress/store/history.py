@@ -56,6 +56,7 @@ from hwregress.store.atomic import (
 )
 from hwregress.store.history_row import HISTORY_ROW_VERSION, HistoryRow, SharedRows, row_from_record, row_problem
 from hwregress.store.results import TestRecord
+from hwregress.store.times import utc
 
 LOCK_TIMEOUT_S = 120.0
 MAX_LINE_BYTES = 1 << 20  # a row is about 2 KB: a longer line is no row, and is skipped without being held whole
@@ -393,4 +394,4 @@ def parse_time(text: str) -> _dt.datetime | None:
         moment = _dt.datetime.fromisoformat(text)
     except (TypeError, ValueError):
         return None
-    return moment.replace(tzinfo=_dt.timezone.utc) if moment.tzinfo is None else moment.astimezone(_dt.timezone.utc)
+    return utc(moment)

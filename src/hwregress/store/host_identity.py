@@ -18,7 +18,6 @@ bare and a stable push of one machine at once cannot both miss the other.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, text, update
 
 from hwregress.store.tables import hosts, sessions
+from hwregress.store.times import utc
 
 # the first key of PostgreSQL's two-key advisory locks (a space apart from the migration's one-key lock): "hwho"
 _HOSTNAME_LOCK = 0x6877_686F
@@ -86,7 +86,3 @@ def _lock_hostname(connection: Connection, hostname: str) -> None:
         key = int.from_bytes(hashlib.sha256(hostname.encode("utf-8")).digest()[:4], "big", signed=True)
         connection.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"), {"space": _HOSTNAME_LOCK, "key": key})
 
-
-def utc(moment: _dt.datetime) -> _dt.datetime:
-    """``moment`` as an aware UTC time; a naive one (SQLite gives back the UTC times it stored naive) is UTC."""
-    return moment.replace(tzinfo=_dt.timezone.utc) if moment.tzinfo is None else moment.astimezone(_dt.timezone.utc)
