@@ -155,21 +155,3 @@ def measured(figure: Mapping[str, Any]) -> bool:
     median = figure.get("median")
     return (isinstance(median, (int, float)) and not isinstance(median, bool) and math.isfinite(median)
             and median > 0 and figure.get("verdict") in (*MEASURED_VERDICTS, None))
-
-
-def host_names(store: Store) -> dict[str, set[str]]:
-    """:meth:`FleetReader.host_names` of ``store``.
-
-    Raises:
-        StoreUnavailable: the store cannot be read.
-    """
-    return FleetReader(store).host_names()
-
-
-def hardware_keys(store: Store) -> list[str]:
-    """:meth:`FleetReader.hardware_keys` of ``store``.
-
-    Raises:
-        StoreUnavailable: the store cannot be read.
-    """
-    return FleetReader(store).hardware_keys()
