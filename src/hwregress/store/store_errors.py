@@ -18,6 +18,10 @@ class StoreUnavailable(Exception):
         self.url, self.what, self.fix = url, what, fix
 
 
+# a connection the server ended, in libpq's words or the server's own: one reason, one fix
+_DROPPED = ("the server dropped the connection",
+            "check the server's log for a restart or a killed backend; a push is whole or nothing and safe to repeat")
+
 # what the database's error says -> (what happened, the fix), first match wins
 _REASONS = (
     ("database or disk is full", "the disk is full", "free space on its disk or point --store elsewhere"),
@@ -31,10 +35,8 @@ _REASONS = (
      "check the URL's user and password"),
     ("does not exist", "the server has no such database or role", "create it or correct the URL"),
     ("timeout", "the server did not answer in time", "check the server is up and reachable from here"),
-    ("server closed the connection", "the server dropped the connection",
-     "check the server's log for a restart or a killed backend; a push is whole or nothing and safe to repeat"),
-    ("terminating connection", "the server dropped the connection",
-     "check the server's log for a restart or a killed backend; a push is whole or nothing and safe to repeat"),
+    ("server closed the connection", *_DROPPED),
+    ("terminating connection", *_DROPPED),
     ("could not translate host name", "the host name is unknown", "correct the URL's host"),
 )
 
