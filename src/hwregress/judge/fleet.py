@@ -238,8 +238,8 @@ class FleetMemoryCeiling:
         """The sentence of ``peak_bytes`` above the ceiling; None within it."""
         if peak_bytes <= self.ceiling_bytes:
             return None
-        slack = f" + {self.slack_bytes / 2**20:.0f} MiB slack" if self.slack_bytes else ""
         mib = 2**20
+        slack = f" + {self.slack_bytes / mib:.0f} MiB slack" if self.slack_bytes else ""
         return (f"peak memory {peak_bytes / mib:.1f} MiB exceeds the fleet's ceiling {self.ceiling_bytes / mib:.1f} "
                 f"MiB (the largest latest peak of a fleet of {self.n} hosts, {self.base_bytes / mib:.1f} MiB, x "
                 f"(1 + {self.tolerance:.0%}){slack}; {self.dropped} dropped)")

@@ -21,7 +21,7 @@ from hwregress.report.charts import sparkline
 from hwregress.report.history_table import interrupted_note
 from hwregress.report.trend_chart import TrendMark, TrendPoint, TrendSeries, trend_chart
 
-CHART_SESSIONS = 60  # the chart shows the latest sessions; the analysis uses every one
+CHART_SESSIONS = 60  # the chart shows the latest sessions; the analysis reads its window (trends.TREND_WINDOW)
 STATUS_BADGE = {"regression": "regression", "drift": "unstable", "improvement": "improvement", "accepted": "new",
                 "steady": "pass", "short": "skipped"}
 
