@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.store_results import results_document
+from support.store_results import results_document, scale_speed
 from synthetic import MACHINES, STEP_TEST, synthetic_history, synthetic_session, synthetic_test_id, write_session
 
 from hwregress.cli import main
@@ -289,11 +289,7 @@ def _two_runners(path: Path, runners: tuple[str, ...] = ("runner-1", "runner-2")
             for runner in runners:
                 document = results_document(f"{runner}-{day}", started=f"2026-11-0{day}T0{runner[-1]}:00:00+00:00")
                 document["meta"].update(hostname=runner, machine_id=runner[-1] * 32)
-                for record in document["records"]:
-                    speed = 0.8 if runner == "runner-2" else 1.0
-                    record["throughput"] *= speed
-                    record["samples"] = [value * speed for value in record["samples"]]
-                store.push(document)
+                store.push(scale_speed(document, 0.8 if runner == "runner-2" else 1.0))
     finally:
         store.close()
     return url

@@ -23,6 +23,14 @@ def results_document(name: str, tests: int = 3, hostname: str = "runner-1", star
                      "ci": {"commit": "abc123", "branch": "main", "build": "https://ci.example.org/1"}}}
 
 
+def scale_speed(results: dict[str, Any], speed: float) -> dict[str, Any]:
+    """``results`` with every record's throughput and samples multiplied by ``speed`` (in place; returned)."""
+    for record in results["records"]:
+        record["throughput"] *= speed
+        record["samples"] = [value * speed for value in record["samples"]]
+    return results
+
+
 def push_as_other_hosts(store: Any, results: dict[str, Any],
                         speeds: tuple[float, ...] = (0.98, 1.0, 1.01, 1.03)) -> None:
     """Push a real session's ``results`` into ``store`` once per speed as another host (``other-<i>``, its own machine
@@ -30,7 +38,4 @@ def push_as_other_hosts(store: Any, results: dict[str, Any],
     for index, speed in enumerate(speeds):
         other = copy.deepcopy(results)
         other["meta"].update(session=f"other-{index}", machine_id=f"{index:032x}", hostname=f"other-{index}")
-        for record in other["records"]:
-            record["throughput"] *= speed
-            record["samples"] = [value * speed for value in record["samples"]]
-        store.push(other)
+        store.push(scale_speed(other, speed))
