@@ -88,20 +88,22 @@ def throughputs(model: str, rng: np.random.Generator, factor: float = 1.0,
 
 
 class ModelTimer:
-    """A round timer whose rounds last ``steps x WORK / throughput`` with the session's next throughput; the
-    calibration step (the first call, one step) runs at ``LEVEL x factor`` (a slower session's warmup is slower too)."""
+    """A round timer whose rounds last ``steps x work / throughput`` with the session's next throughput; the
+    calibration step (the first call, one step) runs at ``level x factor`` (a slower session's warmup is slower too)."""
 
-    def __init__(self, session: Iterator[float], factor: float = 1.0) -> None:
+    def __init__(self, session: Iterator[float], factor: float = 1.0, level: float = LEVEL,
+                 work: float = WORK) -> None:
         self.session = session
         self.factor = factor
+        self.level, self.work = level, work
         self.calibrated = False
 
     def time_round(self, run_steps: Callable[[], None], steps: int) -> float:
         run_steps()
         if not self.calibrated:
             self.calibrated = True
-            return steps * WORK / (LEVEL * self.factor)
-        return steps * WORK / next(self.session)
+            return steps * self.work / (self.level * self.factor)
+        return steps * self.work / next(self.session)
 
 
 def _samples(timing: object) -> list[float]:

@@ -35,7 +35,7 @@ def compare(paths: list[str]) -> None:
     for path in paths:
         measured = tier_durations.load(path)
         assumptions = tier_assumptions.for_hardware(measured.hardware_key)
-        result = tier_estimate.estimate(measured.cases(), assumptions)
+        result = tier_estimate.estimate(measured.cases(), assumptions, visits=measured.visits_setting)
         print(f"\n{path} ({measured.measured['command']}) on {assumptions.name}:\n")
         print(tier_durations.comparison_table(tier_durations.compare(result, measured)))
 

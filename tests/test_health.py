@@ -246,6 +246,36 @@ def test_real_busy_loops_are_found_as_contention():
     assert any(s.startswith("CPU contention") for s in health.findings(probe.result)), probe.result
 
 
+def test_the_thread_that_runs_the_window_is_watched():
+    with health.CpuHealthProbe() as probe:
+        time.sleep(0.05)
+    result = probe.result
+    assert result["errors"] == {}, result["errors"]
+    assert result["thread_involuntary_switches"] >= 0 and result["thread_migrations"] >= 0
+    assert {result["thread_cpu_before"], result["thread_cpu_after"]} <= set(range(os.cpu_count() or 1))
+    assert 0 < result["host_speed_before_ns"] < 10_000 and 0 < result["host_speed_after_ns"] < 10_000
+
+
+def test_a_window_thread_preempted_by_busy_loops_counts_its_involuntary_switches():
+    cores = os.cpu_count() or 2
+    if cores > 16:
+        pytest.skip(f"{cores} cores: spinning one process per core would be rude to a shared runner")
+    spinners = [_orphan_spinner() for _ in range(max(cores, 2))]
+    try:
+        time.sleep(0.2)
+        with health.CpuHealthProbe() as probe:
+            ends = time.perf_counter() + 1.0
+            while time.perf_counter() < ends:  # a launch-bound window's thread never sleeps
+                pass
+    finally:
+        for pid in spinners:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    # one more spinning thread than cores for a second: the scheduler takes the core from this one (CFS slices of
+    # 3-24 ms), however fast the machine
+    assert probe.result["thread_involuntary_switches"] > 0, probe.result
+
+
 def _orphan_spinner() -> int:
     """The pid of a spinning Python process that is not a descendant of this one."""
     shell = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'],

@@ -14,7 +14,7 @@ from hwregress.plugin.families import registry
 
 def test_cpu_defaults_are_the_small_tier():
     cases = registry.cases(matrix.Selection(["cpu"]), "throughput")
-    assert {c["workload"] for c in cases} == set(workloads.CPU_TIER)
+    assert {c["workload"] for c in cases} == {"resnet18", "mobilenet_v3_small", "alexnet", "bert_base", "gpt2"}
     cnns = {(c["mode"], c["batch_size"]) for c in cases
             if c["workload"] in ("resnet18", "mobilenet_v3_small", "alexnet")}
     assert cnns == {("infer", 1), ("infer", 8), ("train", 8)}
@@ -22,8 +22,8 @@ def test_cpu_defaults_are_the_small_tier():
     assert text == ["cpu-bert_base-infer-ctx128-bs1-fp32", "cpu-gpt2-decode-ctx128-bs1-fp32"]
 
 
-def test_gpu_defaults_are_the_zoo_plus_transformers_and_speedup_only_on_cuda():
-    selection = matrix.Selection(["cuda:0", "cpu"])
+def test_the_full_gpu_tier_is_the_zoo_plus_transformers_and_speedup_only_on_cuda():
+    selection = matrix.Selection(["cuda:0", "cpu"], tier="full")
     gpu = [c for c in registry.cases(selection, "throughput") if c["device"] == "cuda:0"]
     assert ({c["workload"] for c in gpu}
             == {*workloads.ZOO, "bert_base", "roberta_base", "deit_small", "gpt2", "llama_1b"})
@@ -43,7 +43,16 @@ def test_selected_modes_apply_to_the_workloads_that_can_run_them():
 
 def test_workload_declared_batches_win_over_the_device_defaults():
     assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"]), "cuda:0", "train", "llama_1b") == [4]
-    assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"]), "cuda:0", "train", "resnet18") == [32, 128]
+    assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"]), "cuda:0", "train", "resnet50") == [32, 128]
+    assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"]), "cuda:0", "train", "vgg19") == [32, 128]
+
+
+def test_the_tier_rows_win_over_the_workload_and_the_device_defaults():
+    assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"]), "cuda:0", "train", "resnet18") == [32]
+    assert matrix.batch_sizes_for(matrix.Selection(["cuda:0"], tier="full"), "cuda:0", "train", "resnet18") == [
+        32, 64, 128]
+    given = matrix.Selection(["cuda:0"], batch_sizes=[2], tier="full")
+    assert matrix.batch_sizes_for(given, "cuda:0", "train", "resnet18") == [2]
 
 
 def test_selection_overrides_and_ids():

@@ -21,6 +21,10 @@ Environment knobs (read at each use, so one project serves every scenario):
     HWREGRESS_SELFTEST_STREAM_SLEEP_S  instead, the forwards inside the tasks of a Spark streaming query sleep this
                                   long (one session slows a batch pass and a stream's micro-batch each by what it
                                   needs)
+    HWREGRESS_SELFTEST_PYTEST_SLEEP_S  on top, the forwards of the pytest process alone sleep this long (not those of
+                                  a visit worker, which has HWREGRESS_VISIT_WORKER set): a process in a slow mode
+    HWREGRESS_SELFTEST_REAL_CLOCK  time rounds with the device's own timer instead of the fake clock (as the visit
+                                  workers, which never load this module, do)
 """
 
 import errno
@@ -60,7 +64,9 @@ def _sleep_seconds() -> float:
     stream = os.environ.get("HWREGRESS_SELFTEST_STREAM_SLEEP_S")
     if stream and _in_a_streaming_task():
         return float(stream)
-    return float(os.environ.get("HWREGRESS_SELFTEST_SLEEP_S", "0"))
+    pytest_only = 0.0 if os.environ.get("HWREGRESS_VISIT_WORKER") else float(
+        os.environ.get("HWREGRESS_SELFTEST_PYTEST_SLEEP_S", "0"))
+    return float(os.environ.get("HWREGRESS_SELFTEST_SLEEP_S", "0")) + pytest_only
 
 
 def _in_a_streaming_task() -> bool:
@@ -89,7 +95,7 @@ class FakeClockTimer:
 
 
 def pytest_hwregress_round_timer(config, device):
-    return FakeClockTimer()
+    return None if os.environ.get("HWREGRESS_SELFTEST_REAL_CLOCK") else FakeClockTimer()
 
 
 _started = {"count": 0}

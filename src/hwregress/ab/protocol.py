@@ -6,6 +6,8 @@ Requests::
     {"op": "prepare", "case": {"model": "resnet18", "mode": "train", "batch_size": 32, ...}}   (see Case)
     {"op": "window", "steps": 20}
     {"op": "release"}          (drop the prepared case and return its device memory)
+    {"op": "visit", "case": {...}, "rounds": 10, "min_round_s": 0.1, "telemetry_interval_s": 0.1}
+                               (a whole window of the case as the test's own runs it: hwregress.measure.visits)
     {"op": "close"}
 
 Responses: ``{"ok": true, ...}`` with the request's answer, or ``{"ok": false, "error": str, "traceback": str}``
@@ -19,7 +21,7 @@ import traceback
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-OPS = ("hello", "prepare", "window", "release", "close")
+OPS = ("hello", "prepare", "window", "release", "visit", "close")
 LINE_SHOWN = 200  # characters of a malformed line quoted in its error
 
 
@@ -34,7 +36,7 @@ class Case:
 
     Attributes:
         model: a registered workload name (``hwregress.workloads.get``).
-        mode: ``train`` or ``infer``.
+        mode: ``train`` or ``infer`` (a visit's case also ``prefill`` or ``decode``).
         batch_size: inputs per step (> 0).
         device: the torch device spec, e.g. ``"cuda:0"``.
         dtype: ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``int8`` or ``fp8``.
@@ -122,8 +124,9 @@ def _decoded(line: bytes | str, sender: str) -> dict[str, Any]:
 
 
 def decode_request(line: bytes | str, sender: str = "the orchestrator") -> dict[str, Any]:
-    """A request line checked: ``op`` one of :data:`OPS`, ``window``'s ``steps`` an int >= 1, ``prepare``'s
-    ``case`` a valid :class:`Case` (returned as a ``Case`` under ``"case"``), ``hello``'s lists lists of strings.
+    """A request line checked: ``op`` one of :data:`OPS`, ``window``'s ``steps`` an int >= 1, ``prepare``'s and
+    ``visit``'s ``case`` a valid :class:`Case` (returned as a ``Case`` under ``"case"``), ``visit``'s ``rounds`` an int
+    >= 3 and its ``min_round_s`` and ``telemetry_interval_s`` numbers > 0, ``hello``'s lists lists of strings.
 
     Raises:
         ProtocolError: a malformed line or request; names ``sender`` and quotes the line.
@@ -137,11 +140,19 @@ def decode_request(line: bytes | str, sender: str = "the orchestrator") -> dict[
         steps = request.get("steps")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ProtocolError(f"{sender} sent a window without a step count >= 1: {shown!r}")
-    if op == "prepare":
+    if op in ("prepare", "visit"):
         try:
             request["case"] = Case.from_dict(request.get("case"))
         except (TypeError, ValueError) as error:
-            raise ProtocolError(f"{sender} sent a prepare request with a bad case ({error}): {shown!r}") from None
+            raise ProtocolError(f"{sender} sent a {op} request with a bad case ({error}): {shown!r}") from None
+    if op == "visit":
+        rounds = request.get("rounds")
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 3:
+            raise ProtocolError(f"{sender} sent a visit without a round count >= 3: {shown!r}")
+        for key in ("min_round_s", "telemetry_interval_s"):
+            value = request.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ProtocolError(f"{sender} sent a visit whose {key} is not a number > 0: {shown!r}")
     if op == "hello":
         for key in ("env_keys", "workload_modules"):
             value = request.get(key, [])

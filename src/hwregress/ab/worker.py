@@ -1,4 +1,4 @@
-"""``python -m hwregress.ab.worker``: one stack's worker process in an A/B session.
+"""``python -m hwregress.ab.worker``: one stack's worker process in an A/B session, or a session's visit worker.
 
 It reads requests from stdin and answers on a private duplicate of the stdout it was started with
 (:mod:`hwregress.ab.protocol`); fd 1 and ``sys.stdout`` point at stderr, so a library's print cannot corrupt the
@@ -6,15 +6,19 @@ channel. Each request is logged to stderr first, so a worker that dies leaves wh
 ``hello`` answers the stack's fingerprint; ``prepare`` builds a case's model and step as the project's windows do
 (:func:`hwregress.measure.window.build_step`) and warms it up; ``window`` runs one untimed step, then times its steps
 synchronized at both ends (NVML read meanwhile on a GPU); ``release`` drops the prepared case and returns its device
-memory; ``close`` (or the end of stdin: the orchestrator is gone) exits 0. An exception answers ``ok: false`` with
-its traceback and the worker keeps serving; a channel that cannot be written ends it non-zero.
+memory; ``visit`` runs a whole window of a case as a test's own window runs it, unprofiled, in a session's visit
+worker (:mod:`hwregress.measure.visits`); ``close`` (or the end of stdin: the orchestrator is gone) exits 0. An
+exception answers ``ok: false`` with its traceback and the worker keeps serving; a channel that cannot be written
+ends it non-zero.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +32,14 @@ from hwregress.ab.protocol import Case, ProtocolError, decode_request, encode, f
 from hwregress.hardware.devices import environment_fingerprint, synchronize
 from hwregress.hardware.facts import device_kind
 from hwregress.hardware.telemetry import TelemetrySampler
+from hwregress.measure.llm.window import run_llm
 from hwregress.measure.memory import release_device_memory
 from hwregress.measure.out_of_memory import is_out_of_memory
 from hwregress.measure.precision import numerics, quantization
-from hwregress.measure.timing import default_timer
-from hwregress.measure.window import build_step, guard_host_memory, prepare_process
+from hwregress.measure.precision.numerics import LLM_MODES
+from hwregress.measure.timing import TimingPlan, default_timer
+from hwregress.measure.visits import HOST_FACTS
+from hwregress.measure.window import RunOptions, build_step, guard_host_memory, prepare_process, run_model
 from hwregress.workloads import plugins as workload_plugins
 
 
@@ -182,6 +189,43 @@ def time_window(prepared: Prepared, steps: int, sampler: TelemetrySampler | None
             "work_per_s": prepared.work_per_step * steps / seconds, "unit": prepared.unit, "telemetry": telemetry}
 
 
+def visit_window(case: Case, rounds: int, min_round_s: float, telemetry_interval_s: float) -> dict[str, Any]:
+    """A visit of ``case`` (:mod:`hwregress.measure.visits`): its window as the test's own runs it
+    (:func:`hwregress.measure.window.run_model`, or :func:`hwregress.measure.llm.window.run_llm` for ``prefill`` and
+    ``decode``), unprofiled, ``rounds`` rounds of ``min_round_s`` after ``case.warmup_steps`` warmup steps, never
+    extended; the device's memory released after it.
+
+    Returns:
+        ``{"samples": [...] (throughput per round, the test's unit), "latency_ms": a decode window's inter-token latency
+        p50 or None, "health": {...} (the host's facts over the window), "pid": int, "started_s": float (when the
+        window began: ``time.monotonic``, system-wide on Linux)}``.
+
+    Raises:
+        CaseUnavailable: see :func:`workload_for`.
+        whatever the window raises (an allocation failure among them).
+    """
+    workload = workload_for(case.model)
+    plan = TimingPlan(warmup_steps=max(case.warmup_steps, 1), rounds=rounds, min_round_s=min_round_s,
+                      max_rel_iqr=math.inf)
+    started = time.monotonic()
+    try:
+        if case.mode in LLM_MODES:
+            result = run_llm(workload, case.device, case.mode, case.batch_size, case.dtype,
+                             case.context or workload.seq_len or 1, plan, telemetry_interval_s, profile=False)
+            measurement = result.measurement
+            latency = result.latency.get("itl_p50_ms") if case.mode == "decode" else None
+        else:
+            options = RunOptions(plan, telemetry_interval_s, profile_steps=0, cudnn_benchmark=case.cudnn_benchmark)
+            measurement = run_model(workload, case.device, case.mode, case.batch_size, case.dtype,
+                                    default_timer(case.device), options, case.context)
+            latency = None
+    finally:
+        release_device_memory(case.device)
+    return {"samples": measurement.throughput_samples, "latency_ms": latency,
+            "health": {key: measurement.health.get(key) for key in HOST_FACTS}, "pid": os.getpid(),
+            "started_s": started}
+
+
 class Worker:
     """The requests' handler: holds the prepared case between requests."""
 
@@ -207,6 +251,10 @@ class Worker:
         if op == "release":
             self.drop()
             return {"ok": True}
+        if op == "visit":
+            self.drop()
+            return {"ok": True, **visit_window(request["case"], request["rounds"], request["min_round_s"],
+                                               request["telemetry_interval_s"])}
         if self.prepared is None:
             raise RuntimeError("a window was asked for before any case was prepared; send prepare first")
         return {"ok": True, **time_window(self.prepared, request["steps"], window_sampler(self.prepared.case.device))}
@@ -244,6 +292,8 @@ def _described(request: dict[str, Any]) -> str:
         return f"prepare {request['case']}"
     if request["op"] == "window":
         return f"window of {request['steps']} steps"
+    if request["op"] == "visit":
+        return f"visit of {request['case']} ({request['rounds']} rounds)"
     return str(request["op"])
 
 

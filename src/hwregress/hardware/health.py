@@ -20,6 +20,15 @@ process, or for a rank of a distributed or co-located job the pytest worker that
 (:func:`hwregress.scaleout.rank_timing.job_health_probe`): the launcher, every rank and their siblings are "us", not
 contention; the same pids are "us" among the GPU's compute processes.
 
+The thread that enters the probe (the one that runs the window and, on a GPU, launches its kernels) is watched too,
+for a launch-bound window whose speed is that thread's (docs/measured.md, 'Measured on an H200'): its involuntary
+context switches over the window (``getrusage(RUSAGE_THREAD)``'s ``ru_nivcsw``: the scheduler took the core from
+it), its migrations between CPUs (``se.nr_migrations`` of ``/proc/thread-self/sched``, where the kernel exposes it),
+the CPU it last ran on at each end (``/proc/thread-self/stat`` field 39), and the host's speed at each end: the
+fastest of five timings of a fixed pure-Python loop (:func:`hwregress.hardware.host_thread.host_speed_ns`, ns per
+iteration), which moves with the
+core's clock and with a sibling hyperthread's load where steal and frequency readings say nothing.
+
 NVML queries: NVIDIA NVML API Reference Guide, "Device Queries" (nvmlDeviceGetComputeRunningProcesses,
 nvmlDeviceGetMPSComputeRunningProcesses (processes with an MPS compute context), nvmlDeviceGetRemappedRows,
 nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetTemperatureThreshold,
@@ -35,6 +44,8 @@ from types import TracebackType
 from typing import Any
 
 import psutil
+
+from hwregress.hardware import host_thread
 
 # Thresholds of :func:`findings`, documented where they are used.
 OTHER_CPU_LIMIT = 0.10  # other processes used > 10% of the cores' time: the window was shared
@@ -112,7 +123,9 @@ class CpuHealthProbe:
     ``other_cpu_fraction`` / ``steal_fraction`` / ``own_cpu_fraction`` (fractions of the cores' time,
     see module doc), ``load_avg_1m_before`` / ``load_avg_1m_after``, ``cpu_freq_mhz`` and
     ``cpu_freq_max_mhz`` (MHz), ``cpu_governor`` and ``cpu_freq_driver`` (sysfs), ``mem_available_fraction``
-    (lowest of entry and exit), ``swap_in_bytes`` (bytes swapped in during the window), ``errors``.
+    (lowest of entry and exit), ``swap_in_bytes`` (bytes swapped in during the window), and of the thread that
+    entered the probe (module doc): ``thread_involuntary_switches`` and ``thread_migrations`` over the window,
+    ``thread_cpu_before`` / ``thread_cpu_after``, ``host_speed_before_ns`` / ``host_speed_after_ns``; ``errors``.
 
     Args:
         psutil_module: psutil or a stand-in with the same functions (tests).
@@ -136,6 +149,10 @@ class CpuHealthProbe:
         memory = _guard(errors, "virtual_memory", ps.virtual_memory)
         return {
             "t": time.perf_counter(),
+            "host_speed_ns": _guard(errors, "host_speed", host_thread.host_speed_ns),
+            "switches": _guard(errors, "thread_rusage", host_thread.involuntary_switches),
+            "migrations": _guard(errors, "thread_sched", host_thread.migrations),
+            "thread_cpu": _guard(errors, "thread_stat", host_thread.last_cpu),
             "times": _guard(errors, "cpu_times", lambda: _times_split(ps.cpu_times())),
             "own": _guard(errors, "own_cpu_times", lambda: _tree_cpu_seconds(self.process)),
             "load": _guard(errors, "load_average", lambda: ps.getloadavg()[0]),
@@ -163,6 +180,11 @@ class CpuHealthProbe:
                        "load_avg_1m_before": self._start["load"], "load_avg_1m_after": end["load"],
                        "mem_available_fraction": _lowest(self._start["available"], end["available"]),
                        "swap_in_bytes": _delta(self._start["swap_in"], end["swap_in"]),
+                       "thread_involuntary_switches": _delta(self._start["switches"], end["switches"]),
+                       "thread_migrations": _delta(self._start["migrations"], end["migrations"]),
+                       "thread_cpu_before": self._start["thread_cpu"], "thread_cpu_after": end["thread_cpu"],
+                       "host_speed_before_ns": self._start["host_speed_ns"],
+                       "host_speed_after_ns": end["host_speed_ns"],
                        "errors": dict(self.errors)}
 
     @staticmethod

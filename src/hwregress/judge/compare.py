@@ -99,6 +99,7 @@ class Measured:
     compile_s: float | None = None  # a compiled model's compile time (s) and the cache state it was measured in
     compile_cache: str | None = None
     looks: LookFigures | None = None  # the planned looks at the window and those taken (None: no baseline steered it)
+    visits: int = 1  # the windows the judged figure is the fastest of (hwregress.measure.visits)
 
 
 # (family, mode) of the records whose latency is judged against the baseline: a stream's median latency is what
@@ -168,6 +169,10 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     if measured.compile_s is not None:
         judgement.notes += compile_time_onto(judgement.record, measured.compile_s, measured.compile_cache, baseline)
     _judge_environment(measured, baseline, strict_env, judgement)
+    if baseline.get("visits", 1) != measured.visits:
+        judgement.notes.append(f"the baseline's figure is the fastest of {baseline.get('visits', 1)} window(s), this "
+                               f"session's of {measured.visits}: not the same figure; record the baseline afresh with "
+                               "--update-baselines (the entry restarts from this session)")
     if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
                                                      Verdict.UNSTABLE):
         judgement.verdict = Verdict.REGRESSION

@@ -73,8 +73,9 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
     ``session_samples`` keeps the per-round samples of the last :data:`POOLED_SESSIONS` sessions that
     recorded it, ``samples`` is their union (the reference a new session is judged against), and ``history``
     the medians of the last :data:`HISTORY_LENGTH` sessions, from which the comparison learns the drift
-    between sessions. A changed software stack or hardware identity starts both afresh, as does ``fresh``
-    (``--update-baselines=reset``: accept a new level at once)."""
+    between sessions. A changed software stack or hardware identity starts both afresh, as does a changed number of
+    visits (``visits``: a launch-bound test judged on the fastest of several windows, :mod:`hwregress.measure.visits`,
+    is another figure than one window) and ``fresh`` (``--update-baselines=reset``: accept a new level at once)."""
     entry: dict[str, Any] = {
         "family": record.family,
         "model": record.model,
@@ -94,6 +95,8 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hwregress_version": __version__,
     }
+    if visit_count(record) > 1:
+        entry["visits"] = visit_count(record)
     earlier = {} if fresh else _same_machine(record, previous or {})
     if record.samples:
         entry.update(_pooled(record, earlier))
@@ -150,8 +153,18 @@ def _pooled_latency(latency_ms: float, previous: dict[str, Any]) -> dict[str, An
     return {"latency_ms": float(np.median(history)), "latency_history": history}
 
 
+def visit_count(record: TestRecord) -> int:
+    """The visits ``record``'s judged figure is the fastest of (``details.visits.count``; 1: its own window)."""
+    figures = record.details.get("visits")
+    count = figures.get("count") if isinstance(figures, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
 def _same_machine(record: TestRecord, previous: dict[str, Any]) -> dict[str, Any]:
-    """``previous`` when it was recorded with the same software stack and hardware identity, else ``{}``."""
+    """``previous`` when it was recorded with the same software stack, hardware identity and number of visits, else
+    ``{}``."""
+    if previous and previous.get("visits", 1) != visit_count(record):
+        return {}  # the fastest of several windows is another figure than one window
     if fingerprint_changes(previous.get("environment", {}), dict(record.environment)):
         return {}  # another software stack: its sessions say nothing about this one
     if identity_changes(previous.get("identity") or {}, record.identity):

@@ -216,4 +216,5 @@ def _measured(record: TestRecord) -> Measured:
                     on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
                     latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None,
                     compile_s=record.compile.compile_s if record.compile else None,
-                    compile_cache=record.compile.cache if record.compile else None, looks=record.looks)
+                    compile_cache=record.compile.cache if record.compile else None, looks=record.looks,
+                    visits=lifecycle.visit_count(record))

@@ -1,10 +1,13 @@
 """The measurement record: copy what a window measured (:class:`hwregress.measure.window.Measurement`) onto the
 test's record (:class:`hwregress.store.results.TestRecord`), with the figures derived from it (throughput median
-and IQR, latency, energy per sample, achieved TFLOP/s, MFU, arithmetic intensity) before the record is judged."""
+and IQR, latency, energy per sample, achieved TFLOP/s, MFU, arithmetic intensity) before the record is judged; and, for
+a launch-bound test measured in visits, its judged figures from the fastest visit."""
 
 from __future__ import annotations
 
 from hwregress.hardware import roofline
+from hwregress.measure import visits
+from hwregress.measure.visits import Visit
 from hwregress.measure.window import Measurement
 from hwregress.store.figures import CompileFigures
 from hwregress.store.results import TestRecord
@@ -63,3 +66,30 @@ def fill_measurement(record: TestRecord, measurement: Measurement) -> None:
                                   record.device_facts.get("multiprocessors"))
         if measurement.bytes_per_sample:
             record.arithmetic_intensity = measurement.flops_per_sample / measurement.bytes_per_sample
+
+
+def fastest_visit_onto(record: TestRecord, taken: list[Visit], work_per_sample: float) -> None:
+    """Judge ``record`` on the fastest of its visits (:mod:`hwregress.measure.visits`): after
+    :func:`fill_measurement` of the test's own window (its profile, telemetry, energy and memory stay that window's),
+    the judged figures become the fastest visit's: samples, throughput median and IQR, rounds, the latency (a decode
+    window's inter-token latency p50, else the step time scaled from the own window's), achieved TFLOP/s and MFU;
+    ``details.visits`` keeps every visit (:func:`hwregress.measure.visits.visit_figures`).
+
+    Raises:
+        ValueError: no visit, or one without samples.
+    """
+    best = visits.fastest(taken)
+    record.details["visits"] = visits.visit_figures(taken)
+    own = record.throughput
+    summary = summarize(best.samples)
+    record.samples = list(best.samples)
+    record.throughput, record.throughput_iqr = summary.median, summary.iqr
+    record.rounds = len(best.samples)
+    if best.latency_ms is not None:
+        record.latency_ms = best.latency_ms
+    elif record.latency_ms is not None and own and summary.median > 0:
+        record.latency_ms = record.latency_ms * own / summary.median  # one step: time per unit of work scales
+    if record.flops_per_sample is not None:
+        record.achieved_tflops = roofline.achieved_tflops(record.flops_per_sample, summary.median / work_per_sample)
+        record.mfu = roofline.mfu(record.achieved_tflops, record.device_name or "", record.dtype or "fp32",
+                                  record.device_facts.get("multiprocessors"))

@@ -13,7 +13,9 @@ pytest-xdist's ``plugin.py`` / ``dsession.py`` / ``remote.py``:
 - :mod:`~hwregress.plugin.collector`: the controller, which stores records and writes the outputs;
 - :mod:`~hwregress.plugin.alert_hook`: the session's new regressions, drifts and defective hosts to a webhook;
 - :mod:`~hwregress.plugin.xdist`: the scheduler that gives each device to one worker;
-- :mod:`~hwregress.plugin.progress`: the header lines and the live lines while scale-out jobs and Spark streams run.
+- :mod:`~hwregress.plugin.visits`: the visit workers of launch-bound tests and when their visits run;
+- :mod:`~hwregress.plugin.progress`, :mod:`~hwregress.plugin.tier_header`: the header lines (the tier and its
+  estimate among them) and the live lines while scale-out jobs and Spark streams run.
 """
 
 from __future__ import annotations
@@ -24,7 +26,18 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
-from hwregress.plugin import ab_pool, alert_hook, hookspecs, options, progress, record, store_push, xdist
+from hwregress.plugin import (
+    ab_pool,
+    alert_hook,
+    hookspecs,
+    options,
+    progress,
+    record,
+    store_push,
+    tier_header,
+    visits,
+    xdist,
+)
 from hwregress.plugin.collector import Collector
 from hwregress.plugin.families import registry
 from hwregress.plugin.families import spark as spark_family
@@ -79,6 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
     xdist.register(config)
     if settings.ab is not None:
         ab_pool.register(config, settings.ab.stacks, settings.ab.timeout_s, settings.workload_modules)
+    else:  # an A/B session's windows run in its stacks' workers already
+        visits.register(config, settings.visits, settings.plan, settings.telemetry_interval_s,
+                        settings.cudnn_benchmark, settings.workload_modules, registry.family_of)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
         alert_hook.register(config)  # after the collector: the alerts name what it wrote
@@ -87,8 +103,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     settings = config.stash[SETTINGS_KEY]
-    return progress.header_lines(config, settings.selection.devices, settings.baseline_dir, settings.history_dir,
-                                 settings.ab)
+    lines = progress.header_lines(config, settings.selection.devices, settings.baseline_dir, settings.history_dir,
+                                  settings.ab)
+    return lines + tier_header.tier_lines(settings.selection, settings.plan, settings.profile_steps,
+                                          config.option.markexpr or "", config.option.keyword or "", settings.visits)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

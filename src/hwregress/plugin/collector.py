@@ -282,6 +282,8 @@ class Collector:
             "interrupted": exitstatus == int(pytest.ExitCode.INTERRUPTED),
             "args": masked_store_args(list(self.config.invocation_params.args)),
             "workers": getattr(self.config.option, "numprocesses", None) or 0,
+            "tier": self.settings.selection.tier,
+            "visits": "auto" if self.settings.visits is None else self.settings.visits,
             "python": platform.python_version(),
             "platform": platform.platform(),
             "hardware": [_hardware(device) for device in self.settings.selection.devices],

@@ -1,9 +1,9 @@
-"""The test matrix's axes: what the user selected (:class:`Selection`) and the per-device defaults of each axis
-(models, modes, batch sizes, memory formats), from which every family builds its cases
-(:mod:`hwregress.plugin.families`), and the id each case gets (:func:`case_id`).
+"""The test matrix's axes: what the user selected (:class:`Selection`) and the defaults of each axis (models, modes,
+batch sizes, memory formats) from the selected tier (:mod:`hwregress.plugin.tiers`) and the device kind, from which
+every family builds its cases (:mod:`hwregress.plugin.families`), and the id each case gets (:func:`case_id`).
 
-Per-device defaults keep the CPU tier to a few minutes on 2 cores and run the whole zoo on GPUs; every
-axis can be narrowed or replaced from the command line.
+The tiers keep the CPU's default to a few minutes on 2 cores and the GPU's to ten minutes on one GPU; every axis can
+be narrowed or replaced from the command line.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from hwregress import workloads
 from hwregress.hardware.facts import device_kind
 from hwregress.measure.compilation import BACKENDS
 from hwregress.measure.precision.numerics import DTYPES, MEMORY_FORMATS, MODES
+from hwregress.plugin import tiers
 
-# batch sizes per device kind and mode where a workload declares none: 1 for latency, larger for throughput
+# batch sizes per device kind and mode where neither the tier nor the workload names any: 1 for latency, larger for
+# throughput
 DEFAULT_BATCH_SIZES: dict[str, dict[str, tuple[int, ...]]] = {
     "cpu": {"infer": (1, 8), "train": (8,), "prefill": (1,), "decode": (1,)},
     "cuda": {"infer": (1, 32, 256), "train": (32, 128), "prefill": (1, 8), "decode": (1, 16)},
@@ -51,6 +53,8 @@ class Selection:
         opted_in: the names a ``-m`` expression mentions and the families a flag asks for (``--world-sizes``:
             ``scaling``, ``--colocate``: ``colocated``, ``--spark-master``: ``spark``); an opt-in family runs only
             when its name is here.
+        tier: the tier whose models, modes and batch sizes fill what is None above (:mod:`hwregress.plugin.tiers`): a
+            name, or a :class:`hwregress.plugin.tiers.Tier` built in code.
     """
 
     devices: list[str]
@@ -64,27 +68,24 @@ class Selection:
     colocate: list[tuple[str, ...]] | None = None
     nnodes: int = 1
     opted_in: frozenset[str] = frozenset()
+    tier: str | tiers.Tier = tiers.DEFAULT_TIER
 
 
-def tier(device: str) -> dict[str, tuple[str, ...] | None]:
-    """The default models of a device kind and the modes each runs by default (None: all it can run)."""
-    return dict(workloads.CPU_TIER) if device_kind(device) == "cpu" else dict(workloads.GPU_TIER)
-
-
-def models_for(selection: Selection, device: str) -> list[str]:
-    """The selected models, or the device's default tier (CPU: a few small models; GPUs: the zoo)."""
+def models_for(selection: Selection, device: str, family: str | None = None) -> list[str]:
+    """The selected models, or the tier's on ``device`` (those of ``family`` where the tier names its own)."""
     if selection.models is not None:
         return selection.models
-    return list(tier(device))
+    return tiers.get(selection.tier).models(device, family)
 
 
 def modes_for(selection: Selection, device: str, model: str) -> list[str]:
-    """The modes ``model`` runs on ``device``: the selected ones it can run, or its tier's (all it can run)."""
+    """The modes ``model`` runs on ``device``: the selected ones it can run, or its tier rows' (every mode it can run
+    where the tier does not hold the model or names no modes)."""
     runnable = workloads.get(model).modes
     if selection.modes is not None:
         return [mode for mode in selection.modes if mode in runnable]
-    chosen = tier(device).get(model) if selection.models is None else None
-    return [mode for mode in (chosen or runnable) if mode in runnable]
+    rows = tiers.get(selection.tier).rows(device, model)
+    return [mode for mode in (rows or runnable) if mode in runnable]
 
 
 MAX_BATCH = "max"  # --batch-sizes max: hwregress.measure.batch_search finds the batch when the test runs
@@ -92,12 +93,15 @@ MAX_BATCH_LIMIT = {"cpu": 64, "cuda": 4096, "mps": 1024}  # the largest batch a 
 
 
 def batch_sizes_for(selection: Selection, device: str, mode: str, model: str | None = None) -> list[int | str]:
-    """The selected batch sizes, or the workload's defaults for the device kind and ``mode``, or the device's."""
+    """The selected batch sizes, or the tier's for ``model`` in ``mode`` on ``device``, or the workload's defaults for
+    the device kind and ``mode``, or the device kind's."""
     if selection.batch_sizes is not None:
         return selection.batch_sizes
     kind = device_kind(device)
+    rows = tiers.get(selection.tier).rows(device, model) if model else None
+    tiered = (rows or {}).get(mode)
     declared = workloads.get(model).default_batches.get(kind, {}).get(mode) if model else None
-    return list(declared or DEFAULT_BATCH_SIZES.get(kind, DEFAULT_BATCH_SIZES["cpu"])[mode])
+    return list(tiered or declared or DEFAULT_BATCH_SIZES.get(kind, DEFAULT_BATCH_SIZES["cpu"])[mode])
 
 
 def leads_its_kind(selection: Selection, device: str) -> bool:
@@ -167,8 +171,9 @@ def validate(selection: Selection) -> None:
     """Check every name and number of ``selection``.
 
     Raises:
-        ValueError: an unknown model, mode or dtype, or a batch size < 1; the message lists valid values.
+        ValueError: an unknown tier, model, mode or dtype, or a batch size < 1; the message lists valid values.
     """
+    tiers.get(selection.tier)  # raises ValueError with the tiers
     for model in selection.models or []:
         workloads.get(model)  # raises KeyError with the registered names
     for mode in selection.modes or []:

@@ -28,8 +28,11 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("--devices", "hwregress_devices", None, "devices: cpu, cuda, cuda:N, mps (default: all visible)", True),
-    Option("--models", "hwregress_models", None, "models (default: per device; CPU: a few small ones, GPU: the zoo)",
-           True),
+    Option("--tier", "hwregress_tier", "default",
+           "the models, modes and batch sizes run where none is named: quick (per-commit CI, one model per family), "
+           "default (nightly, every family and workload class), full (the zoo and batch sweeps); the header prints "
+           "its estimated minutes"),
+    Option("--models", "hwregress_models", None, "models (default: the tier's, per device kind)", True),
     Option("--workloads", "hwregress_workloads", None,
            "modules to import that register workloads of your own (installed plugins load by entry point)", True),
     Option("--batch-sizes", "hwregress_batch_sizes", None,
@@ -85,6 +88,9 @@ OPTIONS: tuple[Option, ...] = (
            "RSS, CPU and MPS, plus 64 MiB)"),
     Option("--rounds", "hwregress_rounds", "10",
            "timed rounds of a window without a baseline (a recording) at least; more while noisy"),
+    Option("--visits", "hwregress_visits", "auto",
+           "windows of a launch-bound test (batch-1 inference, prefill, decode), each in another process at another "
+           "time, judged on the fastest: auto (4 on CUDA, 1 elsewhere) or a number (1: its own window alone)"),
     Option("--first-look", "hwregress_first_look", "5",
            "timed rounds a window judged against a baseline runs before its first look (at most --rounds); "
            "it grows to planned later looks only while undecided"),

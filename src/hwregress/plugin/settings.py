@@ -17,6 +17,7 @@ from hwregress.judge.compare import Tolerances
 from hwregress.judge.lifecycle import UPDATE_MODES
 from hwregress.judge.session import Policy
 from hwregress.measure.timing import TimingPlan
+from hwregress.plugin import tiers
 from hwregress.plugin.ab_settings import ABSettings, ab_settings
 from hwregress.plugin.matrix import MAX_BATCH, Selection, node_gpus, validate
 from hwregress.plugin.options import (
@@ -37,6 +38,8 @@ from hwregress.spark import master as spark_master
 from hwregress.spark.engine import parse_conf
 from hwregress.spark.settings import SparkSettings
 from hwregress.workloads import plugins as workload_plugins
+
+MAX_VISITS = 64
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Settings:
     ab: ABSettings | None = None  # an interleaved A/B of two stacks (--ab-python, --ab-env), else None
     store_url: str | None = None  # the fleet store the session is pushed to (--store), None for none
     require_store: bool = False  # --require-store: a failed push fails the session
+    visits: int | None = None  # --visits: windows of a launch-bound test (None: auto, hwregress.measure.visits)
 
 
 def build_settings(config: pytest.Config) -> Settings:
@@ -103,6 +107,7 @@ def build_settings(config: pytest.Config) -> Settings:
         ab=ab,
         store_url=None if ab is not None else chosen_url(config, os.environ, report_dir),  # B against A: not ours
         require_store=bool(config.getoption("hwregress_require_store")),
+        visits=_visits(config),
     )
 
 
@@ -173,13 +178,43 @@ def _selection(config: pytest.Config, nnodes: int) -> Selection:
     selection = Selection(devices, models, batch_sizes, modes, dtypes or [],
                           list_of(config, "hwregress_compile") or ["eager"],
                           list_of(config, "hwregress_memory_format") or ["contiguous"], _world_sizes(config),
-                          _colocate(config), nnodes, _opted_in(config))
+                          _colocate(config), nnodes, _opted_in(config), _tier(config))
     try:
         validate(selection)
     except (KeyError, ValueError) as error:
         raise pytest.UsageError(f"{_culprit(config, error.args[0])}: {error.args[0]}") from None
     _check_world_sizes_fit(config, selection)
     return selection
+
+
+def _visits(config: pytest.Config) -> int | None:
+    """``--visits`` (ini ``hwregress_visits``): ``auto`` (None) or a whole number from 1 to 64.
+
+    Raises:
+        pytest.UsageError: anything else; the message names the flag or ini key and the value.
+    """
+    raw, source = value_of(config, "hwregress_visits")
+    text = "" if raw is None else str(raw).strip()
+    if text == "auto":
+        return None
+    if text.isdigit() and 1 <= int(text) <= MAX_VISITS:
+        return int(text)
+    raise pytest.UsageError(f"{source}={raw!r}: use auto or a whole number of visits from 1 to {MAX_VISITS} (1: a "
+                            "launch-bound test's own window alone)")
+
+
+def _tier(config: pytest.Config) -> str:
+    """``--tier`` (ini ``hwregress_tier``): one of :data:`hwregress.plugin.tiers.TIERS`.
+
+    Raises:
+        pytest.UsageError: another name; the message names the flag or ini key, the value and the tiers.
+    """
+    raw, source = value_of(config, "hwregress_tier")
+    name = "" if raw is None else str(raw).strip()  # None: an ini value set empty (its default is "default")
+    if name not in tiers.TIERS:
+        raise pytest.UsageError(f"{source}={raw!r} is not a tier; use {', '.join(tiers.TIERS)} (docs/running.md, "
+                                "'Tiers')")
+    return name
 
 
 def _check_world_sizes_fit(config: pytest.Config, selection: Selection) -> None:

@@ -123,6 +123,10 @@ class Assumptions:
         process_launch_s: one spawned rank of a scale-out job: interpreter, torch imports, CUDA context (README:
             5-10 s per launch measured on the CPU; the H200's W=1 scaling tests 8.1-10.3 s over the same window in
             the session's process).
+        worker_launch_s: one visit worker's start (:mod:`hwregress.plugin.visits`: interpreter, torch and hwregress
+            imports, its ``hello`` and its device's start): the A/B workers of the same module on the second H100, 20
+            processes with their windows in 67 s, about 3 s each
+            (docs/measured.md, 'A second H100, and A/B on a GPU').
         digits_cpu_s: the digits CNN's 300 CPU training steps (the CPU accuracy reference): 1.3 s on the H200's host
             (session 1's 1.65 s besides its tests, less 0.35), 1.56 on the VM (its CPU tier's digits test).
         decode_tokens: tokens a decode round generates; None: :data:`hwregress.measure.llm.window.NEW_TOKENS`.
@@ -156,6 +160,7 @@ class Assumptions:
     session_s: float = 0.35
     startup_s: float = 4.6
     process_launch_s: float = 8.0
+    worker_launch_s: float = 3.0
     digits_cpu_s: float = 1.3
     decode_tokens: int | None = None
     builds_on_device: bool = True
@@ -168,9 +173,16 @@ H200_SXM = dataclasses.replace(H100_SXM, name="one H200 SXM", memory_tb_s=_H200.
 # 3.63 GFLOP = 0.29 TFLOP/s, docs/measured.md), its digits reference as its CPU tier measured it
 DEV_VM = dataclasses.replace(H100_SXM, name="the 2-core development VM", gpus=0, host_cpu_tflops=0.29,
                              digits_cpu_s=1.56, session_s=0.24)
+# a second kind of 2-core development VM, an Intel Xeon at 2.5 GHz (family 6, model 85), about half as fast: its
+# three tiers recorded on 2026-11-28 (tests/data/tier_durations/vm-intel-cpu-*.json): model steps 0.10-0.20 TFLOP/s
+# (0.13 the median of the full tier's windows), mobilenet_v3_small infer bs1 at 74.9 samples/s for 192 operators
+# (70 us an operator), a 21.8 GB/s copy roof, the digits test 3.1 s, 6.5-7.3 s between the command's start and the
+# session's clock
+INTEL_VM = dataclasses.replace(DEV_VM, name="the 2-core Intel development VM", host_cpu_tflops=0.13, host_op_us=70.0,
+                               host_memory_gb_s=21.8, digits_cpu_s=3.1, startup_s=7.0)
 # hardware key (results.json's records) -> the machine's assumptions
 PRESETS: dict[str, Assumptions] = {"nvidia-h100-80gb-hbm3": H100_SXM, "nvidia-h200": H200_SXM,
-                                   "amd-epyc-f26m2-2t": DEV_VM}
+                                   "amd-epyc-f26m2-2t": DEV_VM, "intel-r-xeon-r-processor-2-50ghz-f6m85-2t": INTEL_VM}
 
 
 def for_hardware(key: str) -> Assumptions:
@@ -184,3 +196,16 @@ def for_hardware(key: str) -> Assumptions:
     except KeyError:
         raise KeyError(f"no tier-estimate assumptions for hardware key {key!r} (there are: {', '.join(PRESETS)}); "
                        "add a preset to hwregress.plugin.tier_assumptions.PRESETS with its sources") from None
+
+
+# the closest measured machine of a device kind without a preset of its own
+NEAREST: dict[str, Assumptions] = {"cuda": H100_SXM, "cpu": DEV_VM}
+
+
+def for_device(key: str, kind: str) -> tuple[Assumptions, bool]:
+    """The assumptions for hardware key ``key`` of device kind ``kind`` (``cuda``, ``cpu``, ``mps``): its preset
+    (:data:`PRESETS`), else the closest measured machine of the kind (:data:`NEAREST`; an MPS device: the H100's); and
+    whether they are the machine's own preset."""
+    if key in PRESETS:
+        return PRESETS[key], True
+    return NEAREST.get(kind, H100_SXM), False

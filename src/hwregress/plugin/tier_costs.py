@@ -64,15 +64,18 @@ def not_estimated(case: dict[str, Any], why: str) -> ValueError:
 
 
 class CostModel:
-    """Seconds of the parts of a test on one machine; remembers what this process and the session have paid."""
+    """Seconds of the parts of a test on one machine, under the session's ``--visits`` (``visits``; None: auto);
+    remembers what this process and the session have paid."""
 
     def __init__(self, assumptions: Assumptions, plan: TimingPlan | None = None, profile_steps: int = 3,
-                 session_paid: set[Hashable] | None = None) -> None:
+                 session_paid: set[Hashable] | None = None, visits: int | None = None) -> None:
         self.a = assumptions
         self.plan = plan or TimingPlan()
         self.profile_steps = profile_steps
+        self.visits_setting = visits  # --visits (None: auto), which launch-bound windows get visits
         self.process_paid: set[Hashable] = set()
         self.session_paid: set[Hashable] = set() if session_paid is None else session_paid
+        self.visit_workers: list[CostModel] = []  # the session's visit workers, each a process of its own
 
     def once(self, key: Hashable, seconds: float, per_session: bool = False) -> float:
         """``seconds`` the first time ``key`` is asked for in this process (or session), 0 after."""
@@ -270,6 +273,27 @@ class CostModel:
     def unsupported(self) -> Cost:
         """A test that ends ``unsupported`` before measuring."""
         return Cost(self.a.per_test_s)
+
+    def visits(self, name: str, mode: str, batch: int, device: str, dtype: str = "fp32", context: int | None = None,
+               count: int = 1) -> Cost:
+        """A launch-bound test's ``count - 1`` visits (:mod:`hwregress.measure.visits`), one in each of the session's
+        visit workers: a worker's start (``worker_launch_s``, its device's start in it) the first time it is needed,
+        then per visit its model's library once per worker, the build, first call, warmup and a window of the plan's
+        rounds, unprofiled. The plugin takes them between other tests (:mod:`hwregress.plugin.visits`), so they are
+        work the test's record does not time (``untimed_s``)."""
+        seconds = 0.0
+        for index in range(count - 1):
+            while len(self.visit_workers) <= index:
+                worker = CostModel(self.a, self.plan, 0, self.session_paid)
+                worker.process_paid.update({("device", "cuda"), ("device", "cpu")})  # in worker_launch_s
+                self.visit_workers.append(worker)
+                seconds += self.a.worker_launch_s
+            worker = self.visit_workers[index]  # profile_steps 0: a visit is neither profiled nor counted
+            if mode in ("prefill", "decode"):
+                seconds += worker.serving(name, mode, batch, device, dtype, context).total_s
+            else:
+                seconds += worker.model_window(name, mode, batch, device, dtype, context).total_s
+        return Cost(untimed_s=seconds)
 
     def job(self, rank: Callable[[CostModel], Cost], sharing: int = 1) -> Cost:
         """A spawned job: its ranks start together (one ``process_launch_s``), each in a process of its own running

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hwregress.plugin import tiers
 from hwregress.plugin.matrix import Selection, case_id
 from hwregress.plugin.tier_estimate import TierEstimate, selection_cases
 from hwregress.store.atomic import read_regular_file
@@ -70,7 +71,9 @@ class MeasuredSession:
     Attributes:
         measured: where, when and what measured them: date, session, hardware key, device, host, software, command,
             source file, a note.
-        selection: ``devices``, ``models`` (None: each device's default) and ``families`` of the session.
+        selection: ``devices``, ``models`` (None: the tier's), ``families``, ``tier`` (a fixture without one:
+            ``default``) and ``visits`` (``--visits``: a number or ``auto``; a fixture without one: 1, it predates
+            visits) of the session.
         session_s: the session's wall time (``meta.duration_s``), seconds.
         tests: its tests, in ``results.json``'s order (by test id).
     """
@@ -88,6 +91,12 @@ class MeasuredSession:
     def extension_s(self) -> float:
         return sum(test.extension_s for test in self.tests)
 
+    @property
+    def visits_setting(self) -> int | None:
+        """The session's ``--visits`` as the estimate takes it (None: auto)."""
+        value = self.selection.get("visits", 1)
+        return value if isinstance(value, int) else None
+
     def family_s(self) -> dict[str, float]:
         """family -> its tests' seconds less their extensions, families in the order their tests ran."""
         totals: dict[str, float] = {}
@@ -101,7 +110,8 @@ class MeasuredSession:
         Raises:
             ValueError: they are not the session's tests (the fixture's selection misses an option of its command).
         """
-        selection = Selection(list(self.selection["devices"]), models=self.selection.get("models"))
+        selection = Selection(list(self.selection["devices"]), models=self.selection.get("models"),
+                              tier=self.selection.get("tier", tiers.DEFAULT_TIER))
         cases = selection_cases(selection, self.selection["families"])
         rebuilt = sorted(case_id(case) for family in cases.values() for case in family)
         held = sorted(test.test_id.rpartition("[")[2].rstrip("]") for test in self.tests)
@@ -155,7 +165,9 @@ def extract(session: SessionResults, source: str, note: str = "") -> dict[str, A
                 "software": {name: first.environment.get(name) for name in SOFTWARE if first.environment.get(name)},
                 "command": " ".join(["pytest", *args]), "source": source, "note": note}
     selection = {"devices": list(dict.fromkeys(test.device for test in tests)), "models": _option(args, "--models"),
-                 "families": list(dict.fromkeys(test.family for test in tests))}
+                 "families": list(dict.fromkeys(test.family for test in tests)),
+                 "tier": meta.get("tier") or (_option(args, "--tier") or [tiers.DEFAULT_TIER])[0],
+                 "visits": meta.get("visits", 1)}
     return {"version": FIXTURE_VERSION, "measured": measured, "selection": selection,
             "session_s": round(float(meta.get("duration_s") or 0.0), 3), "tests": [asdict(test) for test in tests]}
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwregress.measure.timing import TimingPlan
+from hwregress.plugin import tiers
 from hwregress.plugin.families import registry
 from hwregress.plugin.matrix import Selection
 from hwregress.plugin.tier_assumptions import Assumptions
@@ -83,7 +84,18 @@ class TierEstimate:
 def default_gpu_cases(device: str = "cuda:0") -> dict[str, list[dict[str, Any]]]:
     """The default tier's cases on one GPU, per built-in family in pytest's order (:data:`RUN_ORDER`): what
     ``pytest -m gpu`` collects on a one-GPU node (``--dtypes fp32``, no opt-in family)."""
-    return selection_cases(Selection([device]), [family.name for family in registry.BUILT_IN])
+    return tier_cases(tiers.DEFAULT_TIER, device)
+
+
+def tier_cases(tier: str, device: str = "cuda:0") -> dict[str, list[dict[str, Any]]]:
+    """Tier ``tier``'s cases on ``device`` alone, per built-in family in pytest's order: what ``pytest --tier TIER
+    -m gpu`` (``-m cpu`` for ``cpu``) collects on a node with that one device (``--dtypes fp32``, no opt-in family).
+
+    Raises:
+        ValueError: an unknown tier.
+    """
+    tiers.get(tier)
+    return selection_cases(Selection([device], tier=tier), [family.name for family in registry.BUILT_IN])
 
 
 def selection_cases(selection: Selection, families: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
@@ -99,10 +111,13 @@ def selection_cases(selection: Selection, families: Iterable[str]) -> dict[str, 
 
 
 def estimate(cases: Mapping[str, Iterable[dict[str, Any]]], assumptions: Assumptions | None = None,
-             plan: TimingPlan | None = None, profile_steps: int = 3) -> TierEstimate:
+             plan: TimingPlan | None = None, profile_steps: int = 3,
+             unestimated: list[str] | None = None, visits: int | None = None) -> TierEstimate:
     """The seconds of ``cases`` (family -> parameter sets, as :func:`selection_cases` gives them) on the machine of
     ``assumptions`` (an H100 SXM by default), per family, charging each once-per-process cost to the first case in
-    the order given (pytest's, for a comparison with a session).
+    the order given (pytest's, for a comparison with a session), under ``--visits`` ``visits`` (None: auto). With
+    ``unestimated`` (a list), a case that cannot be estimated is left out and the reason appended there instead of
+    raised.
 
     Raises:
         hwregress.plugin.families.registry.FamilyError: a family is not registered.
@@ -110,15 +125,21 @@ def estimate(cases: Mapping[str, Iterable[dict[str, Any]]], assumptions: Assumpt
         KeyError: a case's workload has no :data:`hwregress.plugin.tier_assumptions.MODEL_FACTS` entry.
     """
     a = assumptions or Assumptions()
-    model = CostModel(a, plan, profile_steps)
+    model = CostModel(a, plan, profile_steps, visits=visits)
     rows, untimed = {}, 0.0
     for name, family_cases in cases.items():
         family_cases = list(family_cases)
         if not family_cases:  # an opt-in family not asked for needs no rule
             continue
-        rule, row = _cost_rule(name), rows.setdefault(name, FamilyEstimate(name))
         for case in family_cases:
-            cost = rule(case, model)
+            try:
+                cost = _cost_rule(name)(case, model)
+            except (ValueError, KeyError) as error:
+                if unestimated is None:
+                    raise
+                unestimated.append(str(error.args[0]) if error.args else repr(error))
+                continue
+            row = rows.setdefault(name, FamilyEstimate(name))
             row.tests += 1
             row.fixed_s += cost.fixed_s
             row.timed_s += cost.timed_s

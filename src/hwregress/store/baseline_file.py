@@ -99,7 +99,7 @@ class BaselineFile:
 # -- validation --------------------------------------------------------------------------------------------
 _TEXT_FIELDS = ("family", "model", "mode", "dtype", "device_name", "unit", "recorded_at", "hwregress_version",
                 "compile_cache")
-_COUNT_FIELDS = ("batch_size", "steps_per_round", "n")
+_COUNT_FIELDS = ("batch_size", "steps_per_round", "n", "visits")
 _FIGURE_FIELDS = ("median", "iqr", "latency_ms", "peak_memory_bytes", "accuracy", "speedup", "efficiency", "comm_share",
                   "compile_s")
 _SAMPLE_FIELDS = ("samples", "history", "efficiency_history", "compile_history")
@@ -114,7 +114,7 @@ def check_entry(entry: Any) -> str | None:
     """What is wrong with one entry's content, None when nothing is.
 
     Checked: an object; text fields (``unit``, ``recorded_at``, ...) strings or null; counts
-    (``batch_size``, ``n``, ``steps_per_round``) non-negative integers or null; figures (``median``,
+    (``batch_size``, ``n``, ``steps_per_round``, ``visits``) non-negative integers or null; figures (``median``,
     ``latency_ms``, ``peak_memory_bytes``, ``accuracy``, ...) finite non-negative numbers or null;
     ``samples`` and ``history`` lists of finite positive numbers; ``session_samples`` a list of such lists;
     ``environment``, ``identity``, ``telemetry_means`` and ``health`` objects; ``top_ops`` and ``throttle_reasons``

@@ -11,8 +11,6 @@ This module is the face: importing it registers the built-in families, and ``Wor
 from hwregress.workloads import transformers  # noqa: F401  (registers bert_base, gpt2, ...; transformers loads lazily)
 from hwregress.workloads.registry import (
     CONVOLUTIONAL,
-    CPU_TIER,
-    GPU_TIER,
     INPUT_KINDS,
     TASKS,
     ZOO,
@@ -30,6 +28,6 @@ from hwregress.workloads.registry import (
     step_use_cache,
 )
 
-__all__ = ["CONVOLUTIONAL", "CPU_TIER", "GPU_TIER", "INPUT_KINDS", "TASKS", "ZOO", "Inputs", "Workload",
+__all__ = ["CONVOLUTIONAL", "INPUT_KINDS", "TASKS", "ZOO", "Inputs", "Workload",
            "batch_size_of", "build_on", "causal_lm_loss", "forward", "get", "import_torchvision", "make_batch", "names",
            "register", "step_use_cache"]

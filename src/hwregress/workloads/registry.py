@@ -22,7 +22,7 @@ from torch import nn
 
 from hwregress.hardware.facts import device_kind
 
-# The models of the seed studies; CPU_TIER is the subset small enough for a few minutes on 2 cores.
+# The models of the seed studies (the tiers that run them: hwregress.plugin.tiers).
 ZOO = (
     "alexnet",
     "resnet18",
@@ -35,12 +35,6 @@ ZOO = (
     "vit_b_16",
     "convnext_tiny",
 )
-# Default tiers: model -> the modes it runs by default (None: every mode it can run). The CPU tier is sized for a
-# few minutes on 2 cores (docs/running.md, 'Tier times'); the GPU tier is the zoo plus the transformers.
-CPU_TIER: dict[str, tuple[str, ...] | None] = {"resnet18": None, "mobilenet_v3_small": None, "alexnet": None,
-                                              "bert_base": ("infer",), "gpt2": ("decode",)}
-GPU_TIER: dict[str, tuple[str, ...] | None] = {**dict.fromkeys(ZOO), "bert_base": None, "roberta_base": None,
-                                              "deit_small": None, "gpt2": None, "llama_1b": None}
 
 
 # the extra of hwregress that installs each optional package a workload family needs (pip install 'hwregress[llm]')

@@ -39,9 +39,9 @@ class OutputParity:
     view = "parity"
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
-        """Device x model x dtype."""
+        """Device x model (of a tier, the models it names for output parity) x dtype."""
         return [{"device": device, "workload": m, "dtype": d} for device in selection.devices
-                for m in models_for(selection, device) for d in selection.dtypes]
+                for m in models_for(selection, device, self.name) for d in selection.dtypes]
 
     def measure(self, bench: BenchContext, *, device: str, workload: str, dtype: str) -> TestRecord:
         """Compare ``workload``'s outputs on ``device`` in ``dtype`` with the CPU fp32 reference."""

@@ -32,11 +32,12 @@ class Speedup:
     view = None  # the report's speedup chart is the session's own
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
-        """CUDA devices x image models (a GPT's CPU side takes hours), the smallest numeric train batch, fp32."""
+        """CUDA devices x image models (a GPT's CPU side takes hours; of a tier, the models it names for the speedup),
+        the smallest numeric train batch, fp32."""
         return [{"device": device, "workload": m, "mode": "train",
                  "batch_size": min(numeric(batch_sizes_for(selection, device, "train", m)) or [1]), "dtype": "fp32"}
                 for device in selection.devices if device_kind(device) == "cuda"
-                for m in models_for(selection, device) if workloads.get(m).input_kind == "images"]
+                for m in models_for(selection, device, self.name) if workloads.get(m).input_kind == "images"]
 
     def measure(self, bench: BenchContext, *, device: str, workload: str, batch_size: int, dtype: str = "fp32",
                 mode: str = "train") -> TestRecord:

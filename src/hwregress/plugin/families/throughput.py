@@ -4,17 +4,26 @@ for decode, the inter-token latency); ``--batch-sizes max`` searches the largest
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import os
 from typing import Any
+
+import pytest
 
 from hwregress import workloads
 from hwregress.ab.protocol import Case
+from hwregress.ab.workers import WorkerFailed
 from hwregress.hardware.facts import device_kind
+from hwregress.measure import visits
 from hwregress.measure.batch_search import find_max_batch
 from hwregress.measure.llm.window import run_llm
 from hwregress.measure.out_of_memory import OutOfMemory
 from hwregress.measure.precision.numerics import LLM_MODES, STEP_MODES
 from hwregress.measure.precision.quantization import QuantizationUnsupported
-from hwregress.measure.record import fill_measurement
+from hwregress.measure.record import fastest_visit_onto, fill_measurement
+from hwregress.measure.timing import TimingPlan, VerdictCheck
+from hwregress.measure.visits import HOST_FACTS, Visit
 from hwregress.measure.window import batch_probe
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.ab_window import measure_ab, skip_outside_ab, unsupported_in_ab
@@ -31,6 +40,8 @@ from hwregress.plugin.matrix import (
 )
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.tier_costs import Cost, CostModel, not_estimated
+from hwregress.plugin.visits import VISITS_KEY, visit_case
+from hwregress.plugin.visits import now as visit_clock
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import LlmFigures
 from hwregress.store.results import TestRecord
@@ -79,8 +90,14 @@ class Throughput:
             return _ab(bench, record, workload, device, mode, batch_size, dtype, context, compiler, memory_format)
         if batch_size == MAX_BATCH:
             batch_size = record.batch_size = _max_batch(record, workload, device, mode, dtype, context, memory_format)
-        if mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
-            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1, key)
+        count = bench.config.stash[VISITS_KEY].count(self.name, {
+            "device": device, "mode": mode, "batch_size": batch_size, "compiler": compiler,
+            "memory_format": memory_format}) if VISITS_KEY in bench.config.stash else 1
+        if count > 1:
+            _visited(bench, record, workload, device, mode, batch_size, dtype, context, count)
+        elif mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
+            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1,
+                 bench.settings.plan, bench.window_check(record, key))
         else:
             fill_measurement(record, model_window(bench, record, workload, device, mode, batch_size, dtype,
                                                   bench.round_driver(), context=context, compiler=compiler,
@@ -90,15 +107,18 @@ class Throughput:
         return bench.conclude(record, key)
 
     def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
-        """A step mode's model window, profiled and counted, or a prefill or decode window (eager, numeric batches)."""
+        """A step mode's model window, profiled and counted, or a prefill or decode window (eager, numeric batches);
+        a launch-bound one's visits in the session's visit workers on top (the cost model's ``--visits``)."""
         if case.get("compiler", "eager") != "eager" or case["batch_size"] == MAX_BATCH:
             raise not_estimated(case, "compilation and the max-batch search are not costed; leave out --compile and "
                                       "--batch-sizes max")
-        if case["mode"] in LLM_MODES:
-            return cost.serving(case["workload"], case["mode"], case["batch_size"], case["device"], case["dtype"],
-                                case.get("context"))
-        return cost.model_window(case["workload"], case["mode"], case["batch_size"], case["device"], case["dtype"],
-                                 case.get("context"))
+        name, mode, batch, device, dtype = (case["workload"], case["mode"], case["batch_size"], case["device"],
+                                            case["dtype"])
+        count = visits.visits_for(cost.visits_setting, device_kind(device), mode, batch)
+        extra = cost.visits(name, mode, batch, device, dtype, case.get("context"), count) if count > 1 else Cost()
+        if mode in LLM_MODES:
+            return cost.serving(name, mode, batch, device, dtype, case.get("context")) + extra
+        return cost.model_window(name, mode, batch, device, dtype, case.get("context")) + extra
 
 
 def _ab(bench: BenchContext, record: TestRecord, workload: str, device: str, mode: str, batch_size: Any, dtype: str,
@@ -128,16 +148,46 @@ def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: st
     return found.batch_size
 
 
+def _visited(bench: BenchContext, record: TestRecord, model: str, device: str, mode: str, batch_size: int,
+             dtype: str, context: int | None, count: int) -> None:
+    """A launch-bound window measured in ``count`` visits (:mod:`hwregress.measure.visits`): the test's own window
+    here (profiled, with telemetry), a fixed window of the plan's rounds without looks, and ``count - 1`` in the
+    session's visit workers (:mod:`hwregress.plugin.visits`); the record judged on the fastest. A visit that ran out of
+    memory skips the test as ``oom``; one that failed otherwise fails it with the worker's error."""
+    fixed = dataclasses.replace(bench.settings.plan, max_rel_iqr=math.inf)  # every visit: the plan's rounds
+    workload = workloads.get(model)
+    started = visit_clock()
+    if mode in LLM_MODES:
+        context = context or workload.seq_len or 1
+        _llm(bench, record, model, device, mode, batch_size, dtype, context, fixed, None)
+    else:
+        fill_measurement(record, model_window(bench, record, model, device, mode, batch_size, dtype,
+                                              bench.round_driver(), plan=fixed, context=context))
+    own = Visit("pytest", os.getpid(), started, list(record.samples),
+                record.latency_ms if mode == "decode" else None,
+                {key: record.health.get(key) for key in HOST_FACTS if key in record.health})
+    session_visits = bench.config.stash[VISITS_KEY]
+    try:
+        others = session_visits.visits_of(record.test_id, visit_case(session_visits, device, model, mode, batch_size,
+                                                                     dtype, context), count)
+    except WorkerFailed as error:
+        record.message = f"a visit of this window failed: {error}"
+        if error.kind == "oom":
+            skip_with(Verdict.OOM, record.message)
+        pytest.fail(record.message, pytrace=False)
+    taken = sorted([own, *others], key=lambda visit: visit.started_s)
+    fastest_visit_onto(record, taken, workload.work_per_sample(context))
+
+
 def _llm(bench: BenchContext, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
-         context: int, key: str) -> None:
-    """A prefill or decode window (:mod:`hwregress.measure.llm.window`): prompt tokens/s (prefill) or the decode steps'
-    tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in ``record.llm``.
-    Its looks judge against the baseline entry ``key``."""
+         context: int, plan: TimingPlan, settled: VerdictCheck | None) -> None:
+    """A prefill or decode window (:mod:`hwregress.measure.llm.window`) of ``plan``: prompt tokens/s (prefill) or the
+    decode steps' tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
+    ``record.llm``. Its looks judge with ``settled`` (None: no looks)."""
     settings = bench.settings
     try:
-        result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, settings.plan,
-                         settings.telemetry_interval_s, profile=settings.profile_steps > 0,
-                         settled=bench.window_check(record, key))
+        result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, plan,
+                         settings.telemetry_interval_s, profile=settings.profile_steps > 0, settled=settled)
     except OutOfMemory as error:
         record.message = str(error)
         skip_with(Verdict.OOM, str(error))
