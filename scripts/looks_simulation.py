@@ -134,10 +134,12 @@ def recorded_entry(model: str, rng: np.random.Generator, drift_sd: float = DRIFT
 
 @dataclass
 class Trial:
-    """One judged session: its verdict and timed rounds."""
+    """One judged session: its verdict, timed rounds, and whether a regression came by the gross-drop path (the ratio
+    below ``1 - max(threshold, cap)``: no significance test, no alpha spent)."""
 
     verdict: str
     rounds: int
+    gross: bool = False
 
 
 def judged_session(model: str, rng: np.random.Generator, entry: dict, on_cpu: bool, factor: float = 1.0,
@@ -156,7 +158,11 @@ def judged_session(model: str, rng: np.random.Generator, entry: dict, on_cpu: bo
     samples = _samples(timing)
     measured = Measured("sim", samples, "samples/s", timing.stable, {"torch": "2.13.0"}, identity=IDENTITY,
                         on_cpu=on_cpu, **looks)
-    return Trial(str(judge(measured, entry, tolerances).verdict), len(samples))
+    judgement = judge(measured, entry, tolerances)
+    record = judgement.record
+    gross = (str(judgement.verdict) == "regression" and record.ratio is not None and record.threshold is not None
+             and record.ratio < 1 - max(record.threshold, tolerances.max_threshold))
+    return Trial(str(judgement.verdict), len(samples), gross)
 
 
 @dataclass
@@ -167,6 +173,7 @@ class Result:
     trials: int
     verdicts: Counter
     rounds: list[int]
+    gross: int = 0  # regressions by the gross-drop path
 
     @property
     def false_regressions(self) -> float:
@@ -189,13 +196,15 @@ def simulate(model: str, trials: int, seed: int, on_cpu: bool = False, slowdown:
     ``tolerances``."""
     verdicts: Counter = Counter()
     rounds = []
+    gross = 0
     for trial in range(trials):
         rng = np.random.default_rng([seed, MODELS.index(model), trial])
         entry = recorded_entry(model, rng, drift_sd)
         judged = judged_session(model, rng, entry, on_cpu, 1.0 - slowdown, tolerances, drift_sd)
         verdicts[judged.verdict] += 1
         rounds.append(judged.rounds)
-    return Result(model, trials, verdicts, rounds)
+        gross += judged.gross
+    return Result(model, trials, verdicts, rounds, gross)
 
 
 def main() -> None:
@@ -211,15 +220,17 @@ def main() -> None:
     args = parser.parse_args()
     print(f"hwregress {'with planned looks' if _new_api() else 'before planned looks (bootstrap check)'}; "
           f"{inspect.getsourcefile(measure)}")
-    print("| model | trials | regressions | MC SE at alpha | verdicts | timed rounds: median (90th pct) | seconds |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | trials | regressions | of them gross | MC SE at alpha | verdicts | "
+          "timed rounds: median (90th pct) | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for model in args.models.split(","):
         started = time.perf_counter()
         result = simulate(model, args.trials, args.seed, args.cpu, args.slowdown,
                           TEST_ALONE if args.test_alone else DEFAULTS, args.drift_sd)
         spent = time.perf_counter() - started
         verdicts = ", ".join(f"{verdict} {count}" for verdict, count in result.verdicts.most_common())
-        print(f"| {model} | {result.trials} | {result.false_regressions:.2%} | {result.standard_error:.2%} | "
+        print(f"| {model} | {result.trials} | {result.false_regressions:.2%} | {result.gross} | "
+              f"{result.standard_error:.2%} | "
               f"{verdicts} | {np.median(result.rounds):.0f} ({np.percentile(result.rounds, 90):.0f}) | "
               f"{spent:.0f} |", flush=True)
 

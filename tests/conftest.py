@@ -56,6 +56,7 @@ class HwProject:
                     "HWREGRESS_SELFTEST_COMPILE_FAIL", "HWREGRESS_SELFTEST_SLEEP_S",
                     "HWREGRESS_SELFTEST_STREAM_SLEEP_S", "HWREGRESS_SELFTEST_FREEZE",
                     "HWREGRESS_SELFTEST_PYTEST_SLEEP_S", "HWREGRESS_SELFTEST_REAL_CLOCK", "HWREGRESS_VISIT_WORKER",
+                    "HWREGRESS_SELFTEST_VISIT_WORKER_EXIT",
                     # an outer -n run's worker variables would make the inner session think it is a worker
                     "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
                     "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "HWREGRESS_STORE", "HWREGRESS_ALERT_WEBHOOK"):

@@ -116,7 +116,33 @@ def test_a_b_that_cannot_import_torch_fails_every_test_naming_the_interpreter_an
     for record in (first, second):
         assert bare_python in record["message"] and "cannot import torch" in record["message"]
         assert "pip install" in record["message"]
-    assert "found at this session's first A/B test on cpu" in second["message"]
+    assert "found at this session's A/B test bench_tests/test_throughput.py::test_throughput[cpu-ab_sleepy-infer-" \
+           "bs2-fp32] on cpu" in second["message"]
+    assert _failures_section(result).count("cannot import torch") == 2  # once a test
+
+
+def _failures_section(result) -> str:
+    """The terminal's FAILURES section (before hwregress's own summary, which lists each failure once more)."""
+    text = result.stdout.str()
+    return text[text.index("= FAILURES =") : text.index("= hwregress =")]
+
+
+def test_a_b_that_hangs_at_start_fails_the_devices_later_tests_at_once_naming_the_first_failure(hw_project,
+                                                                                                  tmp_path):
+    hanging = tmp_path / "python"  # an "interpreter" that never answers hello
+    hanging.write_text("#!/bin/sh\nexec sleep 600\n")
+    hanging.chmod(0o755)
+    # 10 s: stack A's worker, asked first, imports torch within it even on a busy 2-core machine
+    result = _run(hw_project, f"--ab-python={hanging}", "--batch-sizes", "2,4", "--ab-timeout", "10")
+    result.assert_outcomes(failed=2)
+    first, second = (_records(hw_project)[f"cpu-ab_sleepy-infer-bs{size}-fp32"] for size in (2, 4))
+    hung = f"worker B ({hanging}) did not answer hello within 10 s; it was killed"
+    assert first["message"].startswith(hung) and "later A/B tests fail at once" in first["message"]
+    assert second["message"].startswith(hung), second["message"]
+    assert "found at this session's A/B test bench_tests/test_throughput.py::test_throughput[cpu-ab_sleepy-infer-" \
+           "bs2-fp32] on cpu" in second["message"]
+    assert second["duration_s"] < 2, second["duration_s"]  # not another wait of --ab-timeout
+    assert _failures_section(result).count(hung) == 2  # once a test: not again as the failure's context
 
 
 @pytest.mark.parametrize(("args", "said"), [

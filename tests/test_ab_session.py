@@ -21,6 +21,7 @@ from hwregress.ab.protocol import Case
 from hwregress.ab.session import ABResult, PairPlan, run_ab
 from hwregress.ab.stacks import Stack
 from hwregress.ab.workers import WorkerDied, started_pair
+from hwregress.plugin.families.ab_window import summary_line
 from hwregress.store.verdicts import Verdict
 
 pytestmark = pytest.mark.slow
@@ -190,3 +191,11 @@ def test_two_models_that_fit_together_both_stay_loaded():
     result = run(Stack("B", sys.executable), PairPlan(steps=2, seed=0, threshold=0.9, looks=(2,)),
                  Case("ab_tiny", "infer", 2, warmup_steps=1))
     assert result.memory == "both" and result.reload_s == 0 and result.processes == 1
+
+
+def test_the_reach_of_too_few_process_pairs_says_process_pairs():
+    result = run(Stack("B", sys.executable), PairPlan(steps=2, seed=0, threshold=0.9, looks=(4,)),
+                 Case("ab_tiny", "infer", 2, warmup_steps=1))
+    assert result.units == 2 and result.reach.mds is None
+    assert result.reach.why_none.startswith("2 process pairs cannot reach p < 0.01"), result.reach.why_none
+    assert "no MDS: 2 process pairs cannot reach" in summary_line(result, len(result.pairs))

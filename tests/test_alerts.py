@@ -3,8 +3,10 @@ within Slack's limits for any record values), and the sender against a real loca
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import time
 
 import pytest
 from hypothesis import given
@@ -12,7 +14,8 @@ from hypothesis import strategies as st
 from support.webhook_server import SECRET_PATH, WebhookServer, closed_port_url
 
 from hwregress.judge.trends import MIN_SESSIONS, analyze
-from hwregress.plugin.alert_hook import mask_args, masked, post_json
+from hwregress.plugin.alert_hook import mask_args
+from hwregress.plugin.webhook import masked, post_json, scrubbed
 from hwregress.report.alerts import (
     SLACK_HEADER_LIMIT,
     SLACK_MAX_BLOCKS,
@@ -181,8 +184,56 @@ def test_the_sender_posts_json_and_says_each_failure_in_words_without_the_urls_p
     assert failed == "HTTP 500 Internal Server Error (invalid_payload)"
     assert post_json(closed_port_url(), payload).startswith("no connection (")
     with WebhookServer(None) as server:
-        assert post_json(server.url, payload, timeout_s=0.5) == "no answer within 0.5 s"
+        assert post_json(server.url, payload, timeout_s=0.5) == NO_ANSWER.format(0.5)
     assert post_json("hooks.slack.com/services/x", payload) == "(a URL that is not http(s)): give http(s)://HOST/PATH"
+
+
+NO_ANSWER = "the webhook did not answer within {:g} s (connecting, sending and reading its answer together)"
+PAYLOAD = {"text": "hi", "blocks": []}
+
+
+def test_a_webhook_that_drips_its_answer_is_given_up_at_one_deadline_for_the_whole_request():
+    # a byte every 0.25 s keeps each read well within 1 s: only a deadline for the whole request ends it
+    with WebhookServer(200, drip_s=0.25) as server:
+        started = time.monotonic()
+        problem = post_json(server.url, PAYLOAD, timeout_s=1.0)
+        took = time.monotonic() - started
+    assert problem == NO_ANSWER.format(1.0)
+    assert took < 3 and len(server.requests) == 1
+
+
+def test_a_redirect_is_not_followed_and_is_no_delivery():
+    with WebhookServer(200) as elsewhere, WebhookServer(302, headers={"Location": elsewhere.url}) as server:
+        problem = post_json(server.url, PAYLOAD)
+        relative = WebhookServer(301, headers={"Location": "/moved" + SECRET_PATH})
+        with relative:
+            moved = post_json(relative.url, PAYLOAD)
+    assert problem == (f"the webhook answered 302 Found (a redirect to http://127.0.0.1:{elsewhere.server.server_port}"
+                       "/***): not delivered; give the URL it redirects to")
+    assert len(server.requests) == 1 and elsewhere.requests == []  # never followed, not even as a GET
+    assert moved.startswith(f"the webhook answered 301 Moved Permanently (a redirect to http://127.0.0.1:"
+                            f"{relative.server.server_port}/***)") and SECRET_PATH not in moved
+
+
+@pytest.mark.parametrize("secret", ["/services/T0/B0/secret key", "/services/T0/B0/secret\nkey",
+                                    "/services/T0/B0/secret\tkey", "/services/T0/B0/secrét"],
+                         ids=["space", "newline", "tab", "non-ascii"])
+def test_a_url_with_a_character_http_cannot_send_is_one_line_that_never_shows_its_path(secret):
+    problem = post_json(f"https://hooks.example.com{secret}", PAYLOAD)
+    assert problem == ("its URL holds a space, a control or a non-ASCII character (not shown: the "
+                       "path is the webhook's key); percent-encode it (a space is %20) or copy the webhook's URL again")
+    url = f"https://hooks.example.com{secret}"  # what a defect's message might hold, shown scrubbed
+    assert scrubbed(f"InvalidURL: {url} ({secret})", url) == "InvalidURL: https://hooks.example.com/*** (***)"
+
+
+def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():
+    with WebhookServer(200) as server:
+        url = server.url.replace("http://", "http://hw%40bot:p%3Ass@")
+        assert post_json(url, PAYLOAD) is None
+    ((path, headers, _),) = server.requests
+    assert path == SECRET_PATH and headers["Authorization"] == f"Basic {base64.b64encode(b'hw@bot:p:ss').decode()}"
+    assert masked(url) == f"http://127.0.0.1:{server.server.server_port}/***"
+    assert "bot" not in scrubbed(f"failed for {url}", url) and "p%3Ass" not in scrubbed(f"p%3Ass in {url}", url)
 
 
 def test_the_url_is_shown_and_recorded_masked():

@@ -79,9 +79,12 @@ def test_a_failing_webhook_is_one_line_and_leaves_the_exit_status_as_it_was(hw_p
         refused = hw_project.run(*args, server.url, env=SLOW)
     with WebhookServer(None) as hanging:
         silent = hw_project.run(*args, hanging.url, env=SLOW)
+    with WebhookServer(200, drip_s=1.0) as dripping:  # each read within the limit: only the whole request's ends it
+        dripped = hw_project.run(*args, dripping.url, env=SLOW)
     closed = hw_project.run(*args, closed_port_url(), env=SLOW)
     bad = hw_project.run(*args, "hooks.example.com/services/T0/B0/key", env=SLOW)
-    expected = {refused: "HTTP 500 Internal Server Error (invalid_payload)", silent: "no answer within 5 s",
+    no_answer = "the webhook did not answer within 5 s (connecting, sending and reading its answer together)"
+    expected = {refused: "HTTP 500 Internal Server Error (invalid_payload)", silent: no_answer, dripped: no_answer,
                 closed: "no connection (", bad: "(a URL that is not http(s)): give http(s)://HOST/PATH"}
     for result, problem in expected.items():
         result.assert_outcomes(passed=2)
@@ -91,7 +94,7 @@ def test_a_failing_webhook_is_one_line_and_leaves_the_exit_status_as_it_was(hw_p
         assert line.startswith("hwregress: alert not sent to ") and problem in line, line
         assert "the session's result is unchanged" in line and SECRET_PATH not in result.stdout.str()
         assert "/B0/key" not in result.stdout.str()
-    assert len(server.requests) == 1 and len(hanging.requests) == 1
+    assert len(server.requests) == 1 and len(hanging.requests) == 1 and len(dripping.requests) == 1
 
 
 # a second model (the tiny one under another name): a host is defective when two models fall below their fleet

@@ -10,12 +10,14 @@ import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 import torch
 from fakes import cuda as fake_cuda
 from fakes import torchao as fake_torchao
 from fakes.nvml import FakeGpu, FakeNvml
+from support.read_only import read_only_mount
 
 from hwregress.check import (
     command,
@@ -97,6 +99,82 @@ def test_usage_errors_exit_2_with_one_line_before_anything_runs(capsys, argv, me
     assert command.main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and message in captured.err and len(captured.err.splitlines()) == 1
+
+
+@pytest.fixture
+def recorded_checks(monkeypatch):
+    """Two checks that note each device they ran on: a test asserts none ran."""
+    ran: list[str] = []
+
+    def check(device):
+        ran.append(device)
+        return CheckResult("first", device, PASS, "what", {"ms": 1.5})
+
+    monkeypatch.setattr(runner, "CHECKS", {"first": check, "second": check})
+    return ran
+
+
+@pytest.mark.parametrize("only", ["", ",", " , "])
+def test_only_naming_nothing_is_a_usage_error_that_lists_the_checks(capsys, recorded_checks, only):
+    # `--only ""` ran every check (the contender's busy loops included), `--only ,` none, exiting 0
+    assert command.main(["--devices", "cpu", "--only", only]) == 2
+    captured = capsys.readouterr()
+    assert recorded_checks == [] and captured.out == ""
+    assert captured.err.splitlines() == [f"hwregress: check: --only {only!r} names no check; give check names, "
+                                         "comma-separated: first, second (or leave --only out for all)"]
+    with pytest.raises(ValueError, match=r"no check named \(an empty list would run nothing\); the checks are first"):
+        runner.run_checks(["cpu"], [])
+
+
+def _json_targets(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    return {"folder": (tmp_path, "is a folder"), "device": (Path("/dev/full"), "is a character device"),
+            "below-a-file": (tmp_path / "a-file" / "check.json", "is a file, not a folder"),
+            "empty": ("", "the path is empty")}
+
+
+@pytest.mark.parametrize("target", ["folder", "device", "below-a-file", "empty", "read-only"])
+def test_a_json_path_that_cannot_be_written_is_one_line_exit_2_before_any_check_runs(capsys, tmp_path, recorded_checks,
+                                                                                   target):
+    # it was a traceback and exit 1 (a failed check's status), after every check had run
+    with contextlib.ExitStack() as stack:
+        if target == "read-only":
+            folder = stack.enter_context(read_only_mount(tmp_path / "read-only"))
+            path, said = folder / "check.json", "Read-only file system"
+        else:
+            path, said = _json_targets(tmp_path)[target]
+        assert command.main(["--devices", "cpu", "--json", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert recorded_checks == [] and captured.out == ""
+    [error] = captured.err.splitlines()
+    assert error.startswith(f"hwregress: check: --json {str(path)!r}: ") and said in error, error
+    assert "e.g. --json " in error and error.endswith(")"), error
+
+
+def test_a_json_path_that_fails_during_the_run_is_one_line_exit_2(capsys, tmp_path, monkeypatch):
+    out = tmp_path / "check.json"
+
+    def folder_in_its_place(device):
+        out.unlink()
+        out.mkdir()
+        return CheckResult("second", device, PASS, "what")
+
+    monkeypatch.setattr(runner, "CHECKS", {"first": lambda device: CheckResult("first", device, PASS, "what"),
+                                           "second": folder_in_its_place})
+    assert command.main(["--devices", "cpu", "--json", str(out)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"hwregress: check: --json {str(out)!r}: ") and "is a folder" in error, error
+
+
+def test_a_stdout_that_refuses_writes_is_one_line_exit_2_before_any_check_runs(tmp_path):
+    out = tmp_path / "check.json"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "hwregress", "check", "--only", "timer", "--json", str(out)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["hwregress: check: stdout: No space left on device (nothing was checked: "
+                                        "point stdout at a file or terminal that takes writes, e.g. > check.txt)"]
+    assert not out.exists()  # the JSON is written after each check: none ran
 
 
 def test_python_m_hwregress_check_runs_the_command():

@@ -255,7 +255,7 @@ def _memory_fleet_store(tmp_path, peaks):
     store = open_store(f"sqlite:///{tmp_path / 'fleet.sqlite'}")
     for index, (host, peak) in enumerate(peaks.items()):
         document = results_document(f"{host}-1-20261127T0{index}2215Z", tests=1, hostname=host)
-        document["records"][0].update(throughput=10.0, samples=[10.0] * 3, peak_memory_bytes=peak)
+        document["records"][0].update(throughput=10.0, samples=[10.0] * 3, peak_memory_bytes=round(peak))
         store.push(document)
     store.close()
     return f"sqlite:///{tmp_path / 'fleet.sqlite'}"

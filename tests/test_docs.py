@@ -87,6 +87,57 @@ def test_readme_has_at_most_150_lines():
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into a docs/ page and link it"
 
 
+FIGURE = re.compile(r"\*\*([^*\n]*\d[^*\n]*)\*\*")  # a bold span with a digit: a figure the README quotes
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+DATA = DOCS / "data"
+
+
+def figures_without_data(page: Path, data: Path = DATA) -> list[str]:
+    """Each figure of ``page`` (a bold span with a digit) whose paragraph links no file under ``data``, or one of
+    whose numbers no linked data file holds (a data number rounded to the figure's decimals counts: 0.559 is 0.56)."""
+    problems = []
+    for paragraph in re.split(r"\n\s*\n", FENCE.sub("", page.read_text(encoding="utf-8"))):
+        figures = FIGURE.findall(paragraph)
+        if not figures:
+            continue
+        files = [(page.parent / target.partition("#")[0]).resolve() for target in MARKDOWN_LINK.findall(paragraph)
+                 if (page.parent / target.partition("#")[0]).resolve().parent == data.resolve()]
+        if not files:
+            problems += [f"{figure!r}: its paragraph links no file under docs/data/" for figure in figures]
+            continue
+        held = [value for path in files if path.is_file() for value in NUMBER.findall(path.read_text(encoding="utf-8"))]
+        for figure in figures:
+            for number in NUMBER.findall(figure):
+                if not any(_rounds_to(value, number) for value in held):
+                    problems.append(f"{figure!r}: {number} is in none of {[path.name for path in files]}")
+    return problems
+
+
+def _rounds_to(value: str, figure: str) -> bool:
+    from decimal import ROUND_HALF_UP, Decimal
+
+    value, figure = value.replace(",", ""), figure.replace(",", "")
+    places = Decimal(1).scaleb(-len(figure.partition(".")[2]))
+    return Decimal(value).quantize(places, rounding=ROUND_HALF_UP) == Decimal(figure)
+
+
+def test_every_figure_the_readme_quotes_is_in_the_data_file_it_links():
+    assert figures_without_data(README) == []
+
+
+def test_a_figure_without_its_data_fails_the_check(tmp_path):
+    (tmp_path / "docs" / "data").mkdir(parents=True)
+    page = tmp_path / "README.md"
+    page.write_text("Unchanged sessions gave **0 of 42**.\n\nA run ([data](docs/data/run.md)) gave **0.56x**.\n",
+                    encoding="utf-8")
+    (tmp_path / "docs" / "data" / "run.md").write_text("ratio 0.571\n", encoding="utf-8")
+    data = tmp_path / "docs" / "data"
+    assert figures_without_data(page, data) == ["'0 of 42': its paragraph links no file under docs/data/",
+                                                "'0.56x': 0.56 is in none of ['run.md']"]
+    (data / "run.md").write_text("ratio 0.559\n", encoding="utf-8")
+    assert figures_without_data(page, data)[1:] == []
+
+
 def test_the_link_finder_sees_links_and_images_but_not_code(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("See [a](a.md#x), ![b](img/b.png \"t\") and <img src=\"c.svg\">; [web](https://x.org).\n"

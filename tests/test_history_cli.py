@@ -448,6 +448,17 @@ def archived_journal(path: Path, *test_ids: str, header: bool = True, died_in: s
     return path
 
 
+def test_history_append_prints_a_session_name_with_a_control_character_escaped(tmp_path, capsys):
+    # a hand-edited journal's session name was printed raw: its newline broke the line in two
+    directory = history_dir(tmp_path / "history", steady_rows())
+    journal = archived_journal(tmp_path / "archive" / "results-20260301-020000-x-unfinished.jsonl", TEST_ID,
+                               session="host\nforged")
+    status, out, err = run(capsys, "history", "append", str(journal), "--dir", str(directory))
+    assert (status, err) == (0, "")
+    assert out == (f"{journal}: session 'host\\nforged' (started {DEAD_START}, interrupted): 1 rows appended to "
+                   f"{directory}\n")
+
+
 def test_history_append_brings_an_archived_journal_in_once_marked_interrupted(tmp_path, capsys):
     directory = history_dir(tmp_path / "history", steady_rows())
     journal = archived_journal(tmp_path / "archive" / "results-20260301-020000-x-unfinished.jsonl", TEST_ID,

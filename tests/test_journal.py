@@ -399,3 +399,15 @@ def test_any_bytes_as_a_journal_read_without_a_traceback(tmp_path, raw):
     assert isinstance(results, SessionResults) and path.read_bytes() == raw
     assert all(isinstance(r, TestRecord) and record_problem(vars(r)) is None for r in results.records)
     assert results.meta["skipped_lines"] <= raw.count(b"\n") + 1
+
+
+def test_an_earlier_sessions_name_with_a_control_character_is_escaped_in_its_line(tmp_path):
+    # a hand-edited journal's session name went into the terminal raw: a newline broke the warning in two
+    from hwregress.plugin.collector import _dead_session_line
+    from hwregress.store.recovery import DeadSession
+
+    dead = DeadSession("host-1\nforged", "2026-03-16T02:00:00\x1b[2J", "t\r1", 2, tmp_path / "archived.jsonl")
+    line = _dead_session_line(dead)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line, line
+    assert line.startswith("an earlier session ('host-1\\nforged', started '2026-03-16T02:00:00\\x1b[2J') died "
+                           "while running 't\\r1'; its 2 finished records"), line

@@ -9,15 +9,16 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
 import hwregress
 from hwregress import workloads
 from hwregress.plugin import MARKERS
 from hwregress.plugin.families import registry as families
 from hwregress.workloads import registry
 
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10, which pyproject supports: pytest itself depends on tomli there
+    import tomli as tomllib
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 PROJECT = PYPROJECT["project"]

@@ -312,6 +312,15 @@ def test_require_baselines_fails_new_tests(hw_project):
         (["--compile", "tvm"], "--compile: unknown compiler 'tvm'; use eager, inductor"),
         (["--memory-format", "nhwc"], "--memory-format: unknown memory format 'nhwc'"),
         (["--modes", "fly"], "--modes: "),
+        # a number that is not one, or is NaN (the messages were "is not a int" and, for NaN, "is out of range")
+        (["--rounds", "nan"], "--rounds='nan' is not a whole number; use one in [3, 100000]"),
+        (["--rounds", "1.5"], "--rounds='1.5' is not a whole number; use one in [3, 100000]"),
+        (["--tolerance", "nan"], "--tolerance='nan' is not a number; use one in [0.0, 0.99]"),
+        (["--tolerance", "NaN"], "--tolerance='NaN' is not a number; use one in [0.0, 0.99]"),
+        (["--tolerance", "five"], "--tolerance='five' is not a number; use one in [0.0, 0.99]"),
+        (["--min-round-time", "nan"], "--min-round-time='nan' is not a number; use one in [1e-06, 3600]"),
+        (["--tolerance", "inf"], "--tolerance='inf' is out of range; use a value in [0.0, 0.99]"),
+        (["--visits", "many"], "--visits='many': use auto or a whole number of visits from 1 to 64"),
     ],
 )
 def test_usage_errors_suggest_valid_values(hw_project, args, expected):
@@ -373,11 +382,14 @@ def test_pytest_benchmark_table_and_json_carry_the_measurements(hw_project):
     assert bench["stats"]["rounds"] == 6
 
 
-def test_gpu_marker_without_a_gpu_reports_skips(hw_project):
+def test_gpu_marker_without_a_gpu_reports_skips_and_with_one_runs(hw_project):
     result = hw_project.run("-m", "gpu", "-p", "no:cacheprovider", "--models", "tiny", "--batch-sizes", "1",
-                            "--modes", "infer", fast=False)
-    result.assert_outcomes(skipped=1) if not _cuda() else None
-    if not _cuda():
+                            "--modes", "infer", "--visits", "1", fast=False)
+    if _cuda():  # a CUDA host runs the GPU test instead
+        result.assert_outcomes(passed=1)
+        assert "no CUDA device visible" not in result.stdout.str()
+    else:
+        result.assert_outcomes(skipped=1)
         assert "no CUDA device visible" in result.stdout.str()
 
 

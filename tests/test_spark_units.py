@@ -677,7 +677,7 @@ def spark_project(hw_project):
     (["--spark-conf", "spark.executor.memory=4g", "--spark-conf", "novalue"],
      "--spark-conf 'novalue': write key=value"),
     (["--spark-rows", "0"], "--spark-rows='0' is out of range"),
-    (["--spark-rows", "many"], "--spark-rows='many' is not a int"),
+    (["--spark-rows", "many"], "--spark-rows='many' is not a whole number; use one in [1, 10000000]"),
     (["--spark-stream-rate", "0"], "--spark-stream-rate='0' is out of range"),
     (["--spark-stream-images", "-5"], "--spark-stream-images='-5' is out of range"),
     (["--spark-master", ""], "--spark-master is empty"),

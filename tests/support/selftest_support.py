@@ -25,6 +25,8 @@ Environment knobs (read at each use, so one project serves every scenario):
                                   a visit worker, which has HWREGRESS_VISIT_WORKER set): a process in a slow mode
     HWREGRESS_SELFTEST_REAL_CLOCK  time rounds with the device's own timer instead of the fake clock (as the visit
                                   workers, which never load this module, do)
+    HWREGRESS_SELFTEST_VISIT_WORKER_EXIT  a visit worker (HWREGRESS_VISIT_WORKER set) dies (os._exit) at the tiny
+                                  model's first forward, as a crash in native code would
 """
 
 import errno
@@ -56,6 +58,8 @@ class _MaybeOom(nn.Module):
         crash = os.environ.get("HWREGRESS_SELFTEST_CRASH_AT")
         if crash and x.shape[0] == int(crash):
             raise ValueError("injected crash inside the model")
+        if os.environ.get("HWREGRESS_VISIT_WORKER") and os.environ.get("HWREGRESS_SELFTEST_VISIT_WORKER_EXIT"):
+            os._exit(3)
         time.sleep(_sleep_seconds())
         return self.body(x)
 

@@ -1,11 +1,12 @@
 """A real local HTTP server for the alert self-tests: it records every request and answers as told (200, an error
-status, or not at all until it is stopped)."""
+status, a redirect, not at all until it is stopped, or one byte at a time)."""
 
 from __future__ import annotations
 
 import json
 import socket
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -14,11 +15,16 @@ SECRET_PATH = "/services/T000/B000/secret-key-of-the-self-test"
 
 class WebhookServer:
     """``with WebhookServer(status=200) as server:`` a server on 127.0.0.1 (a free port) in a thread; ``server.url``
-    its webhook URL (with a secret-looking path), ``server.requests`` what it received: (path, headers, body).
-    ``status=None``: it reads the request and never answers (a hanging webhook) until the ``with`` ends."""
+    its webhook URL (with a secret-looking path), ``server.requests`` what it received: (path, headers, body), a GET's
+    body ``b""``. ``status=None``: it reads the request and never answers (a hanging webhook) until the ``with`` ends.
+    ``headers``: more headers of the answer (a redirect's ``Location``). ``drip_s``: the answer is written one byte
+    every ``drip_s`` seconds (each read of the client's within any per-read timeout) until the ``with`` ends."""
 
-    def __init__(self, status: int | None = 200) -> None:
+    def __init__(self, status: int | None = 200, headers: Mapping[str, str] | None = None,
+                 drip_s: float | None = None) -> None:
         self.status = status
+        self.headers = dict(headers or {})
+        self.drip_s = drip_s
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         self.released = threading.Event()
         owner = self
@@ -31,10 +37,34 @@ class WebhookServer:
                     owner.released.wait(60)
                     return
                 answer = b"ok" if owner.status < 400 else b"invalid_payload"
+                if owner.drip_s is not None:
+                    self._drip(f"{self.protocol_version} {owner.status} OK\r\nContent-Length: {len(answer)}\r\n\r\n"
+                               .encode() + answer)
+                    return
                 self.send_response(owner.status)
+                for name, value in owner.headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
+
+            def do_GET(self) -> None:  # where a client that follows a redirect goes
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                owner.requests.append((self.path, dict(self.headers), b""))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def _drip(self, answer: bytes) -> None:
+                for byte in answer:
+                    if owner.released.wait(owner.drip_s):
+                        return
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:  # the client gave up
+                        return
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -255,10 +255,11 @@ def log_spread(x: Sequence[float]) -> float:
 
 
 def paired_reach(x: Sequence[float], threshold: float, alpha: float, power: float = POWER,
-                 max_threshold: float | None = DEFAULT_MAX_THRESHOLD) -> Reach:
+                 max_threshold: float | None = DEFAULT_MAX_THRESHOLD, unit: str = "pair") -> Reach:
     """The :class:`hwregress.judge.reach.Reach` of :func:`paired_decision` on the log-ratios ``x`` at ``alpha``:
     :func:`paired_reach_of` for ``len(x)`` pairs whose noise is :func:`log_spread` of ``x``. Fewer than 2 pairs: no
-    MDS (the noise is not known), ``why_none`` says so.
+    MDS (the noise is not known), ``why_none`` says so, calling each value a ``unit`` (``"process pair"``: a
+    process pair's mean log-ratio).
 
     Raises:
         ValueError: as :func:`paired_reach_of`, or ``x`` not finite.
@@ -267,12 +268,12 @@ def paired_reach(x: Sequence[float], threshold: float, alpha: float, power: floa
     if values.size < 2:
         _check_rule(threshold, alpha, max_threshold, power)
         return Reach(None, power, alpha, 0.0, 0.0, (values.size, values.size), threshold=threshold, sessions=1,
-                     why_none=f"{values.size} pair(s): the noise of the log-ratios is not known; run more pairs")
-    return paired_reach_of(values.size, log_spread(_checked(values)), threshold, alpha, power, max_threshold)
+                     why_none=f"{values.size} {unit}(s): the noise of the log-ratios is not known; run more {unit}s")
+    return paired_reach_of(values.size, log_spread(_checked(values)), threshold, alpha, power, max_threshold, unit)
 
 
 def paired_reach_of(n: int, sigma: float, threshold: float, alpha: float, power: float = POWER,
-                    max_threshold: float | None = DEFAULT_MAX_THRESHOLD) -> Reach:
+                    max_threshold: float | None = DEFAULT_MAX_THRESHOLD, unit: str = "pair") -> Reach:
     """The minimum detectable slowdown of :func:`paired_decision` for ``n`` pairs whose log-ratios have standard
     deviation ``sigma`` (log units), at ``alpha`` with ``power``. The model (normal log-ratios ``x_i ~ N(-d, sigma^2)``
     under a slowdown ``s = 1 - exp(-d)``; no between-session term: both windows of a pair share the session, which is
@@ -292,8 +293,8 @@ def paired_reach_of(n: int, sigma: float, threshold: float, alpha: float, power:
     root of the test's statistic, and the two are asymptotically equivalent (Hodges & Lehmann 1963), so each holds
     when the more demanding one does. The MDS is the ``s`` where that is ``power``. Pairs too few for the exact test
     ever to reach ``alpha`` (``2^-n`` not below it) have none on the significance path; :class:`Reach`'s
-    ``why_none`` says so (only a gross drop counts there). ``Reach.within`` holds ``sigma``, ``between`` 0 and
-    ``rounds`` (n, n).
+    ``why_none`` says so (only a gross drop counts there), calling each of the ``n`` a ``unit``. ``Reach.within``
+    holds ``sigma``, ``between`` 0 and ``rounds`` (n, n).
 
     Raises:
         ValueError: ``power`` outside (0, 1), a rule outside :func:`paired_compare`'s bounds, ``n`` < 2 or
@@ -307,8 +308,8 @@ def paired_reach_of(n: int, sigma: float, threshold: float, alpha: float, power:
     if below is None:
         gross = (f"only a gross drop beyond the {max(threshold, max_threshold):.0%} cap counts"
                  if max_threshold is not None and n >= GROSS_MIN_PAIRS else "no slowdown counts")
-        return replace(made, why_none=(f"{n} pairs cannot reach p < {alpha:g} (the exact signed-rank test's smallest "
-                                       f"p is 1/{2**n}): {gross}; run more pairs"))
+        return replace(made, why_none=(f"{n} {unit}s cannot reach p < {alpha:g} (the exact signed-rank test's smallest "
+                                       f"p is 1/{2**n}): {gross}; run more {unit}s"))
     model = _PairedModel(n, sigma, threshold, alpha, below, max_threshold)
     if model.probability(MAX_SHIFT) < power:
         return replace(made, why_none=f"no slowdown up to 99% is caught with {power:.0%} probability here")

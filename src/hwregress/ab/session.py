@@ -205,7 +205,7 @@ def run_ab(case: Case, start_pair: PairStarter, plan: PairPlan) -> ABResult:
             break
     verdict = Verdict.UNSTABLE if comparison is None or comparison.verdict is None else comparison.verdict
     alpha = plan.alpha_at(look)
-    reach = paired_reach(units, plan.threshold, alpha, max_threshold=plan.max_threshold)
+    reach = paired_reach(units, plan.threshold, alpha, max_threshold=plan.max_threshold, unit="process pair")
     fingerprints = run.fingerprints
     return ABResult(verdict, comparison, reach, run.pairs, dropped, taken, alpha, fingerprints,
                     fingerprint_difference(fingerprints["A"], fingerprints["B"]), run.steps or 0, run.memory,

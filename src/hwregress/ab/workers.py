@@ -47,13 +47,15 @@ class WorkerDied(WorkerError):
         label: the stack's label (``"A"``, ``"B"``).
         returncode: the exit status as ``subprocess`` gives it: ``-N`` for killed by signal N.
         stderr_tail: the last lines the worker wrote to stderr.
+        op: the request in flight (``"hello"``: the worker died starting up).
     """
 
-    def __init__(self, message: str, label: str, returncode: int | None, stderr_tail: str) -> None:
+    def __init__(self, message: str, label: str, returncode: int | None, stderr_tail: str, op: str = "") -> None:
         super().__init__(message)
         self.label = label
         self.returncode = returncode
         self.stderr_tail = stderr_tail
+        self.op = op
 
     @property
     def signal(self) -> int | None:
@@ -62,7 +64,12 @@ class WorkerDied(WorkerError):
 
 
 class WorkerTimedOut(WorkerError):
-    """A request took longer than the timeout; the worker was killed."""
+    """A request (``op``; ``"hello"``: the worker never finished starting up) took longer than the timeout; the
+    worker was killed."""
+
+    def __init__(self, message: str, op: str = "") -> None:
+        super().__init__(message)
+        self.op = op
 
 
 class WorkerFailed(WorkerError):
@@ -335,13 +342,13 @@ class StackWorker:
         self._finalizer()  # type: ignore[misc]
         message = (f"{self.name} died during {op}: {exit_status(returncode)}; the last lines of its stderr:\n"
                    f"{_indented(tail)}")
-        return WorkerDied(message, self.stack.label, returncode, tail)
+        return WorkerDied(message, self.stack.label, returncode, tail, op)
 
     def _timed_out(self, op: str, timeout_s: float) -> WorkerTimedOut:
         tail = self.stderr_tail()
         self._finalizer()  # type: ignore[misc]
         return WorkerTimedOut(f"{self.name} did not answer {op} within {timeout_s:g} s; it was killed. The last "
-                              f"lines of its stderr:\n{_indented(tail)}")
+                              f"lines of its stderr:\n{_indented(tail)}", op)
 
     def _unusable(self, stderr_tail: str) -> str | None:
         """Why the interpreter cannot run a worker, from the stderr of one that died at start; None if that is not

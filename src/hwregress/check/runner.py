@@ -36,7 +36,7 @@ def run_checks(devices: Sequence[str], names: Sequence[str] | None = None,
     ``on_result`` is called with each result as it is known (to print it as the checks go).
 
     Raises:
-        ValueError: a name that is not a check; the message lists the checks.
+        ValueError: a name that is not a check, or an empty ``names``; the message lists the checks.
     """
     chosen = chosen_checks(names)
     results = []
@@ -53,8 +53,11 @@ def chosen_checks(names: Sequence[str] | None) -> list[str]:
     """The checks ``names`` asks for (None: all), in the order they run.
 
     Raises:
-        ValueError: a name that is not a check; the message lists the checks.
+        ValueError: a name that is not a check, or an empty ``names`` (it would run nothing); the message lists the
+            checks.
     """
+    if names is not None and not names:
+        raise ValueError(f"no check named (an empty list would run nothing); the checks are {', '.join(CHECKS)}")
     unknown = [name for name in names or () if name not in CHECKS]
     if unknown:
         raise ValueError(f"no check named {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hwregress.cli.common import CliError, history_store, require_regular
 from hwregress.store.journal import JournalError, JournalRead, read_journal, session_is_writing
+from hwregress.store.printable import one_line
 from hwregress.store.recovery import append_to_history
 
 JOURNAL_FIX = "give a journal a session left: reports/archive/results-*-unfinished.jsonl"
@@ -32,8 +33,8 @@ def append_journals(args: argparse.Namespace) -> int:
         recovered = append_to_history(journal, store)
         how = "interrupted" if recovered.interrupted else "closed"
         present = recovered.rows - recovered.appended
-        print(f"{path}: session {recovered.session} (started {recovered.started_at}, {how}): {recovered.appended} "
-              f"rows appended to {args.dir}" + (f", {present} already there" if present else ""))
+        print(f"{path}: session {one_line(recovered.session)} (started {one_line(recovered.started_at)}, {how}): "
+              f"{recovered.appended} rows appended to {args.dir}" + (f", {present} already there" if present else ""))
     return 0
 
 

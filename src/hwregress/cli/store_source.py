@@ -2,7 +2,8 @@
 ``history render``, ``report render|merge`` and ``report compare``, and ``--host`` to read one runner's sessions of
 it. ``--store URL`` reads that store; ``--store`` alone the one ``python -m hwregress store`` and the session use
 (``HWREGRESS_STORE``, else ``sqlite:///reports/hwregress.sqlite``: :func:`hwregress.store.database.store_url`);
-without ``--store`` the command reads its files as before.
+without ``--store`` the command reads its files as before. ``--store=`` (an empty URL) is refused, not taken for the
+default. A reader never creates a store, and reads a SQLite file it cannot write (a read-only mount) read-only.
 """
 
 from __future__ import annotations
@@ -17,14 +18,21 @@ from hwregress.store.database import masked, open_store, sqlite_files, store_url
 from hwregress.store.fleet_store import Store
 from hwregress.store.results import SessionResults, TestRecord, record_problem
 from hwregress.store.session_results import SessionNotFound, session_results
-from hwregress.store.store_errors import StoreUnavailable
+from hwregress.store.store_errors import NoStoreUrl, StoreUnavailable
 
 REPORT_DIR = "reports"  # as python -m hwregress store: the default store is <report-dir>/hwregress.sqlite
 
 
+class _NoUrl(str):
+    """The value of a ``--store`` given without a URL (the default store): unlike ``--store=``, an empty URL."""
+
+
+NO_URL = _NoUrl("")
+
+
 def add_store_option(parser: argparse.ArgumentParser, what: str) -> None:
     """Add ``--store [URL]`` to ``parser``; ``what`` says what the command reads from the store."""
-    parser.add_argument("--store", nargs="?", const="", default=None, metavar="URL",
+    parser.add_argument("--store", nargs="?", const=NO_URL, default=None, metavar="URL",
                         help=f"read {what} from the fleet store at this SQLAlchemy URL; without a URL: "
                              f"HWREGRESS_STORE, else sqlite:///{REPORT_DIR}/hwregress.sqlite (docs/store.md)")
 
@@ -72,21 +80,40 @@ def host_ids(store: Store, names: list[str] | None) -> list[str] | None:
 
 
 def resolved_url(option: str) -> str:
-    """The URL ``--store`` names (``option`` empty: ``HWREGRESS_STORE``, else the default SQLite file)."""
-    return store_url(option or None, os.environ, REPORT_DIR)
+    """The URL ``--store`` names (``option`` :data:`NO_URL`, a bare ``--store``: ``HWREGRESS_STORE``, else the default
+    SQLite file).
+
+    Raises:
+        CliError: a URL that stores nothing: empty (``--store=``), an in-memory SQLite database.
+    """
+    return cli_store_url(None if isinstance(option, _NoUrl) else option)
+
+
+def cli_store_url(option: str | None) -> str:
+    """:func:`hwregress.store.database.store_url` of the command line (``option``: ``--store``'s value, None when
+    not given), its default folder :data:`REPORT_DIR`.
+
+    Raises:
+        CliError: a URL that stores nothing: empty, an in-memory SQLite database.
+    """
+    try:
+        return store_url(option, os.environ, REPORT_DIR)
+    except NoStoreUrl as error:
+        raise CliError(error.where, error.what, error.fix) from None
 
 
 @contextmanager
 def reading_store(url: str) -> Iterator[Store]:
     """The store at ``url``, open for the ``with`` block and closed after it; a store that cannot be opened or read
-    is a :class:`CliError` naming the URL (password masked), what happened and the fix. A reader never creates a
-    store: a SQLite file that is not there is an error, not a new empty database."""
+    is a :class:`CliError` naming the URL (its secrets masked), what happened and the fix. A reader never creates a
+    store: a SQLite file that is not there is an error, not a new empty database; a SQLite file it cannot write is
+    opened read-only (``open_store(url, reading=True)``)."""
     files = sqlite_files(url)
     if files and not files[0].exists():
         raise CliError(masked(url), "no such SQLite store",
                        "give the --store URL the sessions were pushed to (a session's --store, or store push)")
     try:
-        store = open_store(url)
+        store = open_store(url, reading=True)
     except StoreUnavailable as error:
         raise CliError(error.url, error.what, error.fix) from None
     try:

@@ -19,14 +19,20 @@ by ``d = -log(1 - s)``. Then, with ``n`` rounds now, ``m`` baseline samples and 
 
     ratio:  D = -log(median ratio) ~ N(d, sb^2 (1 + 1/k) + (pi/2) sw^2 (1/n + 1/m))
             (the current session's level, the baseline's mean level, and two sample medians, whose variance is
-            pi/2 times the mean's under normal noise)
+            pi/2 times the mean's under normal noise; the median of the pooled rounds weighs the k levels between
+            their mean, 1/k, and their median, up to 1.5/k: the mean's is kept here)
     test:   Z ~ N(kn d, 1 + kn^2 sb^2 (1 + 1/k)),  kn = sqrt(12 n m / (n + m + 1)) / sqrt(2 pi (sx^2 + sy^2))
             (the Mann-Whitney statistic standardized under H0, its slope at small shifts for normal samples of
             spreads sx, sy: Pitman efficiency 3/pi against the t-test when they are equal; Lehmann,
             "Nonparametrics", 1975, ch. 2)
-    cov(D, Z) = kn sb^2 (1 + 1/k) + rho0 sqrt(pi/2 sw^2 (1/n + 1/m)),  rho0 = sqrt(2/3)
-            (the session levels move both; the median difference and the Hodges-Lehmann shift the test's
-            statistic follows correlate as sqrt(efficiency(median) / efficiency(HL)) = sqrt((2/pi) / (3/pi)))
+    cov(D, Z) = kn sb^2 (1 + 1/k) + rho0 sqrt(pi/2 sw^2 (1/n + 1/m)),  rho0 = sqrt(3)/2
+            (the session levels move both; the median difference and the rank statistic correlate through their
+            influence functions, sign(x) / (2 f(0)) and (F(x) - 1/2) / int f^2: E[sign(X)(F(X) - 1/2)] = 1/4,
+            var(sign X) = 1, var(F(X)) = 1/12, so rho0 = (1/4) / sqrt(1/12) = sqrt(3)/2 for every continuous law
+            symmetric about its median (Hettmansperger & McKean, "Robust Nonparametric Statistical Methods", 2nd ed.
+            2011, ch. 1-2); ``tests/test_reach.py`` measures it on simulated samples. The ratio of efficiencies'
+            square root, sqrt((2/pi) / (3/pi)) = sqrt(2/3), is the correlation only where one estimator is
+            efficient, as the mean is under normal noise, not between these two)
 
     P(regression | d) = P(D > tau, Z > z_alpha) + P(D > c) - P(D > c, Z > z_alpha)
             tau = -log(1 - threshold), c = -log(1 - max(threshold, cap)), z_alpha the normal quantile of 1 - alpha
@@ -53,7 +59,10 @@ T(1) or solo runs or plain torch, a speedup's CPU side; none for a latency), and
 recorded sessions since their last level shift (0 with fewer than 3: not known). The baseline's figure is the median
 of its ``k`` recorded sessions (a speedup's is the one session that recorded it, ``k = 1``), so the judged change
 
-    D = log(F / F_baseline) (latency) or -log(F / F_baseline) (higher is better) ~ N(d, (sb^2 + W) (1 + 1/k))
+    D = log(F / F_baseline) (latency) or -log(F / F_baseline) (higher is better) ~ N(d, (sb^2 + W) (1 + c_k/k))
+
+with ``c_k/k`` the variance of the median of ``k`` normal draws (:data:`MEDIAN_OF_K`: ``c_k`` = 1 for k = 1 and 2,
+1.346 for k = 3, towards pi/2), not the mean's 1/k (which made the stated MDS slightly optimistic),
 
 is a regression when ``D > tau`` (``tau = log(1 + threshold)`` for a latency, ``-log(1 - threshold)`` otherwise),
 with probability ``Phi((d - tau) / sd)``. The MDS is ``d = tau + z_power sd``, given in the figure's own direction:
@@ -75,8 +84,25 @@ from hwregress.judge.changepoints import since_last_change
 from hwregress.judge.stats import MIN_HISTORY, robust_spread
 
 POWER = 0.9
-MEDIAN_VARIANCE = math.pi / 2  # var(sample median) / var(sample mean) for normal samples
-RHO_MEDIAN_HL = math.sqrt(2.0 / 3.0)  # corr(median difference, Hodges-Lehmann shift) for normal samples
+MEDIAN_VARIANCE = math.pi / 2  # var(sample median) / var(sample mean) for normal samples, as n grows
+RHO_MEDIAN_HL = math.sqrt(3.0) / 2.0  # corr(median difference, the rank statistic): symmetric laws (module doc)
+# k x var(median of k iid N(0, 1)), k = 1..20 (the entries' history length): order statistics' moments integrated
+# numerically (scipy.integrate.quad and dblquad over the normal order-statistic densities); an even k's median is the
+# mean of the two middle ones. tests/test_reach.py checks them by simulation. Beyond 20: pi/2.
+MEDIAN_OF_K = (1.0, 1.0, 1.346, 1.1928, 1.4342, 1.2885, 1.4731, 1.3454, 1.4949, 1.3833, 1.5088, 1.4102, 1.5184,
+               1.4303, 1.5254, 1.446, 1.5308, 1.4585, 1.535, 1.4687)
+
+
+def median_of_k_variance(k: int) -> float:
+    """var(median of ``k`` iid draws) / var(one draw) for normal draws: :data:`MEDIAN_OF_K` ``/ k`` (pi / (2k) beyond
+    20).
+
+    Raises:
+        ValueError: ``k`` below 1.
+    """
+    if k < 1:
+        raise ValueError(f"the median of {k} draws: k must be >= 1")
+    return (MEDIAN_OF_K[k - 1] if k <= len(MEDIAN_OF_K) else MEDIAN_VARIANCE) / k
 MAX_SHIFT = 5.0  # log units: a 99.3% slowdown; nothing the rule misses beyond it is worth a number
 FIGURES = ("throughput", "latency", "efficiency", "speedup")  # the judged figures a Reach may belong to
 LOWER_IS_BETTER = ("latency",)
@@ -215,7 +241,7 @@ def threshold_reach_of(figure: str, n: int, within: float, between: float, sessi
         raise ValueError(f"need >= 1 round and session and spreads >= 0, got {n}, {sessions}, {within}, "
                          f"{between}, {reference_within}")
     own = within**2 / n + ((reference_within or 0.0) ** 2 / reference_rounds if reference_rounds else 0.0)
-    sd = math.sqrt((between**2 + MEDIAN_VARIANCE * own) * (1.0 + 1.0 / sessions))
+    sd = math.sqrt((between**2 + MEDIAN_VARIANCE * own) * (1.0 + median_of_k_variance(sessions)))
     tau = math.log1p(threshold) if figure in LOWER_IS_BETTER else -math.log1p(-threshold)
     shift = tau + float(special.ndtri(power)) * sd
     made = Reach(None, power, None, within, between, (n, reference_rounds), threshold=threshold, sessions=sessions,

@@ -2,7 +2,8 @@
 few pairs of windows (:mod:`hwregress.ab.processes`: the process is the unit of the verdict), each ended with its
 block. Under pytest-xdist every device's tests run on one xdist worker (:mod:`hwregress.plugin.xdist`), so one window
 runs on a device at a time. A stack found unable to run a worker at all (:class:`hwregress.ab.workers.StackUnusable`)
-is remembered, so the device's later tests fail at once with the same error instead of starting it again.
+or whose worker died or hung starting up (at ``hello``) is remembered, so the device's later tests fail at once with
+that first error instead of starting it again (a hang would cost each of them the whole ``--ab-timeout``).
 Torch-free."""
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ class WorkerPool:
             StackUnusable: a stack was found unable to run a worker on ``device`` earlier this session.
         """
         if device in self._unusable:
-            raise StackUnusable(f"{self._unusable[device]} (found at this session's first A/B test on {device})")
+            raise StackUnusable(self._unusable[device])
         return lambda: started_pair(self.stacks, device, self.timeout_s, self.workload_modules)
 
-    def mark_unusable(self, device: str, message: str) -> None:
-        """Remember that a stack cannot run a worker on ``device`` (``message``: the error)."""
-        self._unusable[device] = message
+    def mark_unusable(self, device: str, message: str, test_id: str) -> None:
+        """Remember that a stack cannot run a worker on ``device`` (``message``: the error, found at ``test_id``); a
+        device already marked keeps its first error."""
+        self._unusable.setdefault(device, f"{message}\n(found at this session's A/B test {test_id} on {device}; the "
+                                          "device's later A/B tests are not started)")
 
 
 def register(config: pytest.Config, stacks: tuple[Stack, Stack], timeout_s: float,

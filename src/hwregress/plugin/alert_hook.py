@@ -4,33 +4,30 @@ Slack-compatible JSON message (built by :mod:`hwregress.report.alerts`; docs/ale
 Registered on the controller only, never on an xdist worker, and after the collector
 (:mod:`hwregress.plugin.collector`): its ``pytest_sessionfinish`` is ``trylast``, so the history is appended and
 ``results.json`` and the report are written before the message names them. A webhook that fails (a bad URL, a refused
-connection, no answer within ``TIMEOUT_S``, an HTTP error status) is one line in the terminal summary, and never
-changes the session's exit status. The URL is a secret (a Slack webhook's path is its key): it is shown only as
+connection, no answer within :data:`hwregress.plugin.webhook.TIMEOUT_S` for the whole request, a redirect, an HTTP
+error status; :func:`hwregress.plugin.webhook.post_json`) is one line in the terminal summary, and never changes the
+session's exit status. The URL is a secret (a Slack webhook's path is its key): it is shown only as
 ``scheme://host/***``, and replaced so in ``results.json``'s ``meta.args``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import socket
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 from hwregress.plugin.fixture import SESSION_KEY
 from hwregress.plugin.host_check import alert_findings
 from hwregress.plugin.options import masked_option, value_of
+from hwregress.plugin.webhook import masked, post_json, scrubbed
 
 ENVIRONMENT_VARIABLE = "HWREGRESS_ALERT_WEBHOOK"
 FLAG = "--alert-webhook"
-TIMEOUT_S = 5.0
 PLUGIN_NAME = "hwregress-alerts"
 
 
@@ -40,50 +37,6 @@ def webhook_of(config: pytest.Config) -> str | None:
     raw, _ = value_of(config, "hwregress_alert_webhook")
     url = str(raw).strip() if raw is not None else os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
     return url or None
-
-
-def masked(url: str) -> str:
-    """``url`` with everything after its host (the path, the query, user and password) replaced by ``***``, e.g.
-    ``https://hooks.slack.com/***``; ``(a URL that is not http(s))`` when it has no http(s) scheme and host."""
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        host, port, parts = None, None, None
-    if parts is None or parts.scheme not in ("http", "https") or not host:
-        return "(a URL that is not http(s))"
-    return f"{parts.scheme}://{host}{f':{port}' if port else ''}/***"
-
-
-def post_json(url: str, payload: Mapping[str, Any], timeout_s: float = TIMEOUT_S) -> str | None:
-    """POST ``payload`` as JSON to ``url``; None when the server answered 2xx, else what went wrong in words (never
-    the URL's path). Never raises for a network or HTTP failure."""
-    if masked(url).startswith("("):
-        return f"{masked(url)}: give http(s)://HOST/PATH"
-    body = json.dumps(payload, allow_nan=False).encode("utf-8")
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json; charset=utf-8",
-                                              "User-Agent": "hwregress-alerts"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            response.read(4096)
-            status = response.status
-    except urllib.error.HTTPError as error:
-        answer = error.read(200).decode("utf-8", "replace").strip()
-        return f"HTTP {error.code} {error.reason}" + (f" ({' '.join(answer.split())})" if answer else "")
-    except urllib.error.URLError as error:
-        return f"no connection ({_reason(error.reason)})"
-    except TimeoutError:
-        return f"no answer within {timeout_s:g} s"
-    except (OSError, ValueError) as error:
-        return f"failed ({_reason(error)})"
-    return None if 200 <= status < 300 else f"HTTP {status}"
-
-
-def _reason(reason: Any) -> str:
-    if isinstance(reason, TimeoutError):
-        return "timed out"
-    return str(reason) or type(reason).__name__
 
 
 def mask_args(args: Iterable[Any]) -> list[Any]:
@@ -113,8 +66,9 @@ class AlertHook:
         try:
             self.lines.append(self._send(collector))
         except Exception as error:  # an alert must never fail the session: said, then left
-            self.lines.append(f"hwregress: alert not sent to {masked(self.url)}: {type(error).__name__}: {error} "
-                              "(a defect in hwregress: report it); the session's result is unchanged")
+            what = scrubbed(f"{type(error).__name__}: {error}", self.url)
+            self.lines.append(f"hwregress: alert not sent to {masked(self.url)}: {what} (a defect in hwregress: "
+                              "report it); the session's result is unchanged")
 
     def _send(self, collector: Any) -> str:
         from hwregress.report.alerts import session_alerts, slack_message

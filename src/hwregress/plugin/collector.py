@@ -31,6 +31,7 @@ from hwregress.plugin.store_push import masked_store_args
 from hwregress.store.atomic import atomic_write_json, atomic_write_text
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import Journal
+from hwregress.store.printable import one_line
 from hwregress.store.recovery import DeadSession, archive_dead_journals
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import NOTEWORTHY
@@ -320,8 +321,8 @@ def _record_of(report: pytest.TestReport) -> TestRecord | None:
 def _dead_session_line(dead: DeadSession) -> str:
     """One sentence about a session that ended without writing its results, and whether its records reached the
     history."""
-    how = f"died while running {dead.died_in}" if dead.died_in else "ended without writing its results"
-    return (f"an earlier session ({dead.session}, started {dead.started_at}) {how}; its "
+    how = f"died while running {one_line(dead.died_in)}" if dead.died_in else "ended without writing its results"
+    return (f"an earlier session ({one_line(dead.session)}, started {one_line(dead.started_at)}) {how}; its "
             f"{dead.records} finished records are in {dead.archived} (render them: python -m hwregress report render "
             f"{dead.archived} -o FILE.html){_recovered_clause(dead)}")
 

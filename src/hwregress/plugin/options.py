@@ -7,6 +7,7 @@ error names the flag or ini key the bad value came from, the value, and what wou
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,12 +251,24 @@ def list_of(config: pytest.Config, ini: str) -> list[str] | None:
     return entries
 
 
+NUMBER_WORDS = {int: "a whole number", float: "a number"}  # what a value of each kind is called in an error
+
+
 def number_of(config: pytest.Config, ini: str, kind: Callable[[str], Any], low: float, high: float) -> Any:
+    """The option's value as ``kind`` (``int`` or ``float``), in ``[low, high]``.
+
+    Raises:
+        pytest.UsageError: a value ``kind`` cannot read, NaN (which no range holds), or a value out of range; the
+            message names the option (or ini key), the value and the range to give.
+    """
     raw, source = value_of(config, ini)
     try:
         value = kind(str(raw))
     except ValueError:
-        raise pytest.UsageError(f"{source}={raw!r} is not a {kind.__name__}") from None
+        value = None
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise pytest.UsageError(f"{source}={raw!r} is not {NUMBER_WORDS.get(kind, 'a number')}; use one in "
+                                f"[{low}, {high}]")
     if not low <= value <= high:
         raise pytest.UsageError(f"{source}={raw!r} is out of range; use a value in [{low}, {high}]")
     return value

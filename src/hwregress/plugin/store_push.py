@@ -22,6 +22,7 @@ import pytest
 from hwregress.plugin.options import masked_option, value_of
 from hwregress.plugin.provenance import machine_id
 from hwregress.store.atomic import atomic_write_json
+from hwregress.store.printable import one_line
 
 if TYPE_CHECKING:
     from hwregress.judge.day_one import FleetJudge
@@ -32,15 +33,26 @@ QUEUE_DIR = "store-queue"
 
 
 def chosen_url(config: pytest.Config, environ: Mapping[str, str], report_dir: Path) -> str | None:
-    """The store URL the session pushes to, or None for none (``--store=none``)."""
-    from hwregress.store.database import store_url
+    """The store URL the session pushes to, or None for none (``--store=none``).
 
-    url = store_url(value_of(config, "hwregress_store")[0], environ, report_dir)
+    Raises:
+        pytest.UsageError: a ``--store`` (or its ini twin, or ``HWREGRESS_STORE``) that stores nothing: empty, or an
+            in-memory SQLite database (:func:`hwregress.store.database.store_url`).
+    """
+    from hwregress.store.database import store_url
+    from hwregress.store.store_errors import NoStoreUrl
+
+    option, source = value_of(config, "hwregress_store")
+    try:
+        url = store_url(option, environ, report_dir, source)
+    except NoStoreUrl as error:
+        raise pytest.UsageError(str(error)) from None
     return None if url.strip().lower() == OFF else url
 
 
 def masked_store_args(args: list[str]) -> list[str]:
-    """The session's arguments with a ``--store`` URL's password shown as ``***`` (results.json, the store)."""
+    """The session's arguments with a ``--store`` URL's secrets (its password, a ``?password=``) shown as ``***``
+    (results.json, the store: :func:`hwregress.store.database.masked`)."""
     from hwregress.store.database import masked
 
     return masked_option(args, "--store", masked)
@@ -69,8 +81,8 @@ def push_session(results: Mapping[str, Any], url: str, report_dir: Path) -> Push
     except (StoreUnavailable, ValueError) as error:
         return PushReport(_queued(results, report_dir, str(error), masked(url)), failed=True)
     said = "pushed" if outcome.inserted else "already there"
-    return PushReport(f"store: session {results['meta'].get('session')} {said} ({outcome.figures} figures) in "
-                      f"{masked(url)}", failed=False)
+    session = one_line(results["meta"].get("session"))
+    return PushReport(f"store: session {session} {said} ({outcome.figures} figures) in {masked(url)}", failed=False)
 
 
 def _queued(results: Mapping[str, Any], report_dir: Path, error: str, shown: str) -> str:
@@ -95,7 +107,7 @@ def store_history(url: str, hardware_keys: Collection[str], test_ids: Collection
     from hwregress.store.store_errors import StoreUnavailable
 
     try:
-        store = open_store(url)
+        store = open_store(url, reading=True)
         try:
             by_key = store.history_by_key(hardware_keys, test_ids, host_ids)
         finally:
@@ -121,7 +133,8 @@ def fleet_judge(url: str) -> FleetJudge:
             from hwregress.store.database import open_store
             from hwregress.store.fleet_queries import FleetReader
 
-            opened.append(FleetReader(open_store(url)))  # StoreUnavailable: the judge says so, and reads again later
+            # StoreUnavailable: the judge says so, and reads again later
+            opened.append(FleetReader(open_store(url, reading=True)))
         return opened[0]
 
     return FleetJudge(lambda key: reader().latest_medians(key),

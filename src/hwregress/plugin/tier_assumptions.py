@@ -79,7 +79,8 @@ class Assumptions:
         peak_tflops: published dense peaks per dtype, TFLOP/s (NVIDIA datasheets, :mod:`hwregress.hardware.roofline`).
         memory_tb_s: published DRAM bandwidth, TB/s (H100 SXM 3.35, H200 4.8).
         mfu: fraction of the peak an eager model step reaches: the H200 sessions measured 0.30-0.61 (resnet50 train
-            bs32 0.30, bs128 0.34, infer bs256 0.44; gpt2 train 0.53, infer bs16 0.61).
+            bs32 0.30, bs128 0.36, infer bs256 0.46; gpt2 train 0.56, infer bs16 0.61), the first H100's 0.29-0.59
+            (0.29, 0.34, 0.44; 0.53, 0.59), docs/measured.md's tables.
         bandwidth_fraction: fraction of ``memory_tb_s`` a decode step's weight reads reach.
         launch_us: host time to dispatch and launch one aten operator on CUDA, microseconds: 15.7 on the H200
             (resnet50 infer bs1, launch-bound: 3.6 ms a step for 229 operators).

@@ -1,12 +1,15 @@
-"""Where the fleet store lives and how it is opened: :func:`store_url` picks the SQLAlchemy URL, :func:`open_store`
-makes the engine, migrates the schema to head (:mod:`hwregress.store.migrations`) and returns a
+"""Where the fleet store lives and how it is opened: :func:`store_url` picks the SQLAlchemy URL (refusing one that
+stores nothing), :func:`masked` is how a URL is shown or kept anywhere (its secrets ``***``), :func:`open_store` makes
+the engine, migrates the schema to head (:mod:`hwregress.store.migrations`) and returns a
 :class:`hwregress.store.fleet_store.Store`. Every failure to reach or write the store is one
-:class:`StoreUnavailable`: the URL (password masked), what went wrong and the fix.
+:class:`StoreUnavailable`: the URL (masked), what went wrong and the fix. A database that is neither empty nor
+hwregress's is never written (:mod:`hwregress.store.sqlite_file` checks a SQLite file before it is connected to).
 
 SQLite (the default, ``<report-dir>/hwregress.sqlite``): every connection sets ``journal_mode=WAL`` (readers never
 wait for the writer), ``busy_timeout`` 30 s (writers queue instead of failing) and ``foreign_keys=ON``; a write
 transaction begins ``IMMEDIATE``, taking the file's write lock first, so that two writers never both read and then
-both fail to upgrade to writing. PostgreSQL (``postgresql+psycopg://``, the ``fleet`` extra): concurrent first opens
+both fail to upgrade to writing. A reader (``open_store(url, reading=True)``) opens a file it cannot write read-only
+(a store on a read-only mount). PostgreSQL (``postgresql+psycopg://``, the ``fleet`` extra): concurrent first opens
 of an empty database migrate one at a time under an advisory lock.
 """
 
@@ -15,25 +18,32 @@ from __future__ import annotations
 import functools
 import os
 import re
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Engine, create_engine, event, exc, make_url
+from sqlalchemy import URL, Engine, create_engine, event, exc, inspect, make_url
 
-from hwregress.store.atomic import describe_kind
 from hwregress.store.fleet_store import Store
-from hwregress.store.store_errors import FLEET_FIX, StoreUnavailable, unavailable
+from hwregress.store.sqlite_file import BUSY_TIMEOUT_MS, check_sqlite_file, read_only_url, writable
+from hwregress.store.store_errors import FLEET_FIX, NoStoreUrl, NotHwregress, StoreUnavailable, unavailable
+from hwregress.store.tables import VERSION_TABLE, described_tables, owned_by_hwregress
 
 ENV_VAR = "HWREGRESS_STORE"
 SQLITE_NAME = "hwregress.sqlite"
-BUSY_TIMEOUT_MS = 30_000
+# a query parameter whose name says it holds a secret: libpq's password and sslpassword, a token, ...
+SECRET_PARAMETER = re.compile(r"pass(?:word|wd)|secret|token", re.IGNORECASE)
+# a URL's user part as SQLAlchemy's parser reads it (sqlalchemy.engine.url._parse_url): <scheme>://<user>:<password>@,
+# found anywhere in the text (a text SQLAlchemy refuses, e.g. "postgres ql://u:pw@h", keeps its password hidden too)
+_USER_PASSWORD = re.compile(r"([\w+]*://[^:/]*:)[^@]*@")
+_NO_STORE_FIX = ("give a SQLAlchemy URL of a file or a server, e.g. sqlite:///reports/hwregress.sqlite; a session "
+                 "turns the store off with --store=none")
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _MIGRATION_LOCK = 0x6877_7265_6772  # "hwregr": the advisory lock id of a PostgreSQL migration
 
@@ -41,22 +51,57 @@ _MIGRATION_LOCK = 0x6877_7265_6772  # "hwregr": the advisory lock id of a Postgr
 CONNECT_TIMEOUT_S = 10
 
 
-def store_url(option: str | None, environ: Mapping[str, str], report_dir: str | os.PathLike[str]) -> str:
-    """The store's SQLAlchemy URL: ``option`` (``--store``), else ``environ["HWREGRESS_STORE"]``, else the SQLite file
-    ``sqlite:///<report_dir>/hwregress.sqlite`` (``report_dir`` as given, relative or absolute)."""
-    for candidate in (option, environ.get(ENV_VAR)):
+def store_url(option: str | None, environ: Mapping[str, str], report_dir: str | os.PathLike[str],
+              source: str = "--store") -> str:
+    """The store's SQLAlchemy URL: ``option`` (``--store``, from ``source``), else ``environ["HWREGRESS_STORE"]``
+    (unset or empty: not given), else the SQLite file ``<report_dir>/hwregress.sqlite`` (``report_dir`` as given,
+    relative or absolute), its URL built from the path, so that no character of it (``?``, ``#``, ``%``) is read as
+    URL syntax.
+
+    Raises:
+        NoStoreUrl: ``option`` given but empty (it would have meant the default silently), or an in-memory SQLite
+            database (``sqlite://``: the session would be "pushed" into nothing).
+    """
+    if option is not None and not option.strip():
+        raise NoStoreUrl(f"{source}={option!r}", "an empty URL names no store", _NO_STORE_FIX)
+    for candidate, where in ((option, source), (environ.get(ENV_VAR), ENV_VAR)):
         if candidate and candidate.strip():
+            if _in_memory(candidate.strip()):
+                raise NoStoreUrl(f"{where}={masked(candidate)!r}", "an in-memory SQLite database keeps nothing after "
+                                                                   "this process", _NO_STORE_FIX)
             return candidate.strip()
-    return f"sqlite:///{Path(report_dir) / SQLITE_NAME}"
+    return URL.create(drivername="sqlite", database=str(Path(report_dir) / SQLITE_NAME)).render_as_string(False)
+
+
+def _in_memory(url: str) -> bool:
+    """Whether ``url`` is an in-memory SQLite database (``sqlite://``, ``:memory:``, a URI's ``file::memory:`` or
+    ``mode=memory``); False for a text that is no URL (opening it says so)."""
+    try:
+        parsed = make_url(url)
+    except (exc.ArgumentError, ValueError):
+        return False
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return database in ("", ":memory:") or database.startswith("file::memory:") or parsed.query.get("mode") == "memory"
 
 
 def masked(url: str) -> str:
-    """``url`` with its password shown as ``***`` (in a text SQLAlchemy cannot read, whatever lies between
-    ``://user:`` and ``@``)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (exc.ArgumentError, ValueError):  # ValueError: a port that is no number
-        return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+    """``url`` as it may be shown or kept (the terminal, results.json, the report, the store's ``sessions.meta``,
+    errors): the password of its user part and the value of every query parameter :data:`SECRET_PARAMETER` names
+    (``password``, ``sslpassword``, a token; libpq takes a password there too) replaced by ``***``, the rest as given.
+    The text is read by SQLAlchemy's own grammar (:data:`_USER_PASSWORD`; the query after the first ``?``, its
+    parameters split on ``&``, their names percent-decoded), so a text it cannot parse is masked the same."""
+    text = _USER_PASSWORD.sub(r"\1***@", url, count=1)
+    head, mark, query = text.partition("?")
+    if not mark:
+        return text
+    parameters = query.split("&")
+    for index, parameter in enumerate(parameters):
+        name, equals, _ = parameter.partition("=")
+        if equals and SECRET_PARAMETER.search(unquote_plus(name)):
+            parameters[index] = f"{name}=***"
+    return f"{head}?{'&'.join(parameters)}"
 
 
 def sqlite_files(url: str) -> list[Path]:
@@ -72,14 +117,16 @@ def sqlite_files(url: str) -> list[Path]:
     return [database, Path(f"{database}-wal"), Path(f"{database}-shm")]
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, reading: bool = False) -> Store:
     """Open the store at ``url`` (a SQLAlchemy URL: ``sqlite:///path``, ``postgresql+psycopg://user:pw@host/db``),
-    creating a SQLite file's folder, and migrate its schema to head.
+    creating a SQLite file's folder, and migrate its schema to head. ``reading``: the caller only reads, so a SQLite
+    file it cannot write (a read-only mount) is opened read-only (:func:`hwregress.store.sqlite_file.read_only_url`)
+    instead of failing.
 
     Raises:
         StoreUnavailable: a URL SQLAlchemy cannot read, a database driver not installed, a server that refuses or
-            does not answer, a file that cannot be created or written (read-only, disk full), a schema newer than
-            this hwregress knows.
+            does not answer, a file that cannot be created or written (read-only, disk full), a database that is
+            neither empty nor hwregress's (nothing is written to it), a schema newer than this hwregress knows.
     """
     shown = masked(url)
     try:
@@ -90,9 +137,15 @@ def open_store(url: str) -> Store:
                                       "postgresql+psycopg://user:password@host/database") from None
     if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")  # psycopg 3, the fleet extra's driver
-    _require_regular_database(url, shown)
+    files = sqlite_files(url)
+    if files:
+        check_sqlite_file(files[0], shown)  # before any connection: journal_mode=WAL is already a write
+        if not reading and not writable(files[0]):
+            raise StoreUnavailable(shown, f"{files[0]} or its folder is read-only (a read-only mount or file)",
+                                   "give a writable file with --store or HWREGRESS_STORE, or --store=none")
+    read_only = read_only_url(parsed) if files and reading else None
     try:
-        engine = _engine(parsed)
+        engine = _engine(read_only or parsed, read_only is not None)
     except exc.NoSuchModuleError:
         raise StoreUnavailable(shown, f"no SQLAlchemy dialect {parsed.drivername!r}",
                                "use sqlite:/// or postgresql+psycopg://") from None
@@ -105,48 +158,41 @@ def open_store(url: str) -> Store:
                                "point --store or HWREGRESS_STORE at a writable place, or give --store=none") from None
     try:
         upgrade(engine)
+    except NotHwregress as error:
+        engine.dispose()
+        raise StoreUnavailable(shown, f"is a database of another application ({described_tables(error.tables)}), "
+                                      "not an hwregress store",
+                               "hwregress never writes into another application's database: give --store an empty "
+                               "database or an hwregress store, or --store=none") from None
     except (exc.SQLAlchemyError, OSError, CommandError) as error:
         engine.dispose()
         raise unavailable(shown, error) from None
     return Store(engine, shown)
 
 
-def _require_regular_database(url: str, shown: str) -> None:
-    """Refuse a SQLite store's path that is there but no regular file (a folder, a FIFO, a device): SQLite would
-    report a FIFO as a failing disk, and must never write into a device.
-
-    Raises:
-        StoreUnavailable: naming what the path is.
-    """
-    for path in sqlite_files(url):  # the database, its -wal and -shm
-        try:
-            mode = path.stat().st_mode
-        except OSError:  # not there (created), or unreadable (SQLite says why)
-            continue
-        if not stat.S_ISREG(mode):
-            raise StoreUnavailable(shown, f"{path} is {describe_kind(mode)}, not a SQLite file",
-                                   "point --store or HWREGRESS_STORE at a SQLite file or a new path, or give "
-                                   "--store=none")
-
-
-def _engine(url: Any) -> Engine:
+def _engine(url: Any, read_only: bool) -> Engine:
     if url.get_backend_name() != "sqlite":  # a server that does not answer: one line after 10 s, not the OS's 2 min
         return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
-    if url.database and url.database != ":memory:":
+    if url.database and url.database != ":memory:" and not read_only:
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
-    event.listen(engine, "connect", _sqlite_connection)
-    event.listen(engine, "begin", _sqlite_begin)
+    event.listen(engine, "connect", functools.partial(_sqlite_connection, wal=not read_only))
+    event.listen(engine, "begin", _sqlite_read_only_begin if read_only else _sqlite_begin)
     return engine
 
 
-def _sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_connection(dbapi_connection: Any, _record: Any, wal: bool = True) -> None:
     dbapi_connection.isolation_level = None  # the driver's own BEGIN off: _sqlite_begin says which
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    if wal:  # a read-only connection leaves the file's journal mode as it is (setting it is a write)
+        cursor.execute("PRAGMA journal_mode = WAL")
     cursor.execute("PRAGMA foreign_keys = ON")
     cursor.close()
+
+
+def _sqlite_read_only_begin(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
 
 
 def _sqlite_begin(connection: Any) -> None:
@@ -175,6 +221,8 @@ def upgrade(engine: Engine) -> None:
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database cannot be reached or written.
         alembic.util.CommandError: its revision is unknown to this hwregress (a newer one migrated it).
+        NotHwregress: it holds tables and is not hwregress's (:func:`hwregress.store.tables.owned_by_hwregress`):
+            another application's, left as it was.
     """
     with engine.connect().execution_options(hwregress_read_only=True) as connection:
         if MigrationContext.configure(connection).get_current_revision() == head_revision():
@@ -183,5 +231,10 @@ def upgrade(engine: Engine) -> None:
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":
             connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+        found = inspect(connection)
+        tables = [*found.get_table_names(), *found.get_view_names()]
+        revisions = MigrationContext.configure(connection).get_current_heads() if VERSION_TABLE in tables else ()
+        if not owned_by_hwregress(tables, revisions):
+            raise NotHwregress(sorted(tables))
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

@@ -300,7 +300,9 @@ def _sub_record(hint: Any) -> type[Figures] | None:
 
 def _conforms(value: Any, hint: Any, depth: int = 0) -> bool:
     """Whether a JSON value fits a type hint (one level into lists and dicts; floats may be NaN: a
-    journal keeps what the session measured). A sub-record in a list is checked field by field."""
+    journal keeps what the session measured; an int may be written as an integral float, ``1073741824.0``: JSON has
+    one kind of number, and other writers of a results file do so). A sub-record in a list is checked field by
+    field."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if isinstance(hint, type) and issubclass(hint, Figures):
         return isinstance(value, hint) or (isinstance(value, Mapping) and _problem(value, hint) is None)
@@ -313,7 +315,8 @@ def _conforms(value: Any, hint: Any, depth: int = 0) -> bool:
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        integral = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+        return (isinstance(value, int) and not isinstance(value, bool)) or integral
     if origin is list:
         return isinstance(value, list) and all(_conforms(item, args[0], depth + 1) for item in value)
     if origin is dict:

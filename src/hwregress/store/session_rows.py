@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import math
 import uuid
 from collections import Counter
@@ -19,12 +20,21 @@ from typing import Any
 
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import parse_time
-from hwregress.store.results import TestRecord
+from hwregress.store.results import TestRecord, record_problem, type_legacy_details
 from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
 
 UNKNOWN_HOST = "unknown"  # the host id of a session that names no GPU, machine id or hostname
 RESULTS_FIX = "give a results.json written by hwregress (its meta has session and started_at)"
+
+
+class MalformedResults(ValueError):
+    """A results document a push cannot take: ``what`` is wrong (the record and the field where it is one), ``fix``
+    what to do; ``str()`` is ``"<what> (<fix>)"``, so that a caller that names the file can say each once."""
+
+    def __init__(self, what: str, fix: str = RESULTS_FIX) -> None:
+        self.what, self.fix = what, fix
+        super().__init__(f"{what} ({fix})")
 
 
 @dataclass(frozen=True)
@@ -64,20 +74,24 @@ def session_rows(results: Mapping[str, Any]) -> SessionRows:
     """The rows of the session of a ``results.json`` document (as parsed JSON).
 
     Raises:
-        ValueError: not a results document (no ``meta`` object with a ``session`` string and an ISO 8601
-            ``started_at``, or ``records`` not a list of objects); the message names what is missing.
+        MalformedResults: not a results document (no ``meta`` object with a ``session`` string and an ISO 8601
+            ``started_at``, ``records`` not a list of objects), a ``meta.hostname`` not a string or a
+            ``meta.hardware`` not a list, or a record without a ``test_id``, with a field not of
+            the type :class:`TestRecord` declares (:func:`hwregress.store.results.record_problem`) or an unknown
+            verdict; the message names what is missing, or the record (its index and test id) and the field.
     """
     meta = results.get("meta") if isinstance(results, Mapping) else None
     records = results.get("records") if isinstance(results, Mapping) else None
     if not isinstance(meta, Mapping) or not isinstance(records, list):
-        raise ValueError(f"not a results document: no 'meta' object and 'records' list ({RESULTS_FIX})")
+        raise MalformedResults("not a results document: no 'meta' object and 'records' list")
     name, started = meta.get("session"), parse_time(str(meta.get("started_at") or ""))
     if not isinstance(name, str) or not name or started is None:
-        raise ValueError(f"meta.session {name!r} or meta.started_at {meta.get('started_at')!r} is missing or not "
-                         f"ISO 8601 ({RESULTS_FIX})")
-    if not all(isinstance(item, Mapping) for item in records):
-        raise ValueError(f"'records' holds something that is not an object ({RESULTS_FIX})")
-    typed = [TestRecord.from_json(dict(item)) for item in records]
+        raise MalformedResults(f"meta.session {name!r} or meta.started_at {meta.get('started_at')!r} is missing or not "
+                               "ISO 8601")
+    for field, kind, what in (("hostname", str, "a string"), ("hardware", list, "a list of devices")):
+        if meta.get(field) is not None and not isinstance(meta[field], kind):
+            raise MalformedResults(f"meta.{field} {json.dumps(meta[field], default=str)[:40]} is not {what}")
+    typed = [typed_record(index, item) for index, item in enumerate(records)]
     hardware_key = session_hardware_key(typed)
     host = {"host_id": host_id(typed, meta), "aliases": [meta["hostname"]] if meta.get("hostname") else [],
             "hardware_key": hardware_key, "first_seen": started, "last_seen": started}
@@ -90,6 +104,28 @@ def session_rows(results: Mapping[str, Any]) -> SessionRows:
         "environment": environments(meta, typed), "meta": dict(meta),
     }
     return SessionRows(host, session, [row for record in typed for row in figure_rows(record)])
+
+
+def typed_record(index: int, item: Any) -> TestRecord:
+    """Record ``index`` of a results document's ``records`` (its JSON) as a :class:`TestRecord`, once checked.
+
+    Raises:
+        MalformedResults: not an object, no string ``test_id``, a field not of its declared type, or an unknown
+            verdict; the message names the record (index and test id) and the field.
+    """
+    if not isinstance(item, Mapping):
+        raise MalformedResults(f"record {index} is malformed: not an object but {type(item).__name__}")
+    if "test_id" not in item:
+        raise MalformedResults(f"record {index} is malformed: no 'test_id' (the test's pytest node id)")
+    label = f"record {index} ({item['test_id']})" if isinstance(item["test_id"], str) else f"record {index}"
+    values = type_legacy_details(dict(item))  # a copy: the details an older version kept untyped are checked too
+    problem = record_problem(values)
+    if problem is None:
+        try:
+            return TestRecord.from_json(values)
+        except (TypeError, ValueError) as error:  # an unknown verdict
+            problem = str(error)
+    raise MalformedResults(f"{label} is malformed: {problem}")
 
 
 def session_uuid(name: str, started: _dt.datetime) -> str:

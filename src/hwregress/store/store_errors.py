@@ -1,5 +1,7 @@
-"""What goes wrong reaching or writing the fleet store, as one line: :class:`StoreUnavailable` names the store's URL
-(password masked), what happened and the fix; :func:`unavailable` makes it from a driver's or SQLAlchemy's error."""
+"""What goes wrong choosing, reaching or writing the fleet store, as one line: :class:`NoStoreUrl` names a
+``--store`` that stores nothing; :class:`StoreUnavailable` names the store's URL (its secrets masked), what happened and
+the fix; :func:`unavailable` makes it from a driver's or SQLAlchemy's error; :class:`NotHwregress` is a database of
+another application, which hwregress never writes."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ FLEET_FIX = "pip install 'hwregress[fleet]'"
 
 
 class StoreUnavailable(Exception):
-    """The store cannot be opened or written: ``<url>: <what> (<fix>)``, the URL's password masked.
+    """The store cannot be opened or written: ``<url>: <what> (<fix>)``, the URL's secrets masked.
 
     Attributes:
         url: the masked URL; what: what happened; fix: what to do.
@@ -16,6 +18,32 @@ class StoreUnavailable(Exception):
     def __init__(self, url: str, what: str, fix: str) -> None:
         super().__init__(f"{url}: {what} ({fix})")
         self.url, self.what, self.fix = url, what, fix
+
+
+class NoStoreUrl(ValueError):
+    """A store URL that stores nothing (empty, an in-memory database): ``<source>=<value>: <what> (<fix>)``, the value
+    masked.
+
+    Attributes:
+        where: ``<source>=<value>``, e.g. ``--store='sqlite://'``; what: what is wrong; fix: what to do.
+    """
+
+    def __init__(self, where: str, what: str, fix: str) -> None:
+        super().__init__(f"{where}: {what} ({fix})")
+        self.where, self.what, self.fix = where, what, fix
+
+
+class NotHwregress(Exception):
+    """A database holding tables that make it no hwregress store (:func:`hwregress.store.tables.owned_by_hwregress`):
+    found before anything is written to it.
+
+    Attributes:
+        tables: its tables and views.
+    """
+
+    def __init__(self, tables: list[str]) -> None:
+        super().__init__(f"a database of another application ({', '.join(tables)})")
+        self.tables = tables
 
 
 # a connection the server ended, in libpq's words or the server's own: one reason, one fix

@@ -9,10 +9,13 @@ PostgreSQL; docs/store.md, 'Schema' describes each column.
   test and metric, deleted with its session.
 
 The migrations (``migrations/versions``) create exactly these tables; a self-test compares them
-(tests/test_store_schema.py). A change here is a new migration there.
+(tests/test_store_schema.py). A change here is a new migration there. :func:`owned_by_hwregress` says whether a
+database holding some tables is hwregress's store (or empty), or another application's, which hwregress never writes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from sqlalchemy import (
     JSON,
@@ -103,3 +106,26 @@ figures = Table(
     UniqueConstraint("session_id", "test_id", "metric", name="uq_figures_session_test_metric"),
     Index(None, "hardware_key", "test_id"),
 )
+
+VERSION_TABLE = "alembic_version"  # Alembic's: the revision a database's schema is at
+# the tables every revision of the schema has had (migration 0001 on): a migration that drops one changes this
+ALWAYS_THERE = frozenset({"hosts", "sessions", "figures"})
+_LISTED = 5  # tables a message names before "and N more"
+
+
+def owned_by_hwregress(tables: Collection[str], revisions: Collection[str]) -> bool:
+    """Whether a database holding ``tables`` (its tables and views), its :data:`VERSION_TABLE` holding ``revisions``,
+    may be written as the store: it holds no table (empty: the first open creates the schema), or it holds
+    :data:`ALWAYS_THERE` and a revision (hwregress's, of any version: a revision this one does not know is then
+    refused by Alembic, by name). Anything else is another application's database, which hwregress never writes; a
+    revision alone is no proof (``0001`` is a common one)."""
+    if not tables:
+        return True
+    return VERSION_TABLE in tables and bool(revisions) and ALWAYS_THERE <= set(tables)
+
+
+def described_tables(tables: Collection[str]) -> str:
+    """``tables: a, b, c`` for a message, the first :data:`_LISTED` and how many more."""
+    names = sorted(tables)
+    more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
+    return f"tables: {', '.join(names[:_LISTED])}{more}"

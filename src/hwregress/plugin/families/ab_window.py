@@ -3,7 +3,8 @@ windows in fresh pairs of stack workers (:mod:`hwregress.plugin.ab_pool`, :func:
 its record holds B against A: the verdict, the ratio B/A and its interval, the paired minimum detectable slowdown,
 every pair and both stacks' fingerprints (``record.ab``). Nothing is judged against a baseline and nothing is recorded
 into one. A worker that dies or hangs fails the test with its stderr's last lines, and the device's next test starts
-fresh workers; a stack that cannot run a worker fails this test and the device's later ones with the same error."""
+fresh workers; a stack that cannot run a worker, or whose worker dies or hangs starting up (at ``hello``), fails this
+test and the device's later ones at once with the same error."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hwregress.ab.protocol import Case
 from hwregress.ab.session import ABResult, run_ab
 from hwregress.ab.workers import StackUnusable, WorkerDied, WorkerError, WorkerFailed, WorkerTimedOut
 from hwregress.judge.compare import reach_figures
-from hwregress.plugin.ab_pool import POOL_KEY
+from hwregress.plugin.ab_pool import POOL_KEY, WorkerPool
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.record import skip_with
 from hwregress.store.ab_figures import ABFigures, ABPairFigures
@@ -60,24 +61,41 @@ def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case)
     assert ab is not None
     pool = bench.config.stash[POOL_KEY]
     plan = ab.plan(bench.settings.plan.min_round_s, bench.settings.policy.tolerances.max_threshold)
+    failure = None
     try:
         result = run_ab(case, pool.starter(device), plan)
-    except StackUnusable as error:
-        pool.mark_unusable(device, str(error))
-        _fail(record, str(error))
-    except (WorkerDied, WorkerTimedOut) as error:
-        _fail(record, f"{error}\nthe device's next A/B test starts fresh workers")
-    except WorkerFailed as error:
-        if error.kind == "oom":
-            record.message = str(error)
-            skip_with(Verdict.OOM, str(error))
-        _fail(record, f"{error}\n{error.traceback.strip().splitlines()[-1] if error.traceback.strip() else ''}")
     except WorkerError as error:
-        _fail(record, str(error))
+        failure = _failure(error, pool, device, record)
+    if failure is not None:  # outside the except: pytest would print the error a second time, as the failure's context
+        _fail(record, failure)
     fill_record(record, result, ab.meta()["stacks"], plan.seed, plan.looks)
     if result.verdict == Verdict.REGRESSION:
         pytest.fail(record.message, pytrace=False)
     return record
+
+
+def _failure(error: WorkerError, pool: WorkerPool, device: str, record: TestRecord) -> str:
+    """The failure message of ``error``, a worker's, in ``record``'s test on ``device``; a stack that cannot run a
+    worker or did not start one (died or hung at ``hello``) is marked in ``pool``, so the device's later tests fail
+    at once naming this error.
+
+    Raises:
+        pytest's skip (``oom``): a stack ran out of memory building the case.
+    """
+    if isinstance(error, StackUnusable):
+        pool.mark_unusable(device, str(error), record.test_id)
+        return str(error)
+    if isinstance(error, (WorkerDied, WorkerTimedOut)):
+        if error.op == "hello":
+            pool.mark_unusable(device, str(error), record.test_id)
+            return f"{error}\nthe stack did not start: the device's later A/B tests fail at once with this error"
+        return f"{error}\nthe device's next A/B test starts fresh workers"
+    if isinstance(error, WorkerFailed):
+        if error.kind == "oom":
+            record.message = str(error)
+            skip_with(Verdict.OOM, str(error))
+        return f"{error}\n{error.traceback.strip().splitlines()[-1] if error.traceback.strip() else ''}"
+    return str(error)
 
 
 def _fail(record: TestRecord, message: str) -> NoReturn:
