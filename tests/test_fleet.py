@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.stats import median_abs_deviation
 
@@ -32,6 +32,7 @@ def synthetic_fleet(n: int = 10, sd: float = 0.02, seed: int = 7, center: float 
 
 @settings(max_examples=300, deadline=None)
 @given(fleets)
+@example({"a": 1.9, "b": 1.9, "aa": 1.9})  # CI's failing case: the rounded mean fell below every host
 def test_the_fleet_value_lies_within_the_kept_hosts_range_and_the_iteration_terminates(hosts):
     baseline = fleet_baseline(hosts)
     kept = [hosts[h] for h in baseline.kept]

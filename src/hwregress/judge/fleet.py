@@ -146,8 +146,10 @@ def fleet_baseline(host_medians: Mapping[str, float], test_id: str = "",
         kept = within
     values = np.array([v for v, _ in kept])
     hosts = tuple(sorted(h for _, h in kept))
+    # the division rounds: the mean of three 1.9s is 1.8999999999999997, below every host it averages
+    mean = min(max(math.fsum(values) / len(values), float(values.min())), float(values.max()))
     return FleetBaseline(
-        test_id=test_id, value=math.fsum(values) / len(values), median=median,
+        test_id=test_id, value=mean, median=median,
         spread=normal_mad(values, float(np.median(values))), kept=hosts,
         dropped=tuple(sorted(set(host_medians) - set(hosts))), rounds=rounds,
         sessions=sum((sessions or {}).get(h, 0) for h in hosts))
