@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from support.postgres import FLEET_MISSING, fresh_database, postgres_server
+from support.zygote import Zygote
 
 pytest_plugins = ["pytester"]  # the self-tests only: never in the hardware suite's own runs
 
@@ -34,9 +35,11 @@ FAST = ["-p", "no:cacheprovider", "--devices", "cpu", "--models", "tiny", "--bat
 class HwProject:
     """A pytester project holding the suite; runs pytest in a subprocess."""
 
-    def __init__(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, zygote: Zygote) -> None:
         self.pytester = pytester
         self.monkeypatch = monkeypatch
+        self.zygote = zygote
+        self.sessions = 0
         self.path = pytester.path
         shutil.copytree(REPO / "fixtures", self.path / "fixtures")
         (self.path / "bench_tests").mkdir()
@@ -51,7 +54,7 @@ class HwProject:
             inprocess: bool = False, timeout: float = 600) -> pytest.RunResult:
         for key in ("HWREGRESS_SELFTEST_SLOWDOWN", "HWREGRESS_SELFTEST_INTERRUPT", "HWREGRESS_SELFTEST_OOM_AT",
                     "HWREGRESS_SELFTEST_CRASH_AT", "HWREGRESS_SELFTEST_HARD_EXIT", "HWREGRESS_SELFTEST_SIGKILL",
-                    "HWREGRESS_SELFTEST_ENOSPC",
+                    "HWREGRESS_SELFTEST_ENOSPC", "HWREGRESS_SELFTEST_RENDER_FAIL",
                     "HWREGRESS_SELFTEST_BUSY", "HWREGRESS_SELFTEST_HOST_BYTES", "HWREGRESS_SELFTEST_TORCH",
                     "HWREGRESS_SELFTEST_COMPILE_FAIL", "HWREGRESS_SELFTEST_SLEEP_S",
                     "HWREGRESS_SELFTEST_STREAM_SLEEP_S", "HWREGRESS_SELFTEST_FREEZE",
@@ -66,7 +69,12 @@ class HwProject:
         full = [*(FAST if fast else []), *args]
         if inprocess:  # cheap, for runs that stop before any test (usage errors)
             return self.pytester.runpytest_inprocess(*full)
-        return self.pytester.runpytest_subprocess(*SUBPROCESS_ARGS, *full, timeout=timeout)
+        # runpytest_subprocess's run, forked from the zygote: a session of its own without the imports' seconds
+        self.sessions += 1
+        basetemp = self.path / f"runpytest-{self.sessions}"
+        basetemp.mkdir(mode=0o700)
+        return self.pytester.run(*self.zygote.command(), f"--basetemp={basetemp}", *SUBPROCESS_ARGS, *full,
+                                 timeout=timeout)
 
     @property
     def results(self) -> dict:
@@ -106,9 +114,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(SELFTEST_TIMEOUT_S))
 
 
+@pytest.fixture(scope="session")
+def zygote() -> Iterator[Zygote]:
+    """One zygote per self-test process (per xdist worker) for the end-to-end sessions (:mod:`support.zygote`)."""
+    started = Zygote.start()
+    yield started
+    started.stop()
+
+
 @pytest.fixture
-def hw_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> HwProject:
-    return HwProject(pytester, monkeypatch)
+def hw_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, zygote: Zygote) -> HwProject:
+    return HwProject(pytester, monkeypatch, zygote)
 
 
 @pytest.fixture

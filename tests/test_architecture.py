@@ -372,16 +372,16 @@ print("HEAVY=" + json.dumps(heavy), file=sys.stderr)
 @pytest.fixture
 def stored(tmp_path: Path) -> dict[str, str]:
     """A baselines folder, a history and a results file, written by the library in this (torch-using) process."""
-    from hwregress.report import write_outputs
     from hwregress.store.baselines import BaselineStore
     from hwregress.store.history import HistoryStore
+    from hwregress.store.result_files import write_results
     from hwregress.store.results import SessionResults, TestRecord
 
     record = TestRecord("t", family="throughput", hardware_key="cpu-a", model="resnet18", mode="train", batch_size=8,
                         dtype="fp32", throughput=5.0, samples=[5.0, 5.1, 4.9], unit="samples/s", device="cpu")
     BaselineStore(tmp_path / "baselines").write_entries("cpu-a", "CPU A", {"throughput/resnet18": {"median": 5.0}})
     HistoryStore(tmp_path / "history").append_session([record], "s1", "2026-11-22T10:00:00+00:00")
-    results = write_outputs(SessionResults({}, [record]), tmp_path / "reports")["results"]
+    results = write_results(SessionResults({}, [record]), tmp_path / "reports").paths["results"]
     return {"baselines": str(tmp_path / "baselines"), "history": str(tmp_path / "history"), "results": str(results),
             "html": str(tmp_path / "page.html")}
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from hwregress.cli import main
-from hwregress.report import write_outputs
 from hwregress.store.baselines import BaselineStore
 from hwregress.store.history import HistoryStore
 from hwregress.store.history_row import HISTORY_ROW_VERSION
+from hwregress.store.result_files import write_results
 from hwregress.store.results import SessionResults, TestRecord
 
 
@@ -47,7 +47,7 @@ def test_diff_against_results(tmp_path, capsys):
     store = _store(tmp_path)
     record = TestRecord("t", family="throughput", hardware_key="cpu-a", model="resnet18", mode="train", batch_size=8,
                         dtype="fp32", throughput=5.0, samples=[5.0])
-    paths = write_outputs(SessionResults({}, [record]), tmp_path / "reports")
+    paths = write_results(SessionResults({}, [record]), tmp_path / "reports").paths
     assert main(["baselines", "diff", str(store.path_for("cpu-a")), str(paths["results"])]) == 0
     assert "0.5" in capsys.readouterr().out
 
@@ -66,7 +66,7 @@ def test_report_merge_as_module(tmp_path):
     for key, value in (("machine-a", 10.0), ("machine-b", 30.0)):
         record = TestRecord("t", hardware_key=key, model="resnet18", mode="train", batch_size=8, dtype="fp32",
                             throughput=value, device="cuda:0")
-        files.append(str(write_outputs(SessionResults({"hostname": key}, [record]), tmp_path / key)["results"]))
+        files.append(str(write_results(SessionResults({"hostname": key}, [record]), tmp_path / key).paths["results"]))
     out = tmp_path / "merged.html"
     completed = subprocess.run([sys.executable, "-m", "hwregress", "report", "merge", *files, "-o", str(out)],
                                capture_output=True, text=True, check=True)
@@ -172,7 +172,7 @@ def test_output_never_overwrites_an_input(tmp_path, capsys, monkeypatch):
     for output in (str(journal), str(link), journal.name, f"./sub/../{journal.name}"):
         assert main(["report", "render", str(journal), "-o", output]) == 2
         assert "never overwrites an input" in _one_error(capsys, output, journal)
-    results = write_outputs(SessionResults({}, [TestRecord("t", hardware_key="k")]), tmp_path / "r")["results"]
+    results = write_results(SessionResults({}, [TestRecord("t", hardware_key="k")]), tmp_path / "r").paths["results"]
     assert main(["report", "merge", str(results), str(journal), "-o", str(results)]) == 2
     _one_error(capsys, results)
     assert journal.read_bytes() == before and link.is_symlink()
@@ -184,7 +184,7 @@ def _history_and_results(tmp_path):
                         dtype="fp32", throughput=5.0, samples=[5.0, 5.1, 4.9], unit="samples/s")
     store = HistoryStore(tmp_path / "history")
     store.append_session([record], "session-1", "2026-11-22T10:00:00+00:00")
-    results = write_outputs(SessionResults({}, [record]), tmp_path / "reports")["results"]
+    results = write_results(SessionResults({}, [record]), tmp_path / "reports").paths["results"]
     return store, results
 
 
@@ -242,7 +242,7 @@ def test_output_onto_a_fifo_or_a_device_is_refused_and_left_as_it_is(tmp_path, c
 
 
 def test_merge_with_malformed_records_is_one_line(tmp_path, capsys):
-    good = write_outputs(SessionResults({}, [TestRecord("t", hardware_key="k", throughput=1.0)]), tmp_path / "r")
+    good = write_results(SessionResults({}, [TestRecord("t", hardware_key="k", throughput=1.0)]), tmp_path / "r").paths
     data = json.loads(good["results"].read_text())
     for broken in (None, [1], {"test_id": "t", "throughput": "fast"}, {"test_id": "t", "samples": {"a": 1}}):
         data["records"] = [broken]
@@ -330,7 +330,8 @@ def _inputs(tmp_path) -> dict[str, str]:
         record = TestRecord("t", family="throughput", hardware_key="cpu-a", model="resnet18", mode="train",
                             batch_size=8, dtype="fp32", throughput=throughput, unit="samples/s", device="cpu",
                             samples=[throughput * f for f in (0.99, 1.0, 1.01)])
-        results.append(str(write_outputs(SessionResults({"hostname": name}, [record]), tmp_path / name)["results"]))
+        written = write_results(SessionResults({"hostname": name}, [record]), tmp_path / name)
+        results.append(str(written.paths["results"]))
         HistoryStore(tmp_path / "history").append_session([record], f"s-{name}", f"2026-11-2{len(results)}T10:00:00")
     return {"baselines": str(store.directory), "history": str(tmp_path / "history"), "a": results[0],
             "b": results[1], "tmp": str(tmp_path)}

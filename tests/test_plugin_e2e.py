@@ -428,6 +428,18 @@ def test_full_disk_runs_every_test_says_what_was_lost_and_fails_the_session(hw_p
     assert sessions == {json.loads(journal.read_text().splitlines()[0])["session"]}
 
 
+def test_a_page_that_cannot_be_rendered_costs_only_the_page(hw_project):
+    result = hw_project.run(env={"HWREGRESS_SELFTEST_RENDER_FAIL": "1"})
+    result.assert_outcomes(passed=2)
+    assert result.ret != pytest.ExitCode.OK
+    reports = hw_project.path / "reports"
+    assert (f"report not written to {reports}: TemplateError: injected template error; the results are in "
+            f"{reports / 'results.json'}") in result.stdout.str()
+    assert len(hw_project.results["records"]) == 2 and not (reports / "report.html").exists()
+    (archived,) = (reports / "archive").glob("results-*.json")
+    assert json.loads(archived.read_text()) == hw_project.results
+
+
 def test_outputs_onto_a_fifo_or_a_device_are_refused_and_the_session_fails_keeping_its_journal(
         hw_project, character_device):
     reports = hw_project.path / "reports"

@@ -6,17 +6,20 @@ import json
 import math
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
+import jinja2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
 
 from conftest import table_cells
-from hwregress.report import render, render_merge, write_outputs
+from hwregress.report import render, render_merge, write_report
 from hwregress.report.axes import nice_axis, tick_label
 from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, roofline_chart
 from hwregress.store.figures import CompileComparison, CompileFigures, LlmFigures, LookFigures
+from hwregress.store.result_files import write_results
 from hwregress.store.results import SessionResults, TestRecord, load
 from hwregress.store.verdicts import Verdict
 
@@ -116,6 +119,12 @@ def test_charts_are_valid_svg_and_empty_without_data():
     assert "<rect" in bar_chart([("gpu", 20.0)], "speedup", "x")
 
 
+def write_outputs(results: SessionResults, report_dir: Path) -> dict[str, Path]:
+    """The collector's order: the store writes the results, then the report its page under the same stem."""
+    written = write_results(results, report_dir)
+    return {**written.paths, **write_report(results, report_dir, written.stem)}
+
+
 def test_write_outputs_and_merge(tmp_path):
     first = SessionResults(dict(META), [throughput_record("resnet18", 8, 40.0)])
     second_record = throughput_record("resnet18", 8, 400.0, device="cuda:0")
@@ -124,8 +133,27 @@ def test_write_outputs_and_merge(tmp_path):
     paths = write_outputs(first, tmp_path)
     assert load(paths["results"]).records[0].throughput == 40.0
     assert paths["report"].read_text().startswith("<!DOCTYPE html>")
+    assert paths["report archive"].read_text() == paths["report"].read_text()
+    stem = paths["results archive"].name.removeprefix("results-").removesuffix(".json")
+    assert paths["report archive"].name == f"report-{stem}.html"
     html = render_merge([first, second])
     assert "amd-epyc-2t" in html and "nvidia-h100-80gb-hbm3" in html
+
+
+def test_the_results_are_on_disk_before_the_page_is_rendered(tmp_path, monkeypatch):
+    import hwregress.report as report
+
+    def template_error(*args, **kwargs):
+        raise jinja2.TemplateError("broken template")
+
+    monkeypatch.setattr(report, "render", template_error)
+    results = SessionResults(dict(META), [throughput_record("resnet18", 8, 40.0)])
+    written = write_results(results, tmp_path)
+    with pytest.raises(jinja2.TemplateError):
+        write_report(results, tmp_path, written.stem)
+    assert load(written.paths["results"]).records[0].throughput == 40.0
+    assert load(written.paths["results archive"]).records[0].throughput == 40.0
+    assert not (tmp_path / "report.html").exists()
 
 
 def test_two_sessions_writing_in_the_same_second_keep_both_archives(tmp_path):

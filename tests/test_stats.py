@@ -160,3 +160,21 @@ def test_one_level_shift_never_lifts_the_threshold_past_the_cap(noise, unit_nois
     assert stats.compare(samples, samples, 0.05, history=list(history)).threshold <= stats.DEFAULT_MAX_THRESHOLD
     if abs(log_shift) >= np.log(1.5):  # a gross step is found: it never enters the spread
         assert stats.history_bound(list(history)) <= _noise_ceiling(noise) + 1e-9
+
+
+untied = st.lists(st.floats(0.5, 2.0, allow_nan=False), min_size=1, max_size=12, unique=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(untied.flatmap(lambda pool: st.tuples(st.just(pool), st.integers(0, len(pool)))))
+def test_the_one_sided_p_values_are_scipys_exact_and_asymptotic_ones(split):
+    from scipy.stats import mannwhitneyu
+
+    pool, cut = split
+    current, baseline = np.array(pool[:cut]), np.array(pool[cut:])
+    if current.size == 0 or baseline.size == 0:
+        return
+    method = "exact" if min(current.size, baseline.size) <= 8 else "asymptotic"
+    expected = tuple(mannwhitneyu(current, baseline, alternative=side, method=method).pvalue
+                     for side in ("less", "greater"))
+    assert stats._mann_whitney(current, baseline) == pytest.approx(expected, rel=1e-12, abs=1e-15)

@@ -123,6 +123,12 @@ def _disk_full(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device (injected by the self-test)")
 
 
+def _template_error(*args, **kwargs):
+    from jinja2 import TemplateError
+
+    raise TemplateError("injected template error")
+
+
 def _failing_backend(graph_module, example_inputs):
     raise RuntimeError("injected compiler failure\nsecond line of the compiler's error\n" + "deep frame\n" * 20)
 
@@ -162,9 +168,13 @@ def pytest_configure(config):
 
         journal.Journal.append = _disk_full
     if "results" in full:
+        from hwregress.store import result_files
+
+        result_files.write_results = _disk_full
+    if os.environ.get("HWREGRESS_SELFTEST_RENDER_FAIL"):
         from hwregress import report
 
-        report.write_outputs = _disk_full
+        report.render = _template_error
 
 
 def _tiny_lm():

@@ -28,6 +28,7 @@ from hwregress.plugin.provenance import machine_id, session_provenance
 from hwregress.plugin.record import REPORT_ATTRIBUTE
 from hwregress.plugin.settings import Settings
 from hwregress.plugin.store_push import masked_store_args
+from hwregress.store import result_files
 from hwregress.store.atomic import atomic_write_json, atomic_write_text
 from hwregress.store.history import HistoryStore
 from hwregress.store.journal import Journal
@@ -173,13 +174,31 @@ class Collector:
         return [name for name in (pushed, machine, hostname) if name]
 
     def _write(self, results: SessionResults, session: pytest.Session) -> None:
-        from hwregress.report import write_outputs  # Jinja2 only when there is something to render
-
+        """results.json first, by the store, then the page that reads it: a page that cannot be rendered costs
+        only the page."""
+        report_dir = self.settings.report_dir
         try:
-            self.paths.update(write_outputs(results, self.settings.report_dir, self.history))
+            written = result_files.write_results(results, report_dir)
+            self.paths.update(written.paths)
+            stem = written.stem
         except (OSError, ValueError, TypeError) as error:  # full disk, unwritable folder, a value JSON refuses
             kept = f"they stay in {self.journal.path}" if self.journal is not None else "no journal holds them either"
-            self._fail(session, f"results not written to {self.settings.report_dir}: {error}; {kept}")
+            self._fail(session, f"results not written to {report_dir}: {error}; {kept}")
+            stem = result_files.session_stem(results.meta, report_dir / result_files.ARCHIVE_FOLDER)
+        self._write_report(results, session, stem)
+        self._write_summaries(results, session)
+
+    def _write_report(self, results: SessionResults, session: pytest.Session, stem: str) -> None:
+        from hwregress import report  # Jinja2 only when there is something to render
+
+        try:
+            self.paths.update(report.write_report(results, self.settings.report_dir, stem, self.history))
+        except Exception as error:  # a template or a value the page cannot show: the results are written already
+            where = self.paths.get("results") or (self.journal.path if self.journal is not None else None)
+            self._fail(session, f"report not written to {self.settings.report_dir}: {type(error).__name__}: "
+                                f"{error}; the results are {f'in {where}' if where else 'not on disk either'}")
+
+    def _write_summaries(self, results: SessionResults, session: pytest.Session) -> None:
         summary = ci.markdown_summary(results)
         targets = [Path(p) for p in (os.environ.get("GITHUB_STEP_SUMMARY"), self.settings.summary_md) if p]
         for target in targets:

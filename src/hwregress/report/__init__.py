@@ -1,16 +1,13 @@
 """The HTML report: one self-contained page (inline CSS and SVG) rendered with Jinja2.
 
-``write_outputs`` writes ``results.json`` and ``report.html`` plus copies under ``archive/`` named by the session's
-start and id; ``render_merge`` puts several machines' results side by side.
+``write_report`` writes ``report.html`` and its copy under ``archive/``, beside the results the store wrote first
+(:mod:`hwregress.store.result_files`); ``render_merge`` puts several machines' results side by side.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import math
-import os
-import socket
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,13 +24,11 @@ from hwregress.report.history_view import HistorySection
 from hwregress.report.reach_view import reach_cells, tolerance_by_kind
 from hwregress.report.regressed_chart import top_context
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY
-from hwregress.store.archive import archive_stem, free_archive_stem
-from hwregress.store.atomic import atomic_write_json, atomic_write_text
-from hwregress.store.history import parse_time
+from hwregress.store.atomic import atomic_write_text
+from hwregress.store.result_files import archive_copy
 from hwregress.store.results import SessionResults, TestRecord, machine_label
 from hwregress.store.verdicts import Verdict, verdict_rank
 
-ARCHIVE_COPIES = {"results archive": "results-{}.json", "report archive": "report-{}.html"}  # {}: archive_name
 ROOFLINE_METHOD = (
     "Arithmetic intensity = FLOPs per sample (torch.utils.flop_counter, 2 x multiply-adds) / estimated bytes "
     "moved per sample: parameters read once per forward pass, every leaf module's output written and read once; "
@@ -171,41 +166,23 @@ def render(results: SessionResults, history: HistorySection | None = None) -> st
     )
 
 
-def write_outputs(results: SessionResults, report_dir: Path, history: HistorySection | None = None) -> dict[str, Path]:
-    """Write ``results.json`` and ``report.html`` (with ``history``'s trend section) under ``report_dir``
-    (atomically) and their copies under ``report_dir/archive/`` (:func:`archive_name`). Returns the paths written by
-    name.
+def write_report(results: SessionResults, report_dir: Path, stem: str,
+                 history: HistorySection | None = None) -> dict[str, Path]:
+    """Render the session's page (with ``history``'s trend section) and write it as ``report.html`` under
+    ``report_dir`` and as its archive copy ``archive/report-<stem>.html`` (``stem``: the one its results' copy took,
+    :func:`hwregress.store.result_files.write_results`), each atomically. Returns the paths written by name.
+
+    The results are written before this, by the store: a page that cannot be rendered costs only the page.
 
     Raises:
         OSError: a file cannot be written, or is not a regular file (``NotARegularFileError``).
-        ValueError: a value JSON cannot hold (see :func:`hwregress.store.atomic.atomic_write_json`).
+        jinja2.TemplateError, or whatever a value's formatting raises: the page cannot be rendered.
     """
-    data = results.to_json()
     html = render(results, history)
-    paths = {"results": report_dir / "results.json", "report": report_dir / "report.html",
-             **_archive_paths(report_dir / "archive", archive_name(results.meta, report_dir / "archive"))}
-    for key in ("results", "results archive"):
-        atomic_write_json(paths[key], data)
-    for key in ("report", "report archive"):
-        atomic_write_text(paths[key], html)
+    paths = {"report": report_dir / "report.html", "report archive": archive_copy(report_dir, "report archive", stem)}
+    for path in paths.values():
+        atomic_write_text(path, html)
     return paths
-
-
-def archive_name(meta: dict[str, Any], archive: Path) -> str:
-    """``<start>-<session>`` of a session's archive copies (``results-<name>.json``, ``report-<name>.html``;
-    :func:`hwregress.store.archive.archive_stem`): its start (``meta["started_at"]``; now when absent or unreadable)
-    and its id (``meta["session"]``, ``host-pid-start``; ``host-pid`` when absent), as a dead session's journal is
-    archived. The id keeps apart sessions that write into one report folder in the same second; a name already in
-    ``archive`` (one session written twice) gets ``-1``, ``-2``, ...
-    (:func:`hwregress.store.archive.free_archive_stem`)."""
-    started = parse_time(meta["started_at"]) if isinstance(meta.get("started_at"), str) else None
-    session = str(meta.get("session") or f"{socket.gethostname()}-{os.getpid()}")
-    stem = archive_stem(started or _dt.datetime.now(_dt.timezone.utc), session)
-    return free_archive_stem(archive, stem, list(ARCHIVE_COPIES.values()))
-
-
-def _archive_paths(archive: Path, name: str) -> dict[str, Path]:
-    return {key: archive / pattern.format(name) for key, pattern in ARCHIVE_COPIES.items()}
 
 
 def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: float = 1.0,

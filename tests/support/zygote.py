@@ -1,0 +1,242 @@
+"""A zygote for the self-tests' pytest sessions: one process per self-test worker that has imported torch,
+torchvision, transformers and SciPy once, and forks a fresh pytest session for each run that asks, as Android's
+zygote forks apps and ``multiprocessing``'s forkserver forks workers.
+
+A self-test's end-to-end session (:class:`conftest.HwProject`) runs ``python zygote_client.py SOCKET ARGS...``
+through ``pytester.run``, so its output, exit status and timeout are pytester's as for ``runpytest_subprocess``;
+the client hands its standard streams, working folder, environment and arguments to the zygote and exits as the
+session did (by the same signal, where the session died of one). Each session is its own process, forked from a
+process that has only imported (the GNU OpenMP runtime of torch's CPU build hangs in a child forked after it ran a
+parallel region, which rules out forking the self-test process itself), with its own process group, its own
+environment and ``sys.path`` as a fresh ``python -m pytest`` in that folder would have, and its interpreter's exit
+handlers run at its end. What it saves is the imports: 4-6 s per session on a 2-core machine, most of the self-tests'
+end-to-end time.
+
+The zygote imports no ``hwregress`` module nor any other plugin's: pytest rewrites the asserts of an entry-point
+plugin's package as it imports it, and warns of a package imported before the session. Sessions that must be a
+process of their own from the start (a signal sent to the pytest process, an interpreter's own start-up) keep
+``runpytest_subprocess``.
+
+Run as ``python zygote.py SOCKET``: prints ``ready`` when it listens, serves until its standard input closes.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CLIENT = Path(__file__).with_name("zygote_client.py")
+HEADER = struct.Struct("!Q")  # the length of the request's JSON, sent with the client's three standard streams
+# not xdist (its plugin keeps the sys.path it was imported under for its workers) nor any other pytest plugin's
+# package (pytest rewrites their asserts as it imports them, and warns of one imported before the session)
+PRELOAD = ("numpy", "scipy.stats", "psutil", "jinja2", "filelock", "torch", "torch.distributed", "torch.profiler",
+           "torch.utils.flop_counter")
+
+
+def preload() -> None:
+    """Import the heavy third-party modules a session imports, with the collector off, then freeze them out of
+    its sight (as ``selftest_gc`` does in a fresh session)."""
+    import importlib
+
+    gc.disable()
+    for name in PRELOAD:
+        importlib.import_module(name)
+    _import_torchvision()
+    _import_transformers()
+    gc.freeze()
+    gc.enable()
+
+
+def _import_torchvision() -> None:
+    """torchvision as :func:`hwregress.workloads.registry.import_torchvision` imports it (that module itself is not
+    imported here: see the module doc): a CUDA build of torchvision beside torch's CPU build needs the nms schemas."""
+    try:
+        import torchvision  # noqa: F401
+    except RuntimeError as error:
+        if "torchvision::nms does not exist" not in str(error):
+            raise
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]  # hwregress's workaround defines the schemas in the session, then imports it again
+
+
+def _import_transformers() -> None:
+    try:
+        import transformers
+
+        transformers.GPT2Config, transformers.GPT2LMHeadModel, transformers.LlamaConfig  # noqa: B018 (lazy modules)
+    except ImportError:  # the llm extra is optional
+        pass
+
+
+def serve(path: str) -> None:
+    """Listen on the unix socket ``path``; fork a supervisor per connection; stop when standard input closes (the
+    self-test worker that started the zygote is gone)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    print("ready", flush=True)
+    while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [])
+        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):  # the self-test worker is gone
+            os.unlink(path)
+            return
+        if listener in ready:
+            connection, _ = listener.accept()
+            _reap()
+            if os.fork() == 0:
+                listener.close()
+                _supervise(connection)  # never returns
+            connection.close()
+
+
+def _reap() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _supervise(connection: socket.socket) -> None:
+    """Fork the session, wait for it, and send its status (its exit code, or minus the signal that ended it); kill
+    its process group if the client goes first (pytester's timeout)."""
+    request, streams = _receive(connection)
+    session = os.fork()
+    if session == 0:
+        connection.close()
+        _become_session(request, streams)  # never returns
+    for fd in streams:
+        os.close(fd)
+    status = _wait(session, connection)
+    if status is None:
+        os._exit(0)
+    connection.sendall(str(status).encode())
+    os._exit(0)
+
+
+def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
+    header, streams, _, _ = socket.recv_fds(connection, HEADER.size, 3)
+    while len(header) < HEADER.size:
+        header += connection.recv(HEADER.size - len(header))
+    (size,) = HEADER.unpack(header)
+    body = b""
+    while len(body) < size:
+        body += connection.recv(size - len(body))
+    return json.loads(body), list(streams)
+
+
+def _wait(session: int, connection: socket.socket) -> int | None:
+    """The session's status; None when the client closed the connection first (the session is killed then)."""
+    pidfd = os.pidfd_open(session)
+    while True:
+        ready, _, _ = select.select([pidfd, connection], [], [])
+        if pidfd in ready:
+            _, status = os.waitpid(session, 0)
+            return os.waitstatus_to_exitcode(status)
+        if not connection.recv(1):  # the client is gone: its pytester timed out or was killed
+            try:
+                os.killpg(session, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(session, 0)
+            return None
+
+
+def _become_session(request: dict, streams: list[int]) -> None:
+    """Turn this fork into ``python -m pytest ARGS`` started in the request's folder with its environment."""
+    os.setpgid(0, 0)
+    for target, fd in enumerate(streams):
+        os.dup2(fd, target)
+        os.close(fd)
+    for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    python_path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [request["cwd"], *python_path, *(p for p in sys.path[1:] if p not in python_path)]
+    import tempfile
+
+    tempfile.tempdir = None  # TMPDIR is the request's
+    sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.argv = [sys.executable, *request["args"]]
+    code = 1
+    try:
+        import pytest
+
+        code = int(pytest.main(request["args"]))  # as `python -m pytest` (pytest.console_main, which is not public)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        import atexit
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+class Zygote:
+    """The zygote of one self-test process: started by :meth:`start`, asked for sessions by :meth:`command`,
+    stopped by :meth:`stop` (or when that process is gone: its standard input closes)."""
+
+    def __init__(self, process: subprocess.Popen, folder: str) -> None:
+        self.process, self.folder = process, folder
+        self.socket = os.path.join(folder, "socket")
+
+    @classmethod
+    def start(cls) -> Zygote:
+        """Start a zygote and wait until it listens (the imports: seconds).
+
+        Raises:
+            RuntimeError: it exited first (its standard error, kept in its folder, says why).
+        """
+        folder = tempfile.mkdtemp(prefix="hwz-", dir="/tmp")  # a unix socket's path has ~100 characters at most
+        log = open(os.path.join(folder, "stderr"), "wb")  # the zygote's own, for as long as it runs
+        process = subprocess.Popen([sys.executable, __file__, os.path.join(folder, "socket")], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=log, text=True)
+        log.close()
+        if process.stdout.readline().strip() != "ready":
+            process.wait()
+            raise RuntimeError(f"the self-tests' zygote exited ({process.returncode}): "
+                               f"{Path(folder, 'stderr').read_text()[-2000:]}")
+        return cls(process, folder)
+
+    def command(self) -> tuple[str, ...]:
+        """What runs ``python -m pytest`` in this zygote: the arguments follow."""
+        return (sys.executable, str(CLIENT), self.socket)
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.path.pop(0)  # this folder: the sessions must not import the support modules from here
+    preload()
+    serve(sys.argv[1])

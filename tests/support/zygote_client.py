@@ -1,0 +1,36 @@
+"""``python zygote_client.py SOCKET PYTEST_ARGS...``: run ``python -m pytest PYTEST_ARGS`` in the zygote listening on
+``SOCKET`` (:mod:`zygote`) with this process's standard streams, folder and environment, and exit as that session
+did. Standard library only: it starts in milliseconds."""
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+HEADER = struct.Struct("!Q")
+
+
+def main() -> None:
+    path, args = sys.argv[1], sys.argv[2:]
+    body = json.dumps({"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.connect(path)
+        socket.send_fds(connection, [HEADER.pack(len(body))], [0, 1, 2])
+        connection.sendall(body)  # kept open: the zygote kills the session when this process is gone
+        answer = b""
+        while chunk := connection.recv(64):
+            answer += chunk
+    if not answer:
+        sys.exit("zygote_client: the zygote closed the connection without the session's status")
+    status = int(answer)
+    if status < 0:  # the session died of a signal: so does this process, as pytester expects of a session
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught, nor need resetting
+            signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
