@@ -88,7 +88,7 @@ def serve(path: str) -> None:
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [])
         if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):  # the self-test worker is gone
-            os.unlink(path)
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             return
         if listener in ready:
             connection, _ = listener.accept()
@@ -158,8 +158,8 @@ def _become_session(request: dict, streams: list[int]) -> None:
     for target, fd in enumerate(streams):
         os.dup2(fd, target)
         os.close(fd)
-    for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(number, signal.SIG_DFL)
+    # as Python starts every interpreter: SIGINT raises KeyboardInterrupt; SIGPIPE and SIGXFSZ stay ignored (a write
+    # to a dead worker's pipe raises BrokenPipeError), as the zygote, an interpreter, has them
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
     os.environ.clear()
