@@ -399,3 +399,16 @@ def test_the_cli_reads_baselines_history_and_reports_without_torch(command, stor
     assert "CODE=0" in result.stderr, result.stdout + result.stderr
     heavy = [line for line in result.stderr.splitlines() if line.startswith("HEAVY=")]
     assert json.loads(heavy[-1].removeprefix("HEAVY=")) == [], f"{args} imported {heavy[-1]}"
+
+
+def test_self_tests_share_helpers_through_tests_support_never_through_conftest():
+    """tests/conftest.py holds fixtures, markers and settings; a helper two test files share lives in tests/support/,
+    where a module imports it by name (``from support.project import HwProject``), never as ``conftest``."""
+    importing = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) else
+                     [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            if "conftest" in names:
+                importing.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert importing == []

@@ -15,8 +15,8 @@ import time
 
 import psutil
 import pytest
+from support.project import REPO, SUBPROCESS_ARGS, HwProject
 
-from conftest import REPO, SUBPROCESS_ARGS, HwProject
 from hwregress.scaleout.launch import JOB_VARIABLE
 from hwregress.scaleout.topology import usable_cores
 

@@ -9,8 +9,7 @@ import json
 import textwrap
 
 import pytest
-
-from conftest import HwProject
+from support.project import HwProject
 
 # the whole family: its cases (one axis of its own, "word"), its measurement (empty rounds on the session's timer) and
 # its baseline key

@@ -17,9 +17,9 @@ import sys
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.html_checks import table_cells
 from support.store_results import results_document
 
-from conftest import table_cells
 from hwregress.cli import main
 from hwregress.report.fleet_view import FleetView, build_fleet_view, render_fleet
 from hwregress.store.database import open_store

@@ -12,9 +12,8 @@ import sys
 import time
 
 import pytest
-
-from conftest import FAST as FAST_ARGS
-from conftest import SUBPROCESS_ARGS
+from support.project import FAST as FAST_ARGS
+from support.project import SUBPROCESS_ARGS
 
 THROUGHPUT_IDS = {
     "bench_tests/test_throughput.py::test_throughput[cpu-tiny-train-bs4-fp32]",
@@ -402,7 +401,7 @@ def _cuda() -> bool:
 def test_parity_tests_pass_on_cpu_and_report_shows_digits_accuracy(hw_project):
     import shutil
 
-    from conftest import REPO  # tests/conftest.py
+    from support.project import REPO
 
     shutil.copy(REPO / "bench_tests" / "test_parity.py", hw_project.path / "bench_tests")
     result = hw_project.run("bench_tests/test_parity.py")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markupsafe import escape
+from support.html_checks import table_cells
 
-from conftest import table_cells
 from hwregress.report import render, render_merge, write_report
 from hwregress.report.axes import nice_axis, tick_label
 from hwregress.report.charts import Roof, RooflinePoint, bar_chart, line_chart, roofline_chart

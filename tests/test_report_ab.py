@@ -12,9 +12,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.html_checks import report_section, svg_charts, table_cells, table_rows, well_formed
 from synthetic import AB_META, NIGHTLY, ab_pairs, ab_record, ab_test_id
 
-from conftest import report_section, svg_charts, table_cells, table_rows, well_formed
 from hwregress.cli import main
 from hwregress.report import render
 from hwregress.store.atomic import atomic_write_json

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from conftest import table_cells
+from support.html_checks import table_cells
+
 from hwregress.judge.compare import Tolerances
 from hwregress.report import render
 from hwregress.store.figures import ReachFigures

@@ -7,9 +7,9 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.html_checks import report_section, svg_charts, table_rows, well_formed
 from synthetic import as_loaded
 
-from conftest import report_section, svg_charts, table_rows, well_formed
 from hwregress.report import render
 from hwregress.report.axes import format_value
 from hwregress.store.results import SessionResults, TestRecord

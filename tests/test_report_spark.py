@@ -9,9 +9,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.html_checks import report_section, svg_charts, table_rows
 from synthetic import as_loaded
 
-from conftest import report_section, svg_charts, table_rows
 from hwregress.report import render
 from hwregress.report.spark_view import latency_cdf
 from hwregress.store.results import SessionResults, TestRecord

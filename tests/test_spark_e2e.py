@@ -11,8 +11,8 @@ import shutil
 
 import psutil
 import pytest
+from support.project import REPO, HwProject
 
-from conftest import REPO, HwProject
 from hwregress.spark import engine
 
 SPARK_READY = engine.unavailable_reason()

@@ -21,8 +21,8 @@ from fakes import spark as fake_spark
 from fakes.spark import FakeTaskContext
 from hypothesis import given
 from hypothesis import strategies as st
+from support.project import REPO
 
-from conftest import REPO
 from hwregress import workloads
 from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
 from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry

@@ -17,9 +17,9 @@ from collections import Counter
 import pytest
 import torch
 from fakes import cuda as fake_cuda
+from support.project import REPO
 from torch import nn
 
-from conftest import REPO
 from hwregress import workloads
 from hwregress.measure import parity
 from hwregress.measure.timing import TimingPlan

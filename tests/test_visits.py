@@ -11,8 +11,8 @@ import os
 import sys
 
 import pytest
+from support.project import SUPPORT
 
-from conftest import SUPPORT
 from hwregress import workloads
 from hwregress.ab.protocol import Case, ProtocolError, decode_request
 from hwregress.ab.stacks import Stack

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from support.html_checks import table_cells
 
-from conftest import table_cells  # tests/conftest.py
 from hwregress.store import schemas
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_workload"
@@ -139,7 +139,7 @@ def _run_bad_models(hw_project, models: str):
     """Throughput (infer) and output parity of ``models`` of :data:`BAD_MODELS`, registered by ``--workloads``."""
     import shutil
 
-    from conftest import REPO  # tests/conftest.py
+    from support.project import REPO
 
     (hw_project.path / "probe_bad_models.py").write_text(BAD_MODELS)
     shutil.copy(REPO / "bench_tests" / "test_parity.py", hw_project.path / "bench_tests")

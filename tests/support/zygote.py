@@ -2,7 +2,7 @@
 torchvision, transformers and SciPy once, and forks a fresh pytest session for each run that asks, as Android's
 zygote forks apps and ``multiprocessing``'s forkserver forks workers.
 
-A self-test's end-to-end session (:class:`conftest.HwProject`) runs ``python zygote_client.py SOCKET ARGS...``
+A self-test's end-to-end session (:class:`project.HwProject`) runs ``python zygote_client.py SOCKET ARGS...``
 through ``pytester.run``, so its output, exit status and timeout are pytester's as for ``runpytest_subprocess``;
 the client hands its standard streams, working folder, environment and arguments to the zygote and exits as the
 session did (by the same signal, where the session died of one). Each session is its own process, forked from a
