@@ -165,9 +165,8 @@ def _become_session(request: dict, streams: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     python_path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [request["cwd"], *python_path, *(p for p in sys.path[1:] if p not in python_path)]
-    import tempfile
-
+    # the zygote's own folder left sys.path at its start (the __main__ block): what remains is the interpreter's
+    sys.path[:] = [request["cwd"], *python_path, *(p for p in sys.path if p not in python_path)]
     tempfile.tempdir = None  # TMPDIR is the request's
     sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
