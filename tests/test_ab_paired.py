@@ -174,6 +174,25 @@ def test_the_p_values_are_scipys_with_pratts_zeros():
         assert signed_rank_p(x, alternative) == pytest.approx(pratt)
 
 
+@given(st.lists(st.floats(0.001, 2.0).map(lambda v: round(v, 3)), min_size=1, max_size=55, unique=True),
+       st.lists(st.booleans(), min_size=55, max_size=55), st.sampled_from(("less", "greater")))
+def test_untied_p_values_equal_scipys_bit_for_bit(magnitudes, negative, alternative):
+    """Untied log-ratios without zeros, n <= 50, take the counted exact law instead of asking scipy: the same float.
+    Fails on a wrong W+ (ranks of the negative values), an off-by-one tail or a count where scipy approximates (n >
+    50). Ties and zeros go to scipy itself (test_the_p_values_are_scipys_with_pratts_zeros)."""
+    x = [-v if flip else v for v, flip in zip(magnitudes, negative[:len(magnitudes)], strict=True)]
+    assert signed_rank_p(x, alternative) == float(scipy_stats.wilcoxon(x, zero_method="pratt",
+                                                                         alternative=alternative).pvalue)
+
+
+@pytest.mark.parametrize("n", [50, 51])
+def test_the_counted_law_stops_where_scipys_exact_law_does(n):
+    x = [(-1) ** (i % 3) * (i + 1) / 100 for i in range(n)]
+    for alternative in ("less", "greater"):
+        expected = float(scipy_stats.wilcoxon(x, zero_method="pratt", alternative=alternative).pvalue)
+        assert signed_rank_p(x, alternative) == expected
+
+
 def test_bad_input_is_refused_naming_it():
     with pytest.raises(ValueError, match="alternative 'fewer' is none of less, greater, two-sided"):
         signed_rank_p([0.1], "fewer")

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.zygote import Zygote
+from support.zygote import PYTHON_VARIABLE, Zygote
 
 REPO = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent / "selftest_support.py"
@@ -57,6 +57,7 @@ class HwProject:
             self.monkeypatch.delenv(key, raising=False)
         for key, value in (env or {}).items():
             self.monkeypatch.setenv(key, value)
+        self.monkeypatch.setenv(PYTHON_VARIABLE, self.zygote.python_command())  # the session's -n workers
         full = [*(FAST if fast else []), *args]
         if inprocess:  # cheap, for runs that stop before any test (usage errors)
             return self.pytester.runpytest_inprocess(*full)

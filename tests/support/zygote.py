@@ -17,6 +17,12 @@ plugin's package as it imports it, and warns of a package imported before the se
 process of their own from the start (a signal sent to the pytest process, an interpreter's own start-up) keep
 ``runpytest_subprocess``.
 
+The sessions' own ``pytest -n`` workers start there too: ``selftest_gc`` points xdist's ``popen`` specs at
+:meth:`Zygote.python_command` (held in the variable :data:`PYTHON_VARIABLE`), which runs ``python -u -c
+CODE`` (execnet's bootstrap) as a fork, as a fresh interpreter would. Processes the plugin itself starts (A/B workers,
+visits, ranks, Spark's Python workers) stay fresh interpreters: their being separate processes, each with its own
+memory layout, is what they measure.
+
 Run as ``python zygote.py SOCKET``: prints ``ready`` when it listens, serves until its standard input closes.
 """
 
@@ -26,6 +32,7 @@ import gc
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -33,12 +40,15 @@ import struct
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 CLIENT = Path(__file__).with_name("zygote_client.py")
+PYTHON_VARIABLE = "HWREGRESS_SELFTEST_ZYGOTE_PYTHON"  # :meth:`Zygote.python_command`, for the sessions' xdist workers
 HEADER = struct.Struct("!Q")  # the length of the request's JSON, sent with the client's three standard streams
 # not xdist (its plugin keeps the sys.path it was imported under for its workers) nor any other pytest plugin's
 # package (pytest rewrites their asserts as it imports them, and warns of one imported before the session)
+PYTHON_FLAGS = ("-u", "-B")  # the interpreter options a forked ``python -c`` honours (execnet's popen uses both)
 PRELOAD = ("numpy", "scipy.stats", "psutil", "jinja2", "filelock", "torch", "torch.distributed", "torch.profiler",
            "torch.utils.flop_counter")
 
@@ -171,6 +181,8 @@ def _become_session(request: dict, streams: list[int]) -> None:
     sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    if "python" in request:
+        _run_python_code(request["python"])  # never returns
     sys.argv = [sys.executable, *request["args"]]
     code = 1
     try:
@@ -184,15 +196,69 @@ def _become_session(request: dict, streams: list[int]) -> None:
 
         traceback.print_exc()
     finally:
-        import atexit
+        _exit(code)
 
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+
+def _run_python_code(arguments: list[str]) -> None:
+    """As ``python [-u] [-B] -c CODE ARGS...`` would: CODE runs as ``__main__`` with ``sys.argv`` ``["-c", *ARGS]``
+    and the current folder first on ``sys.path``; an uncaught exception is printed and exits 1.
+
+    Raises:
+        ValueError: other interpreter options (the client refuses them before asking: see zygote_client.py).
+    """
+    flags, code, rest = _python_options(arguments)
+    if "-u" in flags:
+        sys.stdout.reconfigure(write_through=True)
+    sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in flags
+    sys.argv = ["-c", *rest]
+    sys.path[0] = ""  # as -c puts it: the session's folder, as the sessions' list has it, is replaced
+    main = types.ModuleType("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    status = 1
+    try:
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+        status = 0
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, int) and stop.code is not None:
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        _exit(status)
+
+
+def _python_options(arguments: list[str]) -> tuple[set[str], str, list[str]]:
+    """The flags, the code and the arguments of an interpreter command line ``[-u] [-B] -c CODE ARGS...``.
+
+    Raises:
+        ValueError: any other form (a script, ``-m``, another option).
+    """
+    flags: set[str] = set()
+    for index, argument in enumerate(arguments):
+        if argument in PYTHON_FLAGS:
+            flags.add(argument)
+        elif argument == "-c" and index + 1 < len(arguments):
+            return flags, arguments[index + 1], arguments[index + 2:]
+        else:
+            break
+    raise ValueError(f"the zygote runs only `python [-u] [-B] -c CODE ...`, not {arguments!r}")
+
+
+def _exit(code: int) -> None:
+    """End this fork as an interpreter ends: its exit handlers, its streams flushed."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 class Zygote:
@@ -224,6 +290,11 @@ class Zygote:
     def command(self) -> tuple[str, ...]:
         """What runs ``python -m pytest`` in this zygote: the arguments follow."""
         return (sys.executable, str(CLIENT), self.socket)
+
+    def python_command(self) -> str:
+        """A shell command line that acts as ``python`` for ``-c`` code (execnet's popen bootstrap), forked from this
+        zygote."""
+        return shlex.join([sys.executable, str(CLIENT), "--python", self.socket])
 
     def stop(self) -> None:
         self.process.stdin.close()

@@ -1,6 +1,8 @@
 """``python zygote_client.py SOCKET PYTEST_ARGS...``: run ``python -m pytest PYTEST_ARGS`` in the zygote listening on
 ``SOCKET`` (:mod:`zygote`) with this process's standard streams, folder and environment, and exit as that session
-did. Standard library only: it starts in milliseconds."""
+did. ``python zygote_client.py --python SOCKET [-u] [-B] -c CODE ARGS...``: the same for ``python -c CODE`` (any
+other interpreter command line runs in this interpreter instead). Standard library only: it starts in
+milliseconds."""
 
 import json
 import os
@@ -13,8 +15,13 @@ HEADER = struct.Struct("!Q")
 
 
 def main() -> None:
-    path, args = sys.argv[1], sys.argv[2:]
-    body = json.dumps({"args": args, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    if sys.argv[1] == "--python":  # `python [-u] [-B] -c CODE ARGS...` (an xdist worker's start), not pytest
+        path, request = sys.argv[2], {"python": sys.argv[3:]}
+        if not _forkable(sys.argv[3:]):  # anything else the zygote cannot do as a fresh interpreter would
+            os.execv(sys.executable, [sys.executable, *sys.argv[3:]])
+    else:
+        path, request = sys.argv[1], {"args": sys.argv[2:]}
+    body = json.dumps({**request, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.connect(path)
         socket.send_fds(connection, [HEADER.pack(len(body))], [0, 1, 2])
@@ -30,6 +37,16 @@ def main() -> None:
             signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     sys.exit(status)
+
+
+def _forkable(arguments: list) -> bool:
+    """Whether the command line is ``[-u] [-B] -c CODE ...`` (what zygote._python_options accepts)."""
+    for index, argument in enumerate(arguments):
+        if argument == "-c":
+            return index + 1 < len(arguments)
+        if argument not in ("-u", "-B"):
+            return False
+    return False
 
 
 if __name__ == "__main__":
