@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections import defaultdict
@@ -39,7 +40,11 @@ ROOFLINE_METHOD = (
 )
 
 
+@functools.cache
 def _environment() -> Environment:
+    """The pages' Jinja2 environment, built once per process: it keeps each template compiled (~70 ms for the
+    report's), which a process that renders many pages (``report merge``, the self-tests) would otherwise pay per
+    page. Jinja2 renders from one environment in any number of threads."""
     env = Environment(loader=PackageLoader("hwregress", "report/templates"),
                       autoescape=select_autoescape(["html", "j2"], default=True), trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=_num, gib=_gib, pct=_pct, shortid=_short_id, anchor=_anchor, ceiling_size=_ceiling_size,
