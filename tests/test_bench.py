@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -148,3 +151,21 @@ def test_an_int8_record_on_a_gpu_with_a_published_int8_peak_has_an_mfu():
     record = TestRecord(test_id="t", dtype="int8", device_name="NVIDIA H100 80GB HBM3")
     fill_measurement(record, measurement)
     assert record.achieved_tflops and record.mfu == pytest.approx(record.achieved_tflops / 1979.0)
+
+
+def test_frozen_imports_leave_a_collection_only_what_was_made_after_them():
+    """In a fresh interpreter with torch imported: everything alive is frozen, so a gc.collect() before a window
+    traverses only newer objects; garbage made before the freeze is collected first, never frozen."""
+    code = """
+import gc, sys, weakref, torch
+from hwregress.measure.memory import freeze_imported_objects
+class Cycle:
+    pass
+garbage = Cycle(); garbage.me = garbage; gone = weakref.ref(garbage); del garbage
+alive = len(gc.get_objects())
+freeze_imported_objects()
+assert gc.get_freeze_count() > 0.9 * alive > 100_000, (gc.get_freeze_count(), alive)
+assert gone() is None  # the cycle was collected before the freeze
+assert len(gc.get_objects()) < 1_000, len(gc.get_objects())
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -33,7 +33,7 @@ from hwregress.hardware.devices import environment_fingerprint, synchronize
 from hwregress.hardware.facts import device_kind
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.measure.llm.window import run_llm
-from hwregress.measure.memory import release_device_memory
+from hwregress.measure.memory import freeze_imported_objects, release_device_memory
 from hwregress.measure.out_of_memory import is_out_of_memory
 from hwregress.measure.precision import numerics, quantization
 from hwregress.measure.precision.numerics import LLM_MODES
@@ -320,9 +320,10 @@ def serve(requests: BinaryIO, channel: BinaryIO) -> int:
 
 def main() -> int:
     """The worker's entry point: take the channel, enable faulthandler (a crash in native code leaves its stack in
-    stderr), serve stdin."""
+    stderr), freeze the imports out of the garbage collector's sight, serve stdin."""
     channel = private_channel()
     faulthandler.enable()
+    freeze_imported_objects()
     return serve(sys.stdin.buffer, channel)
 
 

@@ -127,6 +127,19 @@ def _kernel_peak_rss() -> int | None:
     return None
 
 
+def freeze_imported_objects() -> None:
+    """Collect what is garbage now, then move every object still alive (the imports: ~340,000 with torch, SciPy and
+    torchvision) out of the garbage collector's sight (``gc.freeze``, CPython 3.7+; what pre-fork servers do), so
+    that each ``gc.collect()`` before a window (:func:`release_host_memory`, :func:`release_device_memory`) and each
+    automatic full collection inside one traverses only what the tests create: 0.29 s a collection to 0.1 ms on the
+    2-core VM, three collections a test. Call once a process has imported what its windows need, before the first;
+    frozen objects are never collected as cyclic garbage (module-level state, which lives as long as the process)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def release_host_memory() -> None:
     """Collect garbage and return the C allocator's free pages to the OS (glibc ``malloc_trim``), so
     that the next RSS reading counts memory in use, not memory an earlier test freed. No-op off glibc."""

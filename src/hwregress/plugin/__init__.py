@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from hwregress.judge.session import BenchSession
+from hwregress.measure.memory import freeze_imported_objects
 from hwregress.plugin import (
     ab_pool,
     alert_hook,
@@ -115,6 +116,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     deselect_without_cases(config, items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    freeze_imported_objects()  # the test modules and what they import, before the first window
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from hwregress.measure.memory import freeze_imported_objects
 from hwregress.measure.window import cudnn_benchmark
 from hwregress.scaleout.job import STACK_DUMP_SIGNAL, JobSpec, result_path
 from hwregress.scaleout.rank import RankContext
@@ -32,6 +33,7 @@ def run_rank(job_path: str) -> None:
     spec = JobSpec.read(job_path)  # type: ignore[arg-type]
     context = RankContext(spec)
     faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # the watchdog asks a stalled rank where it is
+    freeze_imported_objects()
     context.status("started")
     _run(spec, context)
     context.status("done")
