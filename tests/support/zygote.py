@@ -49,8 +49,11 @@ HEADER = struct.Struct("!Q")  # the length of the request's JSON, sent with the 
 # not xdist (its plugin keeps the sys.path it was imported under for its workers) nor any other pytest plugin's
 # package (pytest rewrites their asserts as it imports them, and warns of one imported before the session)
 PYTHON_FLAGS = ("-u", "-B")  # the interpreter options a forked ``python -c`` honours (execnet's popen uses both)
-PRELOAD = ("numpy", "scipy.stats", "psutil", "jinja2", "filelock", "torch", "torch.distributed", "torch.profiler",
-           "torch.utils.flop_counter")
+PRELOAD = ("numpy", "scipy.stats", "scipy.optimize", "scipy.special", "psutil", "jinja2", "filelock", "torch",
+           "torch.distributed", "torch.profiler", "torch.utils.flop_counter", "sqlalchemy", "alembic.command",
+           "alembic.config", "alembic.runtime.migration", "alembic.script", "ruptures", "sklearn", "cpuinfo")
+OPTIONAL = ("PIL.Image", "mako.template", "pygments.lexers", "pygments.formatters")  # where installed
+_TORCHVISION_SCHEMAS = None  # the nms schemas a session's torchvision needs here (see _import_torchvision)
 
 
 def preload() -> None:
@@ -61,6 +64,11 @@ def preload() -> None:
     gc.disable()
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in OPTIONAL:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     _import_torchvision()
     _import_transformers()
     gc.freeze()
@@ -69,14 +77,24 @@ def preload() -> None:
 
 def _import_torchvision() -> None:
     """torchvision as :func:`hwregress.workloads.registry.import_torchvision` imports it (that module itself is not
-    imported here: see the module doc): a CUDA build of torchvision beside torch's CPU build needs the nms schemas."""
+    imported here: see the module doc): a CUDA build of torchvision beside torch's CPU build needs the nms schemas,
+    defined here as that function defines them, so that a session finds torchvision imported (143 modules, 1-2 s of
+    each session's CPU otherwise). The self-tests' own process and the sessions that start as fresh interpreters
+    (``runpytest_subprocess``) still take hwregress's own path."""
+    global _TORCHVISION_SCHEMAS
     try:
-        import torchvision  # noqa: F401
+        import torchvision
     except RuntimeError as error:
         if "torchvision::nms does not exist" not in str(error):
             raise
+        import torch
+
+        _TORCHVISION_SCHEMAS = torch.library.Library("torchvision", "DEF")  # kept: dropped, it unregisters its ops
+        _TORCHVISION_SCHEMAS.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _TORCHVISION_SCHEMAS.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]  # hwregress's workaround defines the schemas in the session, then imports it again
+            del sys.modules[name]
+        import torchvision  # noqa: F401
 
 
 def _import_transformers() -> None:
