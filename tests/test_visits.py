@@ -187,7 +187,12 @@ def test_a_slow_pytest_process_is_outvoted_by_its_visits_and_a_slow_machine_is_n
                                env={**clock, "HWREGRESS_SELFTEST_PYTEST_SLEEP_S": STEP_S}, fast=False)
     slow_here.assert_outcomes(passed=1)
     record = _record(hw_project)
-    assert record["verdict"] in ("pass", "improvement") and record["details"]["visits"]["slow"] == 1
+    figures = record["details"]["visits"]
+    by_process = {visit["process"]: visit["median"] for visit in figures["visits"]}
+    judged = figures["visits"][figures["judged"]]
+    # the pytest process is one of the slow and never judged; a worker may run slow too on a busy host (CI's)
+    assert record["verdict"] in ("pass", "improvement") and judged["process"] != "pytest"
+    assert by_process["pytest"] < 0.9 * judged["median"] and figures["slow"] >= 1
 
     # the same process slow with one window a session (the code before visits): a false regression
     alone = hw_project.run(*VISITED, "--modes", "infer", "--visits", "1",
