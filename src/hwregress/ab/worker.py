@@ -15,6 +15,7 @@ ends it non-zero.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import math
 import os
 import sys
@@ -320,10 +321,12 @@ def serve(requests: BinaryIO, channel: BinaryIO) -> int:
 
 def main() -> int:
     """The worker's entry point: take the channel, enable faulthandler (a crash in native code leaves its stack in
-    stderr), freeze the imports out of the garbage collector's sight, serve stdin."""
+    stderr), freeze the imports out of the garbage collector's sight and turn it on (the orchestrator starts the
+    worker with it off: hwregress.ab.workers.WORKER_BOOT), serve stdin."""
     channel = private_channel()
     faulthandler.enable()
     freeze_imported_objects()
+    gc.enable()
     return serve(sys.stdin.buffer, channel)
 
 

@@ -1,5 +1,6 @@
-"""The environment of a stack's worker process: the session's, with this hwregress's source first on the path, glibc
-malloc's thresholds fixed, and the stack's own settings on top. Torch-free."""
+"""The environment and command line of a stack's worker process: the session's environment, with this hwregress's
+source first on the path, glibc malloc's thresholds fixed, and the stack's own settings on top; ``python -c``
+:data:`WORKER_BOOT`. Torch-free."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ def checkout_root() -> str | None:
 # fresh pairs of processes: 0.92, 0.96, 0.99, 1.00, 1.05; with these: 0.99, 1.00, 1.00, 1.01). Setting the threshold
 # turns the dynamic adjustment off (glibc's mallopt(3), M_MMAP_THRESHOLD); 32 MiB is its 64-bit maximum.
 MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(4 * 2**30)}
+
+WORKER_MODULE = "hwregress.ab.worker"
+# `python -m WORKER_MODULE` with the garbage collector off while the worker imports: torch's ~340,000 objects are
+# traversed again and again as they are created otherwise, an eighth of a worker's imports (2.0 s -> 1.75 s of user
+# CPU on the idle 2-core VM, medians of 5); the worker's main() freezes them out of the collector's sight and turns it
+# on. Run as __main__ with sys altered, as -m does (the worker's dataclasses look their module up in sys.modules)
+WORKER_BOOT = ("import gc, runpy; gc.disable(); "
+               f"runpy.run_module({WORKER_MODULE!r}, run_name='__main__', alter_sys=True)")
 
 
 def worker_environment(stack: Stack, base: Mapping[str, str]) -> dict[str, str]:

@@ -2,10 +2,10 @@
 and environment, asked one request at a time under a timeout, and ended with its whole process group.
 
 A worker that dies mid-request is :class:`WorkerDied` with its exit status and the tail of its stderr (kept in a
-temporary file, which cannot fill as a pipe could); one that overruns the timeout is killed and
-:class:`WorkerTimedOut`; an interpreter that cannot import hwregress or torch is :class:`StackUnusable` at ``hello``.
-No worker outlives the session: leaving the ``with`` block, the garbage collector and the interpreter's exit each end
-the worker's process group (SIGTERM, then SIGKILL). Torch-free.
+temporary file, which cannot fill as a pipe could); one that overruns the timeout is killed, :class:`WorkerTimedOut`; an
+interpreter that cannot import hwregress or torch is :class:`StackUnusable` at ``hello``. No worker outlives the
+session: leaving the ``with`` block, the garbage collector and the interpreter's exit each end the worker's process
+group (SIGTERM, then SIGKILL). Torch-free.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ import hwregress
 from hwregress.ab.process_group import TERM_GRACE_S, end_process_group, exit_status
 from hwregress.ab.protocol import Case, decode_response, encode
 from hwregress.ab.stacks import Stack
-from hwregress.ab.worker_environment import MALLOC_SETTINGS, worker_environment
+from hwregress.ab.worker_environment import MALLOC_SETTINGS, WORKER_BOOT, worker_environment
 
-WORKER_MODULE = "hwregress.ab.worker"
 CLOSE_GRACE_S = 10.0  # for a worker to exit after close (interpreter shutdown with torch loaded), before SIGTERM
 POLL_S = 0.2  # how often a wait for a response looks whether the worker is still alive
 STDERR_TAIL_BYTES = 4000
@@ -157,9 +156,9 @@ class StackWorker:
         return self._started().returncode
 
     def start(self) -> None:
-        """Start the worker process: ``<stack.python> -m hwregress.ab.worker`` in a new session, stdin and stdout
-        pipes, stderr to a temporary file (its name removed at once: nothing is left behind, even by a session
-        killed outright); ending it is registered with a finalizer that also runs at exit.
+        """Start the worker process (:data:`WORKER_BOOT`: ``<stack.python> -m hwregress.ab.worker``) in a new session,
+        stdin and stdout pipes, stderr to a temporary file (its name removed at once: nothing is left behind, even by
+        a session killed outright); ending it is registered with a finalizer that also runs at exit.
 
         Raises:
             WorkerError: the interpreter could not be executed; names it.
@@ -168,7 +167,7 @@ class StackWorker:
         try:
             self._stderr = open(path, "rb")  # closed by the finalizer (_end)
             with os.fdopen(descriptor, "wb") as stderr:
-                self._process = subprocess.Popen([self.stack.python, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
+                self._process = subprocess.Popen([self.stack.python, "-c", WORKER_BOOT], stdin=subprocess.PIPE,
                                                  stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
                                                  env=worker_environment(self.stack, os.environ))
         except OSError as error:
