@@ -208,7 +208,7 @@ def _become_session(request: dict, streams: list[int]) -> None:
 
         code = int(pytest.main(request["args"]))  # as `python -m pytest` (pytest.console_main, which is not public)
     except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        code = _exit_status(stop)
     except BaseException:
         import traceback
 
@@ -224,7 +224,7 @@ def _run_python_code(arguments: list[str]) -> None:
     Raises:
         ValueError: other interpreter options (the client refuses them before asking: see zygote_client.py).
     """
-    flags, code, rest = _python_options(arguments)
+    flags, code, rest = python_options(arguments)
     if "-u" in flags:
         sys.stdout.reconfigure(write_through=True)
     sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in flags
@@ -238,7 +238,7 @@ def _run_python_code(arguments: list[str]) -> None:
         exec(compile(code, "<string>", "exec"), main.__dict__)
         status = 0
     except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        status = _exit_status(stop)
         if not isinstance(stop.code, int) and stop.code is not None:
             print(stop.code, file=sys.stderr)
     except BaseException:
@@ -249,7 +249,7 @@ def _run_python_code(arguments: list[str]) -> None:
         _exit(status)
 
 
-def _python_options(arguments: list[str]) -> tuple[set[str], str, list[str]]:
+def python_options(arguments: list[str]) -> tuple[set[str], str, list[str]]:
     """The flags, the code and the arguments of an interpreter command line ``[-u] [-B] -c CODE ARGS...``.
 
     Raises:
@@ -264,6 +264,11 @@ def _python_options(arguments: list[str]) -> tuple[set[str], str, list[str]]:
         else:
             break
     raise ValueError(f"the zygote runs only `python [-u] [-B] -c CODE ...`, not {arguments!r}")
+
+
+def _exit_status(stop: SystemExit) -> int:
+    """The exit status an interpreter gives ``sys.exit(code)``: an int as is, None 0, anything else 1."""
+    return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
 
 
 def _exit(code: int) -> None:

@@ -8,16 +8,17 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 
-HEADER = struct.Struct("!Q")
+from zygote import HEADER, python_options  # this folder is first on sys.path (zygote imports no torch)
 
 
 def main() -> None:
     if sys.argv[1] == "--python":  # `python [-u] [-B] -c CODE ARGS...` (an xdist worker's start), not pytest
         path, request = sys.argv[2], {"python": sys.argv[3:]}
-        if not _forkable(sys.argv[3:]):  # anything else the zygote cannot do as a fresh interpreter would
+        try:
+            python_options(sys.argv[3:])
+        except ValueError:  # anything else the zygote cannot do as a fresh interpreter would
             os.execv(sys.executable, [sys.executable, *sys.argv[3:]])
     else:
         path, request = sys.argv[1], {"args": sys.argv[2:]}
@@ -37,16 +38,6 @@ def main() -> None:
             signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     sys.exit(status)
-
-
-def _forkable(arguments: list) -> bool:
-    """Whether the command line is ``[-u] [-B] -c CODE ...`` (what zygote._python_options accepts)."""
-    for index, argument in enumerate(arguments):
-        if argument == "-c":
-            return index + 1 < len(arguments)
-        if argument not in ("-u", "-B"):
-            return False
-    return False
 
 
 if __name__ == "__main__":

@@ -80,10 +80,8 @@ def critical_count(n: int, tail: float) -> int | None:
     if n < 1 or not 0 < tail < 1:
         raise ValueError(f"need n >= 1 log-ratios and a tail probability in (0, 1), got n={n}, tail={tail}")
     if n <= EXACT_MAX:
-        counts, total = _subset_sum_counts(n), 2**n
-        below, largest = 0, None
-        for count_sum, count in enumerate(counts):
-            below += count
+        total, largest = 2**n, None
+        for count_sum, below in enumerate(_cumulative_counts(n)):
             if below / total >= tail:  # exact: below < 2^53 and total a power of 2, the float scipy's law sums to
                 break
             largest = count_sum

@@ -143,13 +143,13 @@ def fleet_baseline(host_medians: Mapping[str, float], test_id: str = "",
         if len(within) == len(kept):
             break
         kept = within
-    values = [v for v, _ in kept]
+    # the last round kept every host it looked at: its values and median are the kept hosts'
     hosts = tuple(sorted(h for _, h in kept))
     # the division rounds: the mean of three 1.9s is 1.8999999999999997, below every host it averages
     mean = min(max(math.fsum(values) / len(values), values[0]), values[-1])
     return FleetBaseline(
         test_id=test_id, value=mean, median=median,
-        spread=normal_mad(values, median_of(values)), kept=hosts,
+        spread=normal_mad(values, median), kept=hosts,
         dropped=tuple(sorted(set(host_medians) - set(hosts))), rounds=rounds,
         sessions=sum((sessions or {}).get(h, 0) for h in hosts))
 
