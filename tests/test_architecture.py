@@ -7,6 +7,8 @@ cannot hide a circle or a heavy dependency.
   import nothing of hwregress, which every room may import);
 - ``judge/``, ``store/``, ``report/`` and ``cli/`` reach neither torch nor pytest, however indirectly;
 - only ``plugin/`` and the shipped suite import pytest;
+- no room below ``plugin/`` tells records apart by their family's name (a family declares what the judge needs to
+  know: :class:`hwregress.plugin.families.protocol.FamilyTraits`); :data:`FAMILY_NAMES_ALLOWED` aside;
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
 - no module is longer than :data:`MAX_LINES`;
@@ -55,6 +57,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab"},
     "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
 }
+# the rooms below plugin/ that may still test a family's name: the report's family views (a family names its view, the
+# view picks its records by family), until the views take what the families declare (issue 40)
+FAMILY_NAMES_ALLOWED = {"report"}
 INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}
 # modules whose documented purpose is to hand on names defined elsewhere: the workloads API a plugin imports
 FACES = {"hwregress.workloads"}
@@ -230,6 +235,54 @@ def test_torch_free_rooms_reach_neither_torch_nor_pytest(home):
             if reached:
                 heavy[module] = sorted(reached)
     assert heavy == {}
+
+
+def _is_family(node: ast.AST) -> bool:
+    """``x.family``, ``family``, ``x.get("family")`` or ``x["family"]``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        node = node.args[0]
+        return isinstance(node, ast.Constant) and node.value == "family"
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "family"
+    return (isinstance(node, ast.Attribute) and node.attr == "family") or (isinstance(node, ast.Name)
+                                                                           and node.id == "family")
+
+
+def _names_a_string(node: ast.AST) -> bool:
+    """A string constant, or a tuple, list or set holding one."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_string(element) for element in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def family_name_tests(source: str) -> list[int]:
+    """The lines of ``source`` that compare a family with a name written out (``record.family == "ceiling"``,
+    ``entry.get("family") in ("spark", ...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_is_family(side) for side in sides) and any(_names_a_string(side) for side in sides):
+                found.append(node.lineno)
+    return found
+
+
+def test_rooms_below_the_plugin_never_test_a_family_by_its_name():
+    below = {home for home, allowed in MAY_IMPORT.items() if home not in PYTEST_ROOMS} - FAMILY_NAMES_ALLOWED
+    found = [f"{module}:{line}" for module, path in modules().items() if room(module) in below
+             for line in family_name_tests(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+@pytest.mark.parametrize(("source", "lines"), [
+    ('if record.family == "ceiling":\n    pass', [1]),
+    ('x = [e for e in entries if e.get("family") in ("spark", "throughput")]', [1]),
+    ('ok = row["family"] != "scaling"', [1]),
+    ('ok = record.family == other.family or record.model == "gemm"', []),
+    ('ok = (record.family, record.mode) in LEGACY', []),
+])
+def test_a_family_tested_by_its_name_is_found(source, lines):
+    assert family_name_tests(source) == lines
 
 
 def test_only_the_plugin_and_the_suite_import_pytest():

@@ -117,8 +117,8 @@ def test_a_new_host_of_a_known_key_gets_day_one_verdicts_end_to_end(hw_project):
 
 def _ceiling(model, dtype, unit, value):
     return TestRecord(f"bench_tests/test_ceilings.py::test_ceiling[cpu-{model}-{dtype}]", family="ceiling",
-                      device="cpu", hardware_key="amd-epyc-f26m2-2t", model=model, mode="roof", dtype=dtype,
-                      unit=unit, throughput=value)
+                      measures_roof=True, device="cpu", hardware_key="amd-epyc-f26m2-2t", model=model, mode="roof",
+                      dtype=dtype, unit=unit, throughput=value)
 
 
 def _model(model, value):
@@ -167,8 +167,8 @@ def test_a_key_no_other_host_has_measured_gets_a_provisional_expectation_from_th
     judge = FleetJudge(lambda key: fleets.get(key, {}), {"machine_id": "this-host"}, lambda: sorted(fleets))
 
     def copy_on_h200(value):
-        return TestRecord(gemm, family="ceiling", device="cuda:0", hardware_key="nvidia-h200", model="copy",
-                          mode="roof", dtype="fp32", unit="GB/s", throughput=value)
+        return TestRecord(gemm, family="ceiling", measures_roof=True, device="cuda:0", hardware_key="nvidia-h200",
+                          model="copy", mode="roof", dtype="fp32", unit="GB/s", throughput=value)
 
     low = judge.judge(copy_on_h200(3000.0))  # an H200 copying no faster than an H100: far below 4.8 / 3.35
     assert low.startswith("below prediction: ") and "nvidia-h100-80gb-hbm3's 3010" in low

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hwregress.plugin.families import registry
+from hwregress.plugin.families.protocol import FamilyTraits
 from hwregress.plugin.matrix import Selection
 from hwregress.store.figures import JUDGED_SUB_RECORDS, WINDOW_SUB_RECORDS, Figures
 from hwregress.store.results import TestRecord
@@ -82,11 +83,26 @@ def test_an_unknown_family_names_the_registered_ones():
     ({"name": "a/b"}, r"test family 'a/b' .*: the name must be letters, digits, '_', '.' or '-'"),
     ({"marker": "my-marker"}, r"marker 'my-marker' is not a Python name"),
     ({"marker": "parity"}, r"marker 'parity' with the fixtures \[\] already selects family 'parity'; use a marker"),
+    ({"roof": "yes"}, r"test family 'echo': roof = 'yes' is not a bool \(see hwregress.plugin.families.protocol."
+                      r"FamilyTraits\)"),
+    ({"judged_latency_modes": "decode"}, r"test family 'echo': judged_latency_modes = 'decode' is not a frozenset"),
 ])
 def test_a_family_that_no_test_could_select_is_refused(clean_registry, change, message):
     with pytest.raises(registry.FamilyError, match=message):
         registry.register(type("Bad", (Echo,), change)())
     assert registry.names() == BUILT_IN
+
+
+def test_what_the_judge_needs_to_know_is_declared_by_the_families_and_none_by_default(clean_registry):
+    assert registry.traits("throughput") == FamilyTraits(judged_latency_modes=frozenset({"decode"}), host_evidence=True,
+                                                         worker_window=True)
+    assert registry.traits("ceiling") == FamilyTraits(roof=True, host_evidence=True)
+    assert registry.traits("spark") == FamilyTraits(judged_latency_modes=frozenset({"stream"}))
+    assert {name: registry.traits(name) for name in ("parity", "output-parity", "speedup", "scaling", "colocated")} == \
+        dict.fromkeys(("parity", "output-parity", "speedup", "scaling", "colocated"), FamilyTraits())
+    registry.register(type("Timed", (Echo,), {"judged_latency_modes": ["echo"], "host_evidence": True})())
+    assert registry.traits("echo") == FamilyTraits(judged_latency_modes=frozenset({"echo"}), host_evidence=True)
+    assert registry.traits("no-such-family") == registry.traits(None) == FamilyTraits()
 
 
 def test_an_object_that_is_no_family_is_refused_naming_what_it_lacks(clean_registry):

@@ -111,7 +111,7 @@ def test_a_regression_under_contention_is_diagnosed_as_contention_first(tmp_path
 
 def test_a_recorded_entry_keeps_the_evidence_for_a_later_diagnosis(tmp_path):
     session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
-    ceiling = _record([0.2] * 10, family="ceiling", unit="TFLOP/s")
+    ceiling = _record([0.2] * 10, family="ceiling", measures_roof=True, unit="TFLOP/s")
     ceiling.model = "gemm"
     session.conclude(ceiling, "ceiling/gemm/roof/bs1024/fp32")
     record = _record(STEADY, health={"other_cpu_fraction": 0.01},
@@ -131,13 +131,13 @@ def test_a_recorded_entry_keeps_the_evidence_for_a_later_diagnosis(tmp_path):
 def test_a_slower_roof_in_this_session_is_named_against_the_files_pooled_ceiling(tmp_path):
     recorder = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
     for session_roof in (0.20, 0.21, 0.19):
-        gemm = _record([session_roof] * 10, family="ceiling", unit="TFLOP/s")
+        gemm = _record([session_roof] * 10, family="ceiling", measures_roof=True, unit="TFLOP/s")
         gemm.model = "gemm"
         recorder.conclude(gemm, "ceiling/gemm/roof/bs1024/fp32")
         recorder.conclude(_record(STEADY), "throughput/tiny/train/bs4/fp32")
         recorder = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
     judged = BenchSession(BaselineStore(tmp_path), Policy())
-    slow_roof = _record([0.1] * 10, family="ceiling", unit="TFLOP/s")
+    slow_roof = _record([0.1] * 10, family="ceiling", measures_roof=True, unit="TFLOP/s")
     slow_roof.model = "gemm"
     judged.conclude(slow_roof, "ceiling/gemm/roof/bs1024/fp32")
     slow = _record([s / 2 for s in STEADY])

@@ -15,7 +15,6 @@ import pytest
 import torch
 from torch import nn
 
-from hwregress.judge.compare import judges_latency
 from hwregress.measure import profiling
 from hwregress.measure.llm import model_api
 from hwregress.measure.llm import window as llm_bench
@@ -24,6 +23,7 @@ from hwregress.measure.llm.window import run_llm
 from hwregress.measure.precision import numerics
 from hwregress.measure.timing import TimingPlan
 from hwregress.measure.window import RunOptions, build_step, run_model
+from hwregress.plugin.families import registry
 from hwregress.store.verdicts import Verdict
 from hwregress.workloads import Workload, causal_lm_loss, make_batch
 
@@ -122,8 +122,7 @@ def test_decode_judges_its_steps_and_reports_end_to_end_throughput_ttft_and_tpot
     assert figures["tpot_ms"] == pytest.approx(2.0)
     assert [figures[f"itl_{p}_ms"] for p in ("p50", "p90", "p99")] == pytest.approx([2.0] * 3)
     assert not any(key.startswith("tpot_p") for key in figures)  # per-step percentiles are ITL, not TPOT
-    assert judges_latency("throughput", "decode")  # the record's latency (ITL p50) is judged too
-    assert not judges_latency("throughput", "prefill") and not judges_latency("throughput", "infer")
+    assert registry.traits("throughput").judged_latency_modes == {"decode"}  # the record's latency (ITL p50) too
 
 
 def _step_flops(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int) -> int:

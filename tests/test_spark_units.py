@@ -24,12 +24,14 @@ from hypothesis import strategies as st
 from support.project import REPO
 
 from hwregress import workloads
-from hwregress.judge.compare import Measured, Tolerances, judge, judges_latency
+from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry
 from hwregress.judge.session import _measured
 from hwregress.measure import out_of_memory as hw_oom
 from hwregress.measure.timing import TimingPlan
 from hwregress.plugin import progress
+from hwregress.plugin.families import registry
+from hwregress.plugin.families.protocol import FamilyTraits
 from hwregress.plugin.families.registry import cases
 from hwregress.plugin.matrix import Selection, case_id
 from hwregress.plugin.record import HwSkip
@@ -586,26 +588,31 @@ def test_a_stream_without_throughput_samples_is_still_latency_judged():
             == Verdict.PASS)
 
 
-def test_only_a_spark_stream_judges_its_latency():
-    assert judges_latency("spark", "stream")
-    assert not judges_latency("spark", "batch") and not judges_latency("throughput", "infer")
-    assert not judges_latency("scaling", "train") and not judges_latency(None, None)
+def test_the_spark_family_declares_a_streams_latency_judged_and_nothing_else():
+    assert registry.traits("spark").judged_latency_modes == frozenset({"stream"})
+    assert registry.traits("scaling").judged_latency_modes == frozenset() and registry.traits(None) == FamilyTraits()
 
 
 @pytest.mark.parametrize(("family", "mode", "judged"), [("spark", "stream", True), ("spark", "batch", False),
                                                          ("throughput", "infer", False), ("scaling", "train", False)])
-def test_a_record_hands_its_latency_to_the_judge_only_where_it_is_judged(family, mode, judged):
-    record = TestRecord("t", family=family, mode=mode, device="cpu", samples=[20.0] * 6, latency_ms=300.0,
-                        environment=ENV)
+def test_a_results_file_of_schema_5_reads_a_streams_latency_as_judged(family, mode, judged):
+    record = TestRecord.from_json({"test_id": "t", "family": family, "mode": mode})
+    assert record.latency_judged is judged and record.measures_roof is False
+
+
+@pytest.mark.parametrize("judged", [True, False])
+def test_a_record_hands_its_latency_to_the_judge_only_where_it_is_judged(judged):
+    record = TestRecord("t", family="spark", mode="stream", device="cpu", samples=[20.0] * 6, latency_ms=300.0,
+                        environment=ENV, latency_judged=judged)
     measured = _measured(record)
     assert measured.latency_ms == (300.0 if judged else None)
     verdict = judge(measured, _stream_baseline(), Tolerances()).verdict
     assert verdict == (Verdict.REGRESSION if judged else Verdict.PASS)
 
 
-def _stream_record(latency_ms: float, family: str = "spark", mode: str = "stream", torch: str = "2.13.0") -> TestRecord:
-    return TestRecord("spark/tiny/stream", family=family, mode=mode, samples=[20.0] * 6, latency_ms=latency_ms,
-                      environment={**ENV, "torch": torch}, verdict="pass")
+def _stream_record(latency_ms: float, judged: bool = True, torch: str = "2.13.0") -> TestRecord:
+    return TestRecord("spark/tiny/stream", family="spark", mode="stream", samples=[20.0] * 6, latency_ms=latency_ms,
+                      latency_judged=judged, environment={**ENV, "torch": torch}, verdict="pass")
 
 
 def test_a_stream_entry_pools_its_latency_history_and_judges_against_the_median():
@@ -626,9 +633,8 @@ def test_a_stream_latency_history_restarts_on_a_new_stack_or_a_reset():
     assert make_entry(_stream_record(160.0), entry, fresh=True)["latency_history"] == [160.0]
 
 
-@pytest.mark.parametrize(("family", "mode"), [("throughput", "infer"), ("spark", "batch")])
-def test_records_whose_latency_is_not_judged_keep_no_latency_history(family, mode):
-    entry = make_entry(_stream_record(7.0, family, mode), make_entry(_stream_record(5.0, family, mode)))
+def test_records_whose_latency_is_not_judged_keep_no_latency_history():
+    entry = make_entry(_stream_record(7.0, judged=False), make_entry(_stream_record(5.0, judged=False)))
     assert "latency_history" not in entry and entry["latency_ms"] == 7.0
 
 

@@ -95,25 +95,14 @@ class Measured:
     reference_samples: Sequence[float] = ()
     on_cpu: bool = False
     efficiency: float | None = None  # scaling or co-location efficiency (fraction)
-    latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where judges_latency says so
+    latency_ms: float | None = None  # a judged latency (ms, lower is better): set only where the record's is judged
     compile_s: float | None = None  # a compiled model's compile time (s) and the cache state it was measured in
     compile_cache: str | None = None
     looks: LookFigures | None = None  # the planned looks at the window and those taken (None: no baseline steered it)
     visits: int = 1  # the windows the judged figure is the fastest of (hwregress.measure.visits)
 
 
-# (family, mode) of the records whose latency is judged against the baseline: a stream's median latency is what
-# its users wait (its throughput follows the producer's rate while it keeps up); a decode window's latency is the
-# inter-token latency p50, one decode step (hwregress.measure.llm.window), judged beside the decode steps' tokens/s
-LATENCY_JUDGED = (("spark", "stream"), ("throughput", "decode"))
-
-
 NO_BASELINE = "no baseline for this test on this hardware; record one with --update-baselines"
-
-
-def judges_latency(family: str | None, mode: str | None) -> bool:
-    """Whether a record of ``family`` in ``mode`` has its latency judged (:data:`LATENCY_JUDGED`)."""
-    return (family, mode) in LATENCY_JUDGED
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
@@ -137,9 +126,10 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     Speedup: fails when current speedup < baseline speedup * (1 - threshold). Efficiency (scaling, co-location)
     likewise: current < baseline efficiency (the median of its recorded sessions) * (1 - threshold), the threshold
     widened by the same-session reference's own noise, since the efficiency divides by it, and by the efficiency's
-    drift between the recorded sessions (capped at ``max_threshold``). Latency (where :func:`judges_latency`): fails
-    when current > baseline latency (the median of its recorded sessions) * (1 + threshold), the threshold the
-    throughput comparison's, widened by the latency's drift between the recorded sessions (capped likewise).
+    drift between the recorded sessions (capped at ``max_threshold``). Latency (where the record's
+    ``latency_judged``): fails when current > baseline latency (the median of its recorded sessions) * (1 + threshold),
+    the threshold the throughput comparison's, widened by the latency's drift between the recorded sessions (capped
+    likewise).
     Compile time is compared, never judged, and only with a baseline compile time of the same cache state
     (:func:`hwregress.judge.compile_time.compare_compile`). Each judged figure's reach (its minimum detectable
     slowdown, :mod:`hwregress.judge.reach`) is computed where it is judged, with the same threshold, cap and alpha (the

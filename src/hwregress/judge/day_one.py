@@ -104,7 +104,7 @@ class FleetJudge:
         values = sorted((hosts.get(record.test_id) or {}).values()) if isinstance(hosts, Mapping) else []
         if not known or not values:
             return None
-        roof = ceiling_name(record) if record.family == "ceiling" else None
+        roof = ceiling_name(record) if record.measures_roof else None
         expectation = provisional_expectation(record.test_id, values[len(values) // 2], known, record.hardware_key,
                                               str(record.dtype), record.arithmetic_intensity, roof=roof)
         if not isinstance(expectation, ProvisionalExpectation):
@@ -112,10 +112,11 @@ class FleetJudge:
         return judge_provisional(float(record.throughput), expectation).message
 
     def host_findings(self, records: Iterable[TestRecord]) -> list[tuple[str, DefectiveFinding]]:
-        """This host against the fleet of each hardware key among ``records`` (this session's, judged): its ceilings
-        (roof names, :func:`hwregress.judge.evidence.ceiling_name`) and throughput tests against the other hosts'
-        latest medians of the same tests. ``(hardware key, finding)`` for each key with a fleet to compare with; a
-        key whose store cannot be read is left out."""
+        """This host against the fleet of each hardware key among ``records`` (this session's, judged, of the families
+        that are evidence of a host: the caller picks them): its roofs (``measures_roof``, by roof name,
+        :func:`hwregress.judge.evidence.ceiling_name`) and its models' windows against the other hosts' latest medians
+        of the same tests. ``(hardware key, finding)`` for each key with a fleet to compare with; a key whose store
+        cannot be read is left out."""
         by_key: dict[str, list[TestRecord]] = {}
         for record in records:
             if record.hardware_key and record.throughput and record.throughput > 0:
@@ -136,12 +137,12 @@ class FleetJudge:
         model_fleet: dict[str, FleetBaseline] = {}
         for record in measured:
             others = {h: v for h, v in (fleet.get(record.test_id) or {}).items() if not self._is_this_host(h, record)}
-            if record.family == "ceiling" and str(record.model) in COMPONENTS:
+            if record.measures_roof and str(record.model) in COMPONENTS:
                 roof = ceiling_name(record)
                 micro[roof] = float(record.throughput)
                 if others:
                     micro_fleet[roof] = fleet_baseline(others, roof)
-            elif record.family == "throughput" and record.model:
+            elif not record.measures_roof and record.model:
                 models[record.test_id], names[record.test_id] = float(record.throughput), str(record.model)
                 if others:
                     model_fleet[record.test_id] = fleet_baseline(others, record.test_id)

@@ -44,10 +44,12 @@ def entry_evidence(record: TestRecord) -> dict[str, Any]:
     }
 
 
-def baseline_roofs(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """The roofs a baselines file holds, by :func:`roof_name`: the pooled median of each ceiling entry."""
-    return {roof_name(entry.get("model"), entry.get("dtype"), entry.get("unit")): entry["median"]
-            for entry in entries.values() if entry.get("family") == "ceiling" and entry.get("median")}
+def baseline_roofs(entries: Mapping[str, Mapping[str, Any]], roof_keys: Mapping[str, str]) -> dict[str, float]:
+    """The roofs a baselines file holds of those this session measured, by :func:`roof_name`: the pooled median of
+    the entry of each (``roof_keys``: roof name -> the entry key of the record that measured it); a roof without an
+    entry, or whose entry has no median, is left out."""
+    return {name: entries[key]["median"] for name, key in roof_keys.items()
+            if key in entries and entries[key].get("median")}
 
 
 def for_diagnosis(record: TestRecord, entry: Mapping[str, Any], ceilings: Mapping[str, float],
@@ -102,7 +104,7 @@ def physics_of(record: TestRecord, ceilings: Mapping[str, float]) -> list[str]:
     facts = record.device_facts
     peak = roofline.published_peak(record.device_name or "", facts.get("multiprocessors"), facts.get("mig", False))
     dtype = record.dtype or "fp32"
-    roof = record.model if record.family == "ceiling" else None
+    roof = record.model if record.measures_roof else None
     on_cuda = (record.device or "").startswith("cuda")
     return physics.physics_violations(
         achieved_tflops=record.throughput if roof == "gemm" else record.achieved_tflops,

@@ -15,7 +15,6 @@ import numpy as np
 
 from hwregress import __version__
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
-from hwregress.judge.compare import judges_latency
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import NOT_MEASURED, Verdict
 from hwregress.summary import summarize
@@ -104,7 +103,7 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         entry.update(_pooled_peak_memory(record.peak_memory_bytes, earlier))
     if record.efficiency is not None:
         entry.update(_pooled_efficiency(record.efficiency, earlier))
-    if record.latency_ms is not None and judges_latency(record.family, record.mode):
+    if record.latency_ms is not None and record.latency_judged:
         entry.update(_pooled_latency(record.latency_ms, earlier))
     if record.compile is not None and record.compile.compile_s is not None:
         entry.update(_pooled_compile(record.compile.compile_s, record.compile.cache, earlier))

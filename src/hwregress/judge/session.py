@@ -10,7 +10,7 @@ from typing import Any
 
 from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
-from hwregress.judge.compare import NO_BASELINE, Measured, Tolerances, judge, judges_latency, memory_limits
+from hwregress.judge.compare import NO_BASELINE, Measured, Tolerances, judge, memory_limits
 from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.diagnosis import diagnose
 from hwregress.store.baseline_file import BaselineError, BaselineFile
@@ -47,6 +47,7 @@ class BenchSession:
         self.fleet = fleet  # day-one verdicts of tests without an entry, from the fleet store (None: none)
         self._files: dict[str, BaselineFile | BaselineError | None] = {}
         self.roofs: dict[str, dict[str, float]] = {}  # device -> roofs measured in this process (evidence.ceiling_name)
+        self.roof_keys: dict[str, dict[str, str]] = {}  # hardware key -> roof name -> the entry key it was measured as
         self._lock = threading.Lock()
 
     def baseline_entry(self, hardware_key: str, key: str) -> dict[str, Any] | None:
@@ -89,8 +90,9 @@ class BenchSession:
         impossible = evidence.physics_of(record, roofs)
         if impossible:
             return _invalid(record, impossible)
-        if record.family == "ceiling" and record.throughput:
+        if record.measures_roof and record.throughput:
             roofs[evidence.ceiling_name(record)] = record.throughput
+            self.roof_keys.setdefault(record.hardware_key, {})[evidence.ceiling_name(record)] = key
         entry, replacing = self._entry_for(record, key)
         judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
                           self.policy.accept_identity, onto=record)
@@ -160,7 +162,9 @@ class BenchSession:
 
     def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:
         loaded = self._files.get(record.hardware_key or "")
-        return evidence.baseline_roofs(loaded.entries) if isinstance(loaded, BaselineFile) else {}
+        if not isinstance(loaded, BaselineFile):
+            return {}
+        return evidence.baseline_roofs(loaded.entries, self.roof_keys.get(record.hardware_key or "", {}))
 
     def _entry_for(self, record: TestRecord, key: str) -> tuple[dict[str, Any] | None, BaselineError | None]:
         """The record's baseline entry, and the error of one that ``--update-baselines=force`` replaces."""
@@ -214,7 +218,7 @@ def _measured(record: TestRecord) -> Measured:
                     exact_memory=device_kind(record.device or "cpu") == "cuda",
                     identity=record.identity, reference_samples=record.reference_samples,
                     on_cpu=device_kind(record.device or "cpu") == "cpu", efficiency=record.efficiency,
-                    latency_ms=record.latency_ms if judges_latency(record.family, record.mode) else None,
+                    latency_ms=record.latency_ms if record.latency_judged else None,
                     compile_s=record.compile.compile_s if record.compile else None,
                     compile_cache=record.compile.cache if record.compile else None, looks=record.looks,
                     visits=lifecycle.visit_count(record))

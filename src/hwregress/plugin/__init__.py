@@ -95,7 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
         ab_pool.register(config, settings.ab.stacks, settings.ab.timeout_s, settings.workload_modules)
     else:  # an A/B session's windows run in its stacks' workers already
         visits.register(config, settings.visits, settings.plan, settings.telemetry_interval_s,
-                        settings.cudnn_benchmark, settings.workload_modules, registry.family_of)
+                        settings.cudnn_benchmark, settings.workload_modules,
+                        lambda item: registry.traits(registry.family_of(item)).worker_window)
     if not xdist.is_worker(config):
         config.pluginmanager.register(Collector(config, settings), "hwregress-collector")
         alert_hook.register(config)  # after the collector: the alerts name what it wrote

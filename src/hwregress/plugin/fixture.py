@@ -49,17 +49,20 @@ class HwBench:
         Raises:
             hwregress.plugin.families.registry.FamilyError: no family of that name.
         """
-        if self.settings.ab is not None and family != "throughput":
+        if self.settings.ab is not None and not registry.traits(family).worker_window:
             skip_outside_ab(f"the {family} family")
         return registry.get(family).measure(self, **params)
 
     def start(self, family: str, device: str, model: str, mode: str, batch_size: Any, dtype: str) -> TestRecord:
-        """The test's one record, stashed before anything is measured."""
+        """The test's one record, stashed before anything is measured; what its family declares for the judge
+        (:func:`hwregress.plugin.families.registry.traits`) is on it from the start."""
         info = describe(device)
+        traits = registry.traits(family)
         record = TestRecord(test_id=self.item.nodeid, family=family, hardware_key=info.hardware_key,
                             device=device, device_name=info.name, model=model, mode=mode, batch_size=batch_size,
                             dtype=dtype, environment=environment_fingerprint(device, self.settings.cudnn_benchmark),
-                            device_facts=info.facts, identity=device_identity(device))
+                            device_facts=info.facts, identity=device_identity(device), measures_roof=traits.roof,
+                            latency_judged=mode in traits.judged_latency_modes)
         record.details["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
         self.item.stash[RECORD_KEY] = record
         return record

@@ -10,16 +10,19 @@ from typing import Any
 
 from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.defective import DefectiveFinding
+from hwregress.plugin.families import registry
 from hwregress.store.results import TestRecord
 
 
 def host_check(fleet: FleetJudge | None, records: Iterable[TestRecord]) -> list[dict[str, Any]]:
     """Each hardware key's finding on this host as ``meta.host_check`` holds it (JSON-able): ``hardware_key``,
     ``host``, ``defective``, ``message``, ``components``, ``models``, ``evidence`` (figure, kind, group, value,
-    fleet_value, ratio, threshold, n_hosts); empty without a fleet store."""
+    fleet_value, ratio, threshold, n_hosts), from the records of the families that declare themselves evidence of the
+    host (``host_evidence``: the ceilings' roofs and the throughput family's windows); empty without a fleet store."""
     if fleet is None:
         return []
-    return [_as_json(key, finding) for key, finding in fleet.host_findings(records)]
+    evidence = [record for record in records if registry.traits(record.family).host_evidence]
+    return [_as_json(key, finding) for key, finding in fleet.host_findings(evidence)]
 
 
 def terminal_lines(checks: list[dict[str, Any]]) -> list[str]:

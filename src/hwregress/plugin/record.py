@@ -51,7 +51,8 @@ def is_hardware_test(item: pytest.Item) -> bool:
 def record_from_params(item: pytest.Item, family: str | None) -> TestRecord:
     """The record of a test of ``family`` that ended before ``hwbench`` could build one (a skip in a fixture)."""
     params: dict[str, Any] = item.callspec.params  # type: ignore[attr-defined]
-    return TestRecord(test_id=item.nodeid, family=family or "throughput", device=params.get("device"),
+    named = {"family": family} if family else {}  # else TestRecord's default family
+    return TestRecord(test_id=item.nodeid, **named, device=params.get("device"),
                       model=params.get("workload") or params.get("members") or params.get("ceiling"),
                       mode=params.get("mode"),
                       batch_size=params.get("batch_size"), dtype=params.get("dtype"))

@@ -50,15 +50,16 @@ class SessionVisits:
         telemetry_interval_s: the session's sampling interval.
         cudnn_benchmark: the session's ``cudnn.benchmark``.
         workload_modules: the session's ``--workloads`` modules, imported by each worker.
-        family_of: the family of a test item (:func:`hwregress.plugin.families.registry.family_of`), None for none.
+        worker_window_of: whether a test item's family runs its window in worker processes (its ``worker_window``,
+            :class:`hwregress.plugin.families.protocol.FamilyTraits`).
         timeout_s: the longest a worker's start or one visit may take.
     """
 
     def __init__(self, setting: int | None, plan: TimingPlan, telemetry_interval_s: float, cudnn_benchmark: bool,
-                 workload_modules: Iterable[str] = (), family_of: Callable[[pytest.Item], str | None] = lambda i: None,
-                 timeout_s: float = 600.0) -> None:
+                 workload_modules: Iterable[str] = (),
+                 worker_window_of: Callable[[pytest.Item], bool] = lambda i: False, timeout_s: float = 600.0) -> None:
         self.setting = setting
-        self.family_of = family_of
+        self.worker_window_of = worker_window_of
         self.plan = plan
         self.telemetry_interval_s = telemetry_interval_s
         self.cudnn_benchmark = cudnn_benchmark
@@ -73,11 +74,12 @@ class SessionVisits:
         self._usable: dict[str, bool] = {}  # device -> whether it is visible here (a device that is not gets none)
 
     # -- which tests -------------------------------------------------------------------------------------------
-    def count(self, family: str | None, params: dict[str, Any]) -> int:
-        """Visits a test of ``family`` with parameters ``params`` gets: the throughput family's eager, contiguous
-        launch-bound windows (:func:`hwregress.measure.visits.visits_for`), 1 for every other test."""
+    def count(self, worker_window: bool, params: dict[str, Any]) -> int:
+        """Visits a test with parameters ``params`` gets: the eager, contiguous launch-bound windows of a family whose
+        window the workers run (``worker_window``: the throughput family's;
+        :func:`hwregress.measure.visits.visits_for`), 1 for every other test."""
         device = params.get("device")
-        if family != "throughput" or params.get("compiler", "eager") != "eager" \
+        if not worker_window or params.get("compiler", "eager") != "eager" \
                 or params.get("memory_format", "contiguous") != "contiguous" or not isinstance(device, str):
             return 1
         if device not in self._usable:  # its tests skip: no worker is started for them
@@ -90,7 +92,7 @@ class SessionVisits:
         """Visits test ``item`` gets (:meth:`count`)."""
         if item.nodeid not in self._counts:
             params = getattr(getattr(item, "callspec", None), "params", None)
-            self._counts[item.nodeid] = self.count(self.family_of(item), dict(params)) if params else 1
+            self._counts[item.nodeid] = self.count(self.worker_window_of(item), dict(params)) if params else 1
         return self._counts[item.nodeid]
 
     # -- the hooks ---------------------------------------------------------------------------------------------
@@ -230,10 +232,10 @@ def _device_of(item: pytest.Item) -> str | None:
 
 def register(config: pytest.Config, setting: int | None, plan: TimingPlan, telemetry_interval_s: float,
              cudnn_benchmark: bool, workload_modules: Iterable[str],
-             family_of: Callable[[pytest.Item], str | None]) -> SessionVisits:
+             worker_window_of: Callable[[pytest.Item], bool]) -> SessionVisits:
     """This process's :class:`SessionVisits`, stashed under :data:`VISITS_KEY` and registered as a plugin."""
     session_visits = config.stash[VISITS_KEY] = SessionVisits(setting, plan, telemetry_interval_s, cudnn_benchmark,
-                                                              workload_modules, family_of)
+                                                              workload_modules, worker_window_of)
     config.pluginmanager.register(session_visits, "hwregress-visits")
     return session_visits
 

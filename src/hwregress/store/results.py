@@ -8,6 +8,12 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **6** (hwregress 0.6): what the judge needs to know of a record's family travels with the record, so that every
+  reader judges it alike and nothing below the plugin tests a family's name: ``measures_roof`` (its throughput is a
+  device roof named by ``model``) and ``latency_judged`` (its ``latency_ms`` is a judged figure), both booleans, set
+  from what its family declares (:class:`hwregress.plugin.families.protocol.FamilyTraits`). A record without them
+  (versions 1 to 5, a journal line of an older hwregress) reads them from its family and mode as those versions judged
+  them (:func:`hwregress.store.legacy_records.derive_legacy_traits`).
 - **5** (hwregress 0.5): what each judged figure's verdict could catch, as typed sub-records
   (:class:`hwregress.store.figures.ReachFigures`: the minimum detectable slowdown at 90% power, alpha, the within- and
   between-session spreads, the rounds, or why there is no number): ``reach`` (the throughput's: ratio and
@@ -22,7 +28,7 @@ Format history (``schema_version``), in the manner of pyperf's:
   fields: ``identity``, ``device_facts``, ``stable`` and ``reference_samples`` instead of ``details["identity"]``,
   ``details["device_facts"]``, ``details["stable"]`` and ``details["cpu_samples"]`` /
   ``details["efficiency_reference_samples"]``. Records of versions 1 to 3 (results files and journals alike) are read
-  with those details moved (:func:`type_legacy_details`).
+  with those details moved (:func:`hwregress.store.legacy_records.type_legacy_details`).
 - **3** (hwregress 0.3): family figures in typed sub-records (:mod:`hwregress.store.figures`): ``scaling``,
   ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile`` (each an object or null) instead of
   ``details["scaling"]`` ... ``details["llm"]`` and the flat ``details["compile_*"]`` keys; the JSON Schema is
@@ -64,11 +70,12 @@ from hwregress.store.figures import (
     doc,
     migrate_legacy_details,
 )
+from hwregress.store.legacy_records import derive_legacy_traits, type_legacy_details
 from hwregress.store.sub_records import SUB_RECORDS
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 5
-READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5)
+RESULTS_SCHEMA_VERSION = 6
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 @dataclass
@@ -109,6 +116,10 @@ class TestRecord:
     steps_per_round: int | None = doc("steps timed in each round")
     latency_ms: float | None = doc("ms, lower is better: a model's median step time; decode: the inter-token latency "
                                    "p50 (one decode step, judged); spark stream: the p50 latency per image (judged)")
+    latency_judged: bool = doc("whether latency_ms is judged against the baseline (its family declares the mode's "
+                               "latency judged: a decode window's, a stream's)", False)
+    measures_roof: bool = doc("whether throughput is a device roof (GEMM TFLOP/s, copy GB/s, ...) named by model, as "
+                              "the ceiling family measures: the roof physics checks and diagnoses take", False)
     peak_memory_bytes: int | None = doc("peak device memory (CUDA allocator) or process RSS (CPU), bytes")
     accuracy: float | None = doc("fraction: parity accuracy, top-1 agreement")
     reference_accuracy: float | None = doc("fraction: the CPU's accuracy in the same session (parity off the CPU)")
@@ -206,9 +217,10 @@ class TestRecord:
     def from_json(cls, data: dict[str, Any]) -> TestRecord:
         """Build a record, ignoring keys this version does not know (forward compatible); sub-record objects become
         their :mod:`hwregress.store.figures` classes (an unknown key inside one is ignored too); the details an older
-        version kept untyped move to their fields (:func:`type_legacy_details`)."""
+        version kept untyped move to their fields, and a record of a version <= 5 gets the traits its family had
+        then (:mod:`hwregress.store.legacy_records`)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in type_legacy_details(dict(data)).items() if k in known}
+        values = {k: v for k, v in derive_legacy_traits(type_legacy_details(dict(data))).items() if k in known}
         for name, kind in SUB_RECORDS.items():
             if isinstance(values.get(name), Mapping):
                 values[name] = kind.from_json(values[name])
@@ -235,27 +247,6 @@ class SessionResults:
         """Number of records per verdict, worst first (:class:`hwregress.store.verdicts.Verdict` order)."""
         found = sorted({str(r.verdict) for r in self.records}, key=lambda v: (verdict_rank(v), v))
         return {v: sum(str(r.verdict) == v for r in self.records) for v in found}
-
-
-# details keys of schema versions <= 3 that version 4 types, and the field each becomes
-LEGACY_TYPED_DETAILS = {"identity": "identity", "device_facts": "device_facts", "stable": "stable",
-                        "cpu_samples": "reference_samples", "efficiency_reference_samples": "reference_samples"}
-
-
-def type_legacy_details(item: dict[str, Any]) -> dict[str, Any]:
-    """Move the keys of :data:`LEGACY_TYPED_DETAILS` from a record JSON's ``details`` (schema versions <= 3) to the
-    typed fields of version 4, in place; returns ``item``. A typed field already set wins; a record without such
-    details is left as it is, so this may run on any record (a journal line carries no schema version)."""
-    details = item.get("details")
-    if not isinstance(details, dict) or not any(key in details for key in LEGACY_TYPED_DETAILS):
-        return item
-    item["details"] = details = dict(details)
-    for old, new in LEGACY_TYPED_DETAILS.items():
-        if old in details:
-            value = details.pop(old)
-            if item.get(new) in (None, {}, []):
-                item[new] = value
-    return item
 
 
 def record_problem(values: Mapping[str, Any]) -> str | None:

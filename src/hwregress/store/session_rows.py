@@ -20,7 +20,8 @@ from typing import Any
 
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import parse_time
-from hwregress.store.results import TestRecord, record_problem, type_legacy_details
+from hwregress.store.legacy_records import type_legacy_details
+from hwregress.store.results import TestRecord, record_problem
 from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
 

@@ -39,6 +39,8 @@ class Ceiling:
     requires: frozenset[str] = frozenset()
     sub_records = ("allreduce",)
     view = "ceilings"
+    roof = True
+    host_evidence = True  # the components (GEMM, copy) of the defective-host check
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
         """Device x roof x dtype: only ``gemm`` varies the dtype (the device's defaults plus the selected ones), the

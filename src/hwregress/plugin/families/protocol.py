@@ -10,10 +10,20 @@ pytest hooks as methods of its own (the ``spark`` family stops its Spark session
 A family may also say what its tests cost, for the tier estimate (:mod:`hwregress.plugin.tier_estimate`): a method
 ``estimated_cost(case, cost) -> Cost`` built from the parts of :class:`hwregress.plugin.tier_costs.CostModel` (a model
 window, a roof, a spawned job). It is optional (:data:`MEMBERS` does not list it): without it the family's tests cannot
-be estimated, and the estimate says so."""
+be estimated, and the estimate says so.
+
+What the judge, the fleet check and the worker processes need to know of a family, it declares in optional attributes
+(:data:`TRAITS`, read through :func:`traits_of`, each False or empty where a family leaves it out), never by its name
+below ``plugin/``: ``roof`` (its records' throughput is a device roof named by the record's ``model``: the ceiling
+family), ``judged_latency_modes`` (the modes whose ``latency_ms`` is a judged figure), ``host_evidence`` (its records
+are compared with the fleet's other hosts in the defective-host check) and ``worker_window`` (its timed window is the
+model window that A/B and visit worker processes run in place of the test's own process). The record carries the
+first two (``TestRecord.measures_roof``, ``TestRecord.latency_judged``), so that every reader of a results file
+judges it alike."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -22,6 +32,48 @@ if TYPE_CHECKING:
     from hwregress.store.results import TestRecord
 
 MEMBERS = ("name", "marker", "marker_help", "requires", "sub_records", "view", "cases", "measure")
+
+
+@dataclass(frozen=True)
+class FamilyTraits:
+    """What a family declares for the judge, the fleet check and the worker processes (see the module doc); the
+    defaults are a family that declares none of them.
+
+    Attributes:
+        roof: its records' throughput is a device roof (GEMM TFLOP/s, copy GB/s, ...) named by the record's ``model``:
+            the roof the physics checks, a regression's diagnosis and the fleet's component check take.
+        judged_latency_modes: the modes whose records' ``latency_ms`` is judged against the baseline (lower is better),
+            e.g. a decode window's inter-token latency p50 or a stream's p50 latency per image.
+        host_evidence: its records, a model's window on one device, are compared with the same tests of the fleet's
+            other hosts in the defective-host check (:meth:`hwregress.judge.day_one.FleetJudge.host_findings`).
+        worker_window: its timed window is the model window that A/B and visit worker processes run
+            (:mod:`hwregress.ab.worker`); every other family's tests skip in an A/B session and get one visit.
+    """
+
+    roof: bool = False
+    judged_latency_modes: frozenset[str] = frozenset()
+    host_evidence: bool = False
+    worker_window: bool = False
+
+
+TRAITS = tuple(FamilyTraits.__dataclass_fields__)
+
+
+def traits_of(family: object) -> FamilyTraits:
+    """The traits ``family`` declares (:class:`FamilyTraits`): each attribute it has, the default for each it lacks.
+
+    Raises:
+        TypeError: an attribute of the wrong type (``roof = "yes"``); the message names the family and the attribute.
+    """
+    declared = {name: getattr(family, name) for name in TRAITS if hasattr(family, name)}
+    for name, value in declared.items():
+        wanted = frozenset if name == "judged_latency_modes" else bool
+        if name == "judged_latency_modes" and isinstance(value, (set, tuple, list)):
+            declared[name] = value = frozenset(value)
+        if not isinstance(value, wanted):
+            raise TypeError(f"test family {getattr(family, 'name', family)!r}: {name} = {value!r} is not a "
+                            f"{wanted.__name__} (see hwregress.plugin.families.protocol.FamilyTraits)")
+    return FamilyTraits(**declared)
 
 
 class Family(Protocol):

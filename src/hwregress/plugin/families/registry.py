@@ -36,7 +36,7 @@ from hwregress.plugin.families import (
     speedup,
     throughput,
 )
-from hwregress.plugin.families.protocol import Family, missing_members
+from hwregress.plugin.families.protocol import Family, FamilyTraits, missing_members, traits_of
 from hwregress.plugin.matrix import Selection
 
 ENTRY_POINT_GROUP = "hwregress.families"
@@ -60,12 +60,17 @@ def register(family: Family, *, replace: bool = False) -> Family:
     Raises:
         FamilyError: ``family`` lacks a member of the protocol, its name is not one part of a baseline key, its marker
             is not a Python name, its name is taken (unless ``replace``: the new object takes the old one's place), or
-            another family has its marker and the same ``requires`` (no test could tell them apart).
+            another family has its marker and the same ``requires`` (no test could tell them apart), or a trait it
+            declares is of the wrong type (:func:`hwregress.plugin.families.protocol.traits_of`).
     """
     missing = missing_members(family)
     if missing:
         raise FamilyError(f"{family!r} is not a test family: it lacks {', '.join(missing)} (see "
                           "hwregress.plugin.families.protocol.Family)")
+    try:
+        traits_of(family)
+    except TypeError as error:
+        raise FamilyError(str(error)) from None
     where = f"test family {family.name!r} ({type(family).__module__}.{type(family).__qualname__})"
     if not isinstance(family.name, str) or not NAME.fullmatch(family.name):
         raise FamilyError(f"{where}: the name must be letters, digits, '_', '.' or '-' (it starts baseline keys)")
@@ -108,6 +113,14 @@ def get(name: str) -> Family:
         raise FamilyError(f"unknown test family {name!r}; registered: {', '.join(names())} (add one with "
                           f"hwregress.plugin.families.registry.register or the entry point group "
                           f"{ENTRY_POINT_GROUP})") from None
+
+
+def traits(name: str | None) -> FamilyTraits:
+    """What family ``name`` declares for the judge, the fleet check and the workers
+    (:class:`hwregress.plugin.families.protocol.FamilyTraits`); a name no family is registered under (None, a record
+    of a family this process does not have) declares nothing."""
+    family = _REGISTERED.get(name or "")
+    return traits_of(family) if family is not None else FamilyTraits()
 
 
 def cases(selection: Selection, name: str) -> list[dict[str, Any]]:

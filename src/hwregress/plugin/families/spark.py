@@ -54,6 +54,9 @@ class Spark:
     requires: frozenset[str] = frozenset()
     sub_records = ("spark",)
     view = "spark"
+    # a stream's latency_ms is its p50 latency per image: what its users wait (its throughput follows the producer's
+    # rate while it keeps up)
+    judged_latency_modes = frozenset({"stream"})
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
         """When asked for: device x image model x pipeline (``mode``: ``batch``, ``stream``) x rows per model call x

@@ -57,6 +57,10 @@ class Throughput:
     requires: frozenset[str] = frozenset()
     sub_records = ("llm", "compile", "ab")  # ab: in an A/B session (plugin/families/ab_window.py)
     view = None  # the report's charts over batch size and its roofline are the session's own
+    # a decode window's latency_ms is its inter-token latency p50 (one decode step), judged beside its tokens/s
+    judged_latency_modes = frozenset({"decode"})
+    host_evidence = True
+    worker_window = True
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
         """The full product: device x model x mode x compiler (step modes only) x memory format x batch x dtype; a text
@@ -197,7 +201,7 @@ def _llm(bench: BenchContext, record: TestRecord, model: str, device: str, mode:
     fill_measurement(record, result.measurement)
     record.llm = LlmFigures.of(result.latency)
     if mode == "decode":
-        record.latency_ms = result.latency["itl_p50_ms"]  # one decode step, judged (compare.judges_latency)
+        record.latency_ms = result.latency["itl_p50_ms"]  # one decode step, judged (judged_latency_modes)
 
 
 FAMILY = Throughput()
