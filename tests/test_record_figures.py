@@ -200,7 +200,7 @@ def test_the_report_shows_each_sub_record():
     records = [
         _record("s[w2]", "scaling", efficiency=0.875, scaling=ScalingFigures(
             world_size=2, nodes=1, backend="gloo", step_ms=3.25, comm_share=0.125, reference_throughput=57.0)),
-        _record("a", "ceiling", model="allreduce", unit="GB/s", allreduce=AllreduceFigures(
+        _record("a", "ceiling", model="allreduce", unit="GB/s", measures_roof=True, allreduce=AllreduceFigures(
             world_size=2, nodes=1, backend="gloo", curve=[
             AllreducePoint(bytes=1024, busbw_gbps=1.5, algbw_gbps=1.0),
             AllreducePoint(bytes=4096, busbw_gbps=3.0, algbw_gbps=2.0)])),

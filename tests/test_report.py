@@ -267,8 +267,9 @@ def test_chart_tick_labels_have_no_float_noise():
 # --- roofline: markers labelled by batch size, roofs as lines --------------------------------------------
 
 def ceiling_record(name: str, size: int, throughput: float, unit: str) -> TestRecord:
-    return TestRecord(f"bench_tests/test_ceilings.py::test_ceiling[cpu-{name}-fp32]", family="ceiling", device="cpu",
-                      model=name, mode="roof", batch_size=size, dtype="fp32", unit=unit, throughput=throughput,
+    return TestRecord(f"bench_tests/test_ceilings.py::test_ceiling[cpu-{name}-fp32]", family="ceiling",
+                      measures_roof=True, device="cpu", model=name, mode="roof", batch_size=size, dtype="fp32",
+                      unit=unit, throughput=throughput,
                       samples=[throughput] * 3, verdict="new")
 
 

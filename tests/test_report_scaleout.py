@@ -50,8 +50,8 @@ def allreduce_record(published: float | None = 450.0, world_size: int = 4, curve
     if published is not None:
         details.update(published=published, published_source="NVLink 4 spec")
     return TestRecord(f"bench_tests/test_ceilings.py::test_ceiling[cuda-allreduce-w{world_size}]", family="ceiling",
-                      device="cuda:0", model="allreduce", mode="roof", batch_size=CURVE_BYTES[-1], dtype="fp32",
-                      unit="GB/s",
+                      measures_roof=True, device="cuda:0", model="allreduce", mode="roof",
+                      batch_size=CURVE_BYTES[-1], dtype="fp32", unit="GB/s",
                       throughput=points[-1]["busbw_gbps"], samples=[1.0] * 3, verdict=Verdict.NEW, details=details)
 
 
@@ -139,8 +139,8 @@ def test_sub_sections_appear_only_with_their_records():
 def test_new_ceilings_are_named_by_size():
     records = [allreduce_record()]
     for name, size in (("d2h", 2**30), ("p2p", 2**30)):
-        records.append(TestRecord(f"t::ceiling[{name}]", family="ceiling", device="cuda:0", model=name, mode="roof",
-                                  batch_size=size, unit="GB/s", throughput=20.0))
+        records.append(TestRecord(f"t::ceiling[{name}]", family="ceiling", measures_roof=True, device="cuda:0",
+                                  model=name, mode="roof", batch_size=size, unit="GB/s", throughput=20.0))
     ceilings = _page(records).split("<h2>Ceilings</h2>")[1].split("</table>")[0]
     for size in ("all-reduce 64 MiB", "device→host 1 GiB", "GPU→GPU 1 GiB"):
         assert f'<td class="n">{size}</td>' in ceilings
@@ -178,8 +178,8 @@ def test_scale_out_records_stay_off_the_single_device_roofline():
 def test_records_without_details_render_as_dashes():
     scaling = TestRecord("t::test_scaling[cpu-w4]", family="scaling", device="cpu", model="resnet18", mode="train",
                          verdict=Verdict.FAILED, message="rank 2 exited")
-    allreduce = TestRecord("t::test_ceiling[allreduce]", family="ceiling", model="allreduce", mode="roof", unit="GB/s",
-                           verdict=Verdict.SKIPPED, details={"allreduce": None})
+    allreduce = TestRecord("t::test_ceiling[allreduce]", family="ceiling", measures_roof=True, model="allreduce",
+                           mode="roof", unit="GB/s", verdict=Verdict.SKIPPED, details={"allreduce": None})
     colocated = TestRecord("t::test_colocated[x]", family="colocated", device="cuda:0", model="a+b",
                            verdict=Verdict.SKIPPED, details={"colocated": {"members": None, "mps_active": "maybe"}})
     html = _page([scaling, allreduce, colocated])

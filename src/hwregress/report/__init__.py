@@ -250,10 +250,10 @@ def _roofline_charts(records: list[TestRecord]) -> list[Any]:
 def _roofs(records: list[TestRecord], device: str) -> list[charts.Roof]:
     """The roofs of one device from this session's ceilings (GEMM TFLOP/s, device copy GB/s) and the
     published table (``hwregress.hardware.roofline.published_peak``)."""
-    gemm = {r.dtype: r.throughput for r in records if r.device == device and r.family == "ceiling"
+    gemm = {r.dtype: r.throughput for r in records if r.device == device and r.measures_roof
             and r.model == "gemm" and r.throughput}
     copy = [r.throughput for r in records
-            if r.device == device and r.family == "ceiling" and r.model == "copy" and r.throughput]
+            if r.device == device and r.measures_roof and r.model == "copy" and r.throughput]
     roofs = [charts.Roof(f"measured {dtype} roof", tflops, copy[0] / 1000.0)
              for dtype, tflops in sorted(gemm.items(), key=lambda kv: str(kv[0])) if copy]
     name = next((r.device_name for r in records if r.device == device and r.device_name), "")
@@ -299,7 +299,7 @@ def render_merge(sessions: Iterable[SessionResults], history: HistorySection | N
         first_measured = next((c for c in cells if c is not None and c.throughput), None)
         reference = first_measured.throughput if first_measured is not None else None
         first = next(c for c in cells if c is not None)
-        shown = (*key[:3], _ceiling_size(first) if first.family == "ceiling" else key[3], *key[4:])
+        shown = (*key[:3], _ceiling_size(first) if first.measures_roof else key[3], *key[4:])
         table.append({"key": shown, "cells": [
             None if c is None else {"throughput": c.throughput, "unit": c.unit, "verdict": c.verdict,
                                     "ratio": c.throughput / reference if reference else None,

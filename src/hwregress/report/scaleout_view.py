@@ -84,7 +84,7 @@ def scaleout_context(records: Sequence[TestRecord]) -> dict[str, Any]:
     ``scaling_rows`` (list of :class:`ScalingRow`), ``allreduce_charts`` (list of SVG Markup: GB/s over
     message bytes), ``colocation_rows`` (list of :class:`ColocationRow`) and ``has_scaleout``."""
     scaling = [r for r in records if r.family == SCALING_FAMILY]
-    allreduce = [r for r in records if r.family == "ceiling" and r.model == "allreduce"]
+    allreduce = [r for r in records if r.measures_roof and r.model == "allreduce"]
     colocated = [r for r in records if r.family == COLOCATED_FAMILY]
     context: dict[str, Any] = {
         "scaling_charts": scaling_charts(scaling),
