@@ -26,8 +26,10 @@ from hwregress.judge.evidence import roof_name
 from hwregress.judge.fleet import fleet_baseline
 from hwregress.report import _environment
 from hwregress.store.fleet_queries import latest_figures
+from hwregress.store.metrics import BY_NAME
 
-METRICS = {"throughput": "higher", "peak_memory": "lower"}  # the metrics the page shows, and which way is better
+# the metrics the page shows, and which way is better
+METRICS = {name: BY_NAME[name].direction for name in ("throughput", "peak_memory")}
 
 
 @dataclass(frozen=True)

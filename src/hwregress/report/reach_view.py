@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwregress.store.figures import ReachFigures
+from hwregress.store.metrics import BY_NAME
 from hwregress.store.results import TestRecord
 
-# figure -> (label in the table, sign of the change the MDS measures)
-FIGURE_LABELS = {"throughput": ("", ""), "latency": ("latency", "+"), "efficiency": ("efficiency", "−"),
-                 "speedup": ("speedup", "−")}
 MIN_SESSIONS_KNOWN = 3  # recorded sessions below which the between-session spread is not known (judge.stats)
 
 
@@ -71,7 +69,8 @@ def reach_cells(record: TestRecord) -> list[ReachCell]:
 
 
 def _cell(found: ReachFigures) -> ReachCell:
-    label, sign = FIGURE_LABELS.get(found.figure or "", (found.figure or "", ""))
+    metric = BY_NAME.get(found.figure or "")
+    label, sign = (metric.label, metric.slowdown_sign) if metric is not None else (found.figure or "", "")
     if found.mds is None:
         return ReachCell(" ".join(filter(None, [label, "none"])), found.why_none, found.why_none or "")
     return ReachCell(" ".join(filter(None, [label, f"{sign}{found.mds:.1%}"])), None, describe(found))

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
+from hwregress.store.metrics import REACH_FIELDS
+
 F = TypeVar("F", bound="Figures")
 
 
@@ -353,7 +355,7 @@ class ReachFigures(Figures):
 
 # --- reading files of schema version 1 and 2 ---------------------------------------------------------------------
 
-JUDGED_SUB_RECORDS = ("reach", "latency_reach", "efficiency_reach", "speedup_reach")
+JUDGED_SUB_RECORDS = REACH_FIELDS
 """The sub-record fields the judge fills (:func:`hwregress.judge.compare.judge`), whatever the family; a family
 declares only the ones its measurement fills (``Family.sub_records``)."""
 

@@ -71,6 +71,7 @@ from hwregress.store.figures import (
     migrate_legacy_details,
 )
 from hwregress.store.legacy_records import derive_legacy_traits, type_legacy_details
+from hwregress.store.metrics import REACH_FIELDS
 from hwregress.store.sub_records import SUB_RECORDS
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
@@ -198,8 +199,7 @@ class TestRecord:
     def reaches(self) -> list[ReachFigures]:
         """The reach of each judged figure, the throughput's first (the one a test's MDS is quoted by where it
         was judged), then latency, efficiency and speedup; empty when nothing was judged."""
-        return [r for r in (self.reach, self.latency_reach, self.efficiency_reach, self.speedup_reach)
-                if r is not None]
+        return [reach for reach in (getattr(self, name) for name in REACH_FIELDS) if reach is not None]
 
     def headline_reach(self) -> ReachFigures | None:
         """The reach a test's minimum detectable slowdown is quoted by (the report's summary line, JUnit, the job

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hwregress.store.fleet_store import Store
+from hwregress.store.metrics import METRICS
 from hwregress.store.results import RESULTS_SCHEMA_VERSION
-from hwregress.store.session_rows import METRICS
 
 CLOSEST = 3  # ids named when a session is not found
 # the record's field of a figure's ratio, where the record has one

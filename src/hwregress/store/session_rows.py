@@ -21,6 +21,7 @@ from typing import Any
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import parse_time
 from hwregress.store.legacy_records import type_legacy_details
+from hwregress.store.metrics import METRICS
 from hwregress.store.results import TestRecord, record_problem
 from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
@@ -46,29 +47,6 @@ class SessionRows:
     host: dict[str, Any]
     session: dict[str, Any]
     figures: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One figure a record may carry: the metric's name, the record's field of the value and of its baseline, the
-    direction that is better and the reach of its verdict (a :class:`TestRecord` field, or None)."""
-
-    name: str
-    value: str
-    baseline: str
-    direction: str
-    unit: str | None
-    reach: str | None
-
-
-METRICS = (
-    Metric("throughput", "throughput", "baseline_throughput", "higher", None, "reach"),  # unit: the record's
-    Metric("latency", "latency_ms", "baseline_latency_ms", "lower", "ms", "latency_reach"),
-    Metric("peak_memory", "peak_memory_bytes", "baseline_peak_memory_bytes", "lower", "bytes", None),
-    Metric("accuracy", "accuracy", "baseline_accuracy", "higher", "fraction", None),
-    Metric("speedup", "speedup", "baseline_speedup", "higher", "x", "speedup_reach"),
-    Metric("efficiency", "efficiency", "baseline_efficiency", "higher", "fraction", "efficiency_reach"),
-)
 
 
 def session_rows(results: Mapping[str, Any]) -> SessionRows:
@@ -203,7 +181,8 @@ def environments(meta: Mapping[str, Any], records: Sequence[TestRecord]) -> dict
 
 
 def figure_rows(record: TestRecord) -> list[dict[str, Any]]:
-    """One row per metric of :data:`METRICS` the record has a value of (a finite number); the throughput's row
+    """One row per judged metric (:data:`hwregress.store.metrics.METRICS`) the record has a value of (a finite
+    number); the throughput's row
     carries the per-round samples and their quartiles, the others one value (``median``, ``n`` 1)."""
     rows = []
     for metric in METRICS:
