@@ -1,8 +1,9 @@
-"""Workloads for the A/B worker self-tests (tests/test_ab_workers.py), imported by a worker as a ``--workloads``
+"""Workloads for the A/B worker self-tests (tests/ab/test_ab_workers.py), imported by a worker as a ``--workloads``
 module: a tiny model, one whose forward prints to stdout (the worker's channel must stay clean), one whose forward
 runs out of memory, one whose build leaves a child process in the worker's process group that ignores SIGTERM, and
 one whose forward sleeps for the seconds :data:`SLEEP_ENV` gives (a stack made slower by a setting of its own, for
-tests/test_ab_session.py and tests/test_ab_plugin.py), raises at a given call, or exits the worker at a given call."""
+tests/ab/test_ab_session.py and tests/ab/test_ab_plugin.py), raises at a given call, or exits the worker at a given
+call."""
 
 import os
 import subprocess

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from support.zygote import PYTHON_VARIABLE, Zygote
 
+# the repository root and this folder, for test files at any depth under tests/ (tests/<room>/, tests/project/)
 REPO = Path(__file__).resolve().parents[2]
-SUPPORT = Path(__file__).resolve().parent / "selftest_support.py"
+SUPPORT_DIR = Path(__file__).resolve().parent
+SUPPORT = SUPPORT_DIR / "selftest_support.py"
 # loaded first by every pytest session a self-test starts in a subprocess (see its docstring): "-p", "selftest_gc"
-EARLY_GC = Path(__file__).resolve().parent / "selftest_gc.py"
+EARLY_GC = SUPPORT_DIR / "selftest_gc.py"
 SUBPROCESS_ARGS = ["-p", "selftest_gc"]
 
 # fast, deterministic settings for end-to-end runs of the plugin

@@ -18,7 +18,7 @@ jobs (google/skia-buildbot, pinpoint/go/compare/stats/wilcoxon_signed_rank.go: o
   k-th smallest and k-th largest Walsh averages, k from the signed-rank statistic's exact null law (Hollander, Wolfe
   & Chicken, "Nonparametric Statistical Methods", 3rd ed. 2014, section 3.3; Bauer 1972, JASA 67(339)). It is the
   set of shifts the test does not reject (Tukey: the statistic W+ counts the Walsh averages above 0), so the one-sided
-  (1 - alpha) upper bound lies below 0 exactly when the test "B slower" gives p < alpha (tests/test_ab_paired.py
+  (1 - alpha) upper bound lies below 0 exactly when the test "B slower" gives p < alpha (tests/ab/test_ab_paired.py
   checks this against scipy's p-values);
 - the verdict (:func:`paired_decision`): a regression or an improvement needs the test AND a ratio beyond the
   threshold (asv's rule, as :func:`hwregress.judge.stats.compare`); a pass needs both one-sided bounds inside the

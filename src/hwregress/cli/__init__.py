@@ -41,7 +41,7 @@ from hwregress.cli.common import CliError
 from hwregress.store.baseline_file import BaselineError
 
 # One module per subcommand (baselines, report, history), each adding its own arguments to the parser built here;
-# what they share is in common. None of them imports torch (tests/test_architecture.py checks it).
+# what they share is in common. None of them imports torch (tests/project/test_architecture.py checks it).
 
 
 class _Parser(argparse.ArgumentParser):

@@ -30,7 +30,7 @@ by ``d = -log(1 - s)``. Then, with ``n`` rounds now, ``m`` baseline samples and 
             influence functions, sign(x) / (2 f(0)) and (F(x) - 1/2) / int f^2: E[sign(X)(F(X) - 1/2)] = 1/4,
             var(sign X) = 1, var(F(X)) = 1/12, so rho0 = (1/4) / sqrt(1/12) = sqrt(3)/2 for every continuous law
             symmetric about its median (Hettmansperger & McKean, "Robust Nonparametric Statistical Methods", 2nd ed.
-            2011, ch. 1-2); ``tests/test_reach.py`` measures it on simulated samples. The ratio of efficiencies'
+            2011, ch. 1-2); ``tests/judge/test_reach.py`` measures it on simulated samples. The ratio of efficiencies'
             square root, sqrt((2/pi) / (3/pi)) = sqrt(2/3), is the correlation only where one estimator is
             efficient, as the mean is under normal noise, not between these two)
 
@@ -38,7 +38,7 @@ by ``d = -log(1 - s)``. Then, with ``n`` rounds now, ``m`` baseline samples and 
             tau = -log(1 - threshold), c = -log(1 - max(threshold, cap)), z_alpha the normal quantile of 1 - alpha
 
 and the MDS is the ``d`` where this equals ``power``, as ``1 - exp(-d)``. The seeded simulation in
-tests/test_reach.py draws sessions from the same model through the real rule (baselines built as sessions record
+tests/judge/test_reach.py draws sessions from the same model through the real rule (baselines built as sessions record
 them) and catches a slowdown equal to the stated MDS in 90% +- 3% of trials.
 
 A window too short for the exact test ever to reach ``alpha`` (its smallest p-value, ``1 / C(n + m, n)``, is above
@@ -68,8 +68,8 @@ is a regression when ``D > tau`` (``tau = log(1 + threshold)`` for a latency, ``
 with probability ``Phi((d - tau) / sd)``. The MDS is ``d = tau + z_power sd``, given in the figure's own direction:
 ``1 - exp(-d)`` of an efficiency or speedup (a loss: 0.12 is 12% lower), ``exp(d) - 1`` of a latency (a rise: 0.12 is
 12% longer). The recorded sessions' spread holds each session's own noise too, so ``sb`` from it errs large. A seeded
-simulation in tests/test_reach.py judges a decode latency and a scaling efficiency drawn from this model through the
-real :func:`hwregress.judge.compare.judge` and catches a change equal to the stated MDS in 90% +- 3% of trials.
+simulation in tests/judge/test_reach.py judges a decode latency and a scaling efficiency drawn from this model through
+the real :func:`hwregress.judge.compare.judge` and catches a change equal to the stated MDS in 90% +- 3% of trials.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ MEDIAN_VARIANCE = math.pi / 2  # var(sample median) / var(sample mean) for norma
 RHO_MEDIAN_HL = math.sqrt(3.0) / 2.0  # corr(median difference, the rank statistic): symmetric laws (module doc)
 # k x var(median of k iid N(0, 1)), k = 1..20 (the entries' history length): order statistics' moments integrated
 # numerically (scipy.integrate.quad and dblquad over the normal order-statistic densities); an even k's median is the
-# mean of the two middle ones. tests/test_reach.py checks them by simulation. Beyond 20: pi/2.
+# mean of the two middle ones. tests/judge/test_reach.py checks them by simulation. Beyond 20: pi/2.
 MEDIAN_OF_K = (1.0, 1.0, 1.346, 1.1928, 1.4342, 1.2885, 1.4731, 1.3454, 1.4949, 1.3833, 1.5088, 1.4102, 1.5184,
                1.4303, 1.5254, 1.446, 1.5308, 1.4585, 1.535, 1.4687)
 

@@ -16,12 +16,12 @@ judged figure is the fastest visit's rounds (the highest median): what the machi
 the same figure in the baseline and in the session judged against it. The other visits are reported beside it, with
 how many ran slow.
 
-What it guarantees, and where it does not (``scripts/visits_simulation.py``, ``tests/test_visits_simulation.py``):
-under a host that runs a quarter of its processes, or of its time, 15% slow, four visits in four processes at times
-farther apart than its slow phases give false regressions at most alpha and catch a 10% slowdown with 90%
-probability, where one window a session gives ~12% false regressions. Slow phases longer than the visits' spread, or a
-host slow in every process, are not averaged out: the record keeps each visit's time and process so the report shows
-it.
+What it guarantees, and where it does not (``scripts/visits_simulation.py``,
+``tests/measure/test_visits_simulation.py``): under a host that runs a quarter of its processes, or of its time, 15%
+slow, four visits in four processes at times farther apart than its slow phases give false regressions at most alpha and
+catch a 10% slowdown with 90% probability, where one window a session gives ~12% false regressions. Slow phases longer
+than the visits' spread, or a host slow in every process, are not averaged out: the record keeps each visit's time and
+process so the report shows it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from the building blocks of :class:`hwregress.plugin.tier_costs.CostModel` under
 and re-run ``scripts/gpu_tier_estimate.py``. The estimate leaves out what no cost predicts: a noisy window's or an
 open verdict's extension toward its 30-s budget (``results.json`` records the extended rounds).
 
-Measured against it (``tests/data/tier_durations``, ``tests/test_tier_estimate.py``): one model per family on one
+Measured against it (``tests/data/tier_durations``, ``tests/plugin/test_tier_estimate.py``): one model per family on one
 H200 (``-m gpu --models resnet50,gpt2``), and the default CPU tier on the VM; docs/running.md, 'Tier times', has the
 figures.
 """

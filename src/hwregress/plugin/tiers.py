@@ -28,7 +28,7 @@ Rows = Mapping[str, "tuple[int, ...] | None"]  # mode -> batch sizes (None: the 
 Table = Mapping[str, "Rows | None"]  # model -> its rows (None: every mode it can run, at the defaults)
 
 # The workload classes of the seed studies (CNNs from AlexNet to ConvNeXt, vision and text transformers, decoder LMs):
-# the default tier keeps one model of each, at least (tests/test_tiers.py).
+# the default tier keeps one model of each, at least (tests/plugin/test_tiers.py).
 WORKLOAD_CLASSES: Mapping[str, str] = {
     "alexnet": "classic CNN", "vgg16": "classic CNN", "vgg19": "classic CNN",
     "resnet18": "residual CNN", "resnet50": "residual CNN", "resnet152": "residual CNN",

@@ -9,7 +9,7 @@ PostgreSQL; docs/store.md, 'Schema' describes each column.
   test and metric, deleted with its session.
 
 The migrations (``migrations/versions``) create exactly these tables; a self-test compares them
-(tests/test_store_schema.py). A change here is a new migration there. :func:`owned_by_hwregress` says whether a
+(tests/store/test_store_schema.py). A change here is a new migration there. :func:`owned_by_hwregress` says whether a
 database holding some tables is hwregress's store (or empty), or another application's, which hwregress never writes.
 """
 

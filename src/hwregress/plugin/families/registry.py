@@ -14,7 +14,8 @@ A family of your own is one module that builds a family object; hand it to the s
    the root ``conftest.py``'s ``pytest_plugins``. Later than ``pytest_configure`` is too late for its marker.
 
 The plugin then parametrizes every test carrying the family's marker over :func:`cases` and runs
-``hwbench.measure(name, **case)`` through :func:`get`. ``tests/test_families.py`` registers one from a test project.
+``hwbench.measure(name, **case)`` through :func:`get`. ``tests/plugin/test_families.py`` registers one from a test
+project.
 """
 
 from __future__ import annotations

@@ -11,13 +11,13 @@ import sys
 import threading
 import time
 import types
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import torch
 from fakes import cuda as fake_cuda
 from fakes.nvml import FakeGpu, FakeNvml
+from support.project import REPO
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -35,7 +35,6 @@ from hwregress.measure.precision import numerics, support
 from hwregress.measure.timing import TimingPlan
 from hwregress.store.results import TestRecord
 
-REPO = Path(__file__).resolve().parents[1]
 QUICK = TimingPlan(warmup_steps=1, rounds=3, min_round_s=0.001, budget_s=0.5)
 
 

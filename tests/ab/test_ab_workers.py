@@ -12,10 +12,10 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
+from support.project import SUPPORT_DIR
 
 from hwregress.ab.protocol import Case
 from hwregress.ab.stacks import Stack, fingerprint_difference
@@ -31,7 +31,6 @@ from hwregress.ab.workers import (
 
 pytestmark = pytest.mark.slow
 
-SUPPORT = Path(__file__).resolve().parent / "support"
 TIMEOUT_S = 300.0  # generous: the first hello starts an interpreter and imports torch on a loaded 2-core machine
 A = Stack("A", sys.executable)
 TINY = Case("ab_tiny", "train", 2, warmup_steps=2)
@@ -40,7 +39,7 @@ TINY = Case("ab_tiny", "train", 2, warmup_steps=2)
 @pytest.fixture(autouse=True)
 def workload_path(monkeypatch):
     """Workers find tests/support/ab_workloads.py, the --workloads module of these tests, on their PYTHONPATH."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
 

@@ -8,15 +8,14 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import jsonschema
 import psutil
 import pytest
+from support.project import SUPPORT_DIR
 
 from hwregress.store import schemas
 
-SUPPORT = Path(__file__).resolve().parent / "support"
 # two steps a window at 20 ms a step: windows long against the tiny model's own step on a busy 2-core host
 AB = ["--workloads", "ab_workloads", "--models", "ab_sleepy", "--batch-sizes", "2", "--modes", "infer",
       "--min-round-time", "0.04", "--ab-looks", "4,8", "--ab-threshold", "0.4"]
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def _run(hw_project, *args: str, env: dict[str, str] | None = None):
-    hw_project.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SUPPORT),
+    hw_project.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(SUPPORT_DIR),
                                                                               os.environ.get("PYTHONPATH")])))
     return hw_project.run(*AB, *args, env={SLEEP: "0.02", **(env or {})})
 

@@ -15,7 +15,10 @@ cannot hide a circle or a heavy dependency.
 - docs/development.md's Layout section describes every room and names only modules that exist;
 - a name is imported from the module that defines it, never through another module's import of it (no
   compatibility re-exports), in ``src/``, ``tests/`` and ``scripts/`` alike; :data:`FACES` aside;
-- ``python -m hwregress baselines``/``history``/``report`` never import torch (a subprocess, ``sys.modules`` at exit).
+- ``python -m hwregress baselines``/``history``/``report`` never import torch (a subprocess, ``sys.modules`` at exit);
+- the self-tests mirror the rooms: every ``test_*.py`` lies in ``tests/<room>/`` for a room of ``src/hwregress`` or in
+  ``tests/project/`` (the project as a whole), none in ``tests/`` itself, each under a name of its own; a test file
+  imports another test file only from its own folder (what two folders share lives in ``tests/support/``).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from support.project import REPO
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = REPO / "src"
 PACKAGE = SRC / "hwregress"
 MAX_LINES = 400
 HEAVY = {"torch", "torchvision", "transformers", "torchao", "pytest", "_pytest", "xdist", "pytest_benchmark", "pyspark"}
@@ -63,7 +67,9 @@ FAMILY_NAMES_ALLOWED = {"report"}
 INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}
 # modules whose documented purpose is to hand on names defined elsewhere: the workloads API a plugin imports
 FACES = {"hwregress.workloads"}
-REPO = SRC.parent
+TESTS = REPO / "tests"
+# the folder of tests/ for the tests of the project as a whole (layout, docs, packaging, scripts/), beside the rooms'
+WHOLE = "project"
 
 
 def module_name(path: Path) -> str:
@@ -465,3 +471,49 @@ def test_self_tests_share_helpers_through_tests_support_never_through_conftest()
             if "conftest" in names:
                 importing.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert importing == []
+
+
+def misplaced_test_files(tests: Path) -> list[str]:
+    """Each ``test_*.py`` under ``tests`` that lies elsewhere than ``tests/<room>/`` (a folder of src/hwregress) or
+    ``tests/project/``, each that shares its name with another (pytest's default "prepend" import mode imports a test
+    file by its name: folders without ``__init__.py`` cannot hold two of one name), and each import of a test file
+    from another folder (found only where that folder is on ``sys.path`` already: by chance of the order)."""
+    rooms = {path.name for path in PACKAGE.iterdir() if path.is_dir() and not path.name.startswith(("_", "."))}
+    files = sorted(tests.rglob("test_*.py"))
+    found, first = [], {}
+    for path in files:
+        shown = path.relative_to(tests).as_posix()
+        if len(path.relative_to(tests).parts) != 2 or path.parent.name not in rooms | {WHOLE}:
+            found.append(f"tests/{shown}: not in tests/<room>/ for a room of src/hwregress, nor in tests/{WHOLE}/")
+        if path.name in first:
+            found.append(f"tests/{shown}: the name of tests/{first[path.name]} too")
+        first.setdefault(path.name, shown)
+    folders: dict[str, set[Path]] = defaultdict(set)
+    for path in files:
+        folders[path.stem].add(path.parent)
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else
+                     [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                homes = folders.get(name.split(".")[0], set())
+                if homes and path.parent not in homes:
+                    found.append(f"tests/{path.relative_to(tests).as_posix()}:{node.lineno}: imports {name} from "
+                                 f"another folder of tests/; share it through tests/support/")
+    return found
+
+
+def test_the_self_tests_lie_in_the_folders_of_their_rooms_or_of_the_project():
+    assert misplaced_test_files(TESTS) == []
+
+
+def test_a_misplaced_test_file_a_shared_name_and_an_import_from_another_folder_are_found(tmp_path):
+    files = {"judge/test_a.py": "from test_b import x\n", "judge/test_b.py": "x = 1\n",
+             "store/test_c.py": "import test_a\n", "project/test_d.py": "", "test_e.py": "",
+             "nowhere/test_f.py": "", "judge/deeper/test_g.py": "", "store/test_b.py": "", "support/helper.py": ""}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert sorted(line.partition(":")[0] for line in misplaced_test_files(tmp_path)) == [
+        "tests/judge/deeper/test_g.py", "tests/nowhere/test_f.py", "tests/store/test_b.py", "tests/store/test_c.py",
+        "tests/test_e.py"]

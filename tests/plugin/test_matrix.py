@@ -167,9 +167,10 @@ def test_device_scope_of_node_ids(nodeid, expected):
 
 def test_documented_option_table_matches_the_code(pytestconfig):
     import re
-    from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "running.md").read_text(encoding="utf-8")
+    from support.project import REPO
+
+    page = (REPO / "docs" / "running.md").read_text(encoding="utf-8")
     table = page[page.index("| option (ini twin"):page.index("## xdist")]
     documented = set(re.findall(r"^\| `(--[a-z-]+)", table, flags=re.MULTILINE))
     group = pytestconfig._parser.getgroup("hwregress")  # the options as this pytest registered them

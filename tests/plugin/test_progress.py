@@ -1,6 +1,6 @@
 """The live lines while scale-out jobs and Spark streams run: the throttle (a fake clock), the text from a fake
 job status folder and from fake stream counters, the wait loops handing their state to a watcher, and who writes
-none (quiet, xdist workers). The header and the lines in a real terminal: tests/test_plugin_e2e.py."""
+none (quiet, xdist workers). The header and the lines in a real terminal: tests/plugin/test_plugin_e2e.py."""
 
 from __future__ import annotations
 

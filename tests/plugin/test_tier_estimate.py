@@ -206,7 +206,7 @@ def counted_workload():
 
 
 def test_output_parity_builds_and_runs_the_cpu_reference_once_per_model_in_a_session(hw_project, counted_workload):
-    # in-process (the counters live here) under another module name than this suite's tests/test_parity.py
+    # in-process (the counters live here) under another module name than this suite's tests/measure/test_parity.py
     shutil.copy(REPO / "bench_tests" / "test_parity.py", hw_project.path / "bench_tests" / "test_parity_once.py")
     result = hw_project.run("-k", "test_output_parity", "--models", "counted_tiny", "--dtypes", "fp32,bf16",
                             "--update-baselines", inprocess=True)

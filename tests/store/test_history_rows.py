@@ -13,18 +13,14 @@ import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.history_rows import ROW_SCHEMA, wrong_values
 
-from hwregress.store import schemas
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import HistoryStore
 from hwregress.store.history_row import row_from_record
 from hwregress.store.results import TestRecord
 
-ROW_SCHEMA = schemas.schema("history_row")
-# one value of each JSON type; "integer" is also a "number"
 MACHINE_ID = "3d1219c7c4c5404aaa1f6d2a48adfda4"
-JSON_SAMPLES: dict[str, Any] = {"string": "x", "integer": 7, "number": 2.5, "boolean": True, "null": None,
-                                "array": [], "object": {}}
 
 
 def valid_row(index: int = 0) -> dict[str, Any]:
@@ -42,24 +38,6 @@ def valid_row(index: int = 0) -> dict[str, Any]:
                           machine_id=MACHINE_ID)
     assert row is not None
     return dict(row)
-
-
-def allowed_types(schema: dict[str, Any]) -> set[str]:
-    kinds = schema.get("type", list(JSON_SAMPLES))
-    kinds = {kinds} if isinstance(kinds, str) else set(kinds)
-    return kinds | {"integer"} if "number" in kinds else kinds
-
-
-def wrong_values(schema: dict[str, Any]) -> list[Any]:
-    """Values that break ``schema``'s type: a sample of every JSON type it does not allow, and for a typed array or
-    object one holding an item of a type its items do not allow."""
-    allowed = allowed_types(schema)
-    wrong = [sample for kind, sample in JSON_SAMPLES.items() if kind not in allowed]
-    inner = schema.get("items") or schema.get("additionalProperties")
-    if isinstance(inner, dict) and "type" in inner:
-        bad_item = next(sample for kind, sample in JSON_SAMPLES.items() if kind not in allowed_types(inner))
-        wrong.append([bad_item] if "items" in schema else {"key": bad_item})
-    return wrong
 
 
 WRONG_CASES = [pytest.param(name, value, id=f"{name}={json.dumps(value)}")

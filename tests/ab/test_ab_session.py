@@ -12,9 +12,9 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from support.project import SUPPORT_DIR
 
 from hwregress.ab.order import balanced_order
 from hwregress.ab.protocol import Case
@@ -26,7 +26,6 @@ from hwregress.store.verdicts import Verdict
 
 pytestmark = pytest.mark.slow
 
-SUPPORT = Path(__file__).resolve().parent / "support"
 SLEEP_ENV = "HWREGRESS_AB_TEST_SLEEP_S"  # tests/support/ab_workloads.py's: seconds each forward of ab_sleepy sleeps
 FAIL_ENV = "HWREGRESS_AB_TEST_FAIL_CALL"  # and the forward call of ab_sleepy that raises
 TIMEOUT_S = 300.0  # generous: each worker starts an interpreter and imports torch on a loaded 2-core machine
@@ -38,7 +37,7 @@ A = Stack("A", sys.executable)
 def workload_path(monkeypatch):
     """Workers find tests/support/ab_workloads.py on their PYTHONPATH; no sleep unless a test sets one; one torch
     thread in both stacks, so that a busy shared machine's other jobs move a window's time little beside its sleep."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT_DIR), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv(SLEEP_ENV, raising=False)
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.project import REPO
 
 from hwregress import workloads
 from hwregress.workloads import plugins as workload_plugins
 from hwregress.workloads import registry
 from hwregress.workloads.plugins import WorkloadPluginError, import_modules, load_entry_points
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "custom_workload"
 
 # modules the tests import; dropped from sys.modules around each test so that each import runs its registration

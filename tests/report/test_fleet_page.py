@@ -188,7 +188,8 @@ def test_an_unknown_key_an_empty_store_and_the_store_as_output_are_one_line(tmp_
     database = tmp_path / "fleet.sqlite"
     url = f"sqlite:///{database}"
     page = str(tmp_path / "fleet.html")
-    open_store(url).close()  # an empty store: the page, a reader, never creates one (tests/test_store_read_only.py)
+    # an empty store: the page, a reader, never creates one (tests/store/test_store_read_only.py)
+    open_store(url).close()
     assert main(["store", "fleet", "--store", url, "-o", page]) == 2
     err = capsys.readouterr().err
     assert "holds no session" in err and "store push" in err and err.count("\n") == 1

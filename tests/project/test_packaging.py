@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from pathlib import Path
+
+from support.project import REPO
 
 import hwregress
 from hwregress import workloads
@@ -19,7 +20,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10, which pyproject supports: pytest itself depends on tomli there
     import tomli as tomllib
-REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 PROJECT = PYPROJECT["project"]
 

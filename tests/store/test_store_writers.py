@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.project import SUPPORT_DIR
 from support.store_results import results_document
 
 from hwregress.store.database import open_store
 
-WRITER = Path(__file__).resolve().parent / "support" / "store_writer.py"
+WRITER = SUPPORT_DIR / "store_writer.py"
 TESTS = 5  # per session: 10 figures (throughput and peak memory)
 
 

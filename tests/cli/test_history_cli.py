@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_history_rows import ROW_SCHEMA, wrong_values
+from support.history_rows import ROW_SCHEMA, wrong_values
 
 from hwregress.cli import main
 from hwregress.report.history_table import CHANGE_MARK

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.project import REPO
 
 from hwregress.store.atomic import atomic_write_json
 from hwregress.store.results import SessionResults, TestRecord
@@ -34,7 +35,6 @@ from scripts.before_after import (
     window_ratios,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 GEMM = "bench_tests/test_ceilings.py::test_ceiling[cpu-gemm-fp32]"
 NET = "bench_tests/test_throughput.py::test_throughput[cpu-mobilenet_v3_small-infer-bs1-fp32]"
 PARITY = "bench_tests/test_parity.py::test_output_parity[cpu-gpt2-fp32]"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import jsonschema
 import pytest
 from support.html_checks import table_cells
+from support.project import REPO
 
 from hwregress.store import schemas
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_workload"
+EXAMPLE = REPO / "examples" / "custom_workload"
 
 
 def test_causal_lm_runs_every_mode_in_tokens_per_second_with_serving_latencies(hw_project):
@@ -138,8 +138,6 @@ for name, module in (("exploding", Exploding), ("nan_logits", NanLogits), ("oom_
 def _run_bad_models(hw_project, models: str):
     """Throughput (infer) and output parity of ``models`` of :data:`BAD_MODELS`, registered by ``--workloads``."""
     import shutil
-
-    from support.project import REPO
 
     (hw_project.path / "probe_bad_models.py").write_text(BAD_MODELS)
     shutil.copy(REPO / "bench_tests" / "test_parity.py", hw_project.path / "bench_tests")

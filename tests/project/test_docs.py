@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from support.project import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 INDEX = DOCS / "index.md"
