@@ -36,6 +36,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # forbids bytecode caches (PYTHONDONTWRITEBYTECODE, set in some CI images), each of them compiled every module of
     # hwregress and pytest rewrote its asserts again (~1 s a session); the first one now writes the caches
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    # GNU OpenMP's idle threads spin while they wait for work (torch's CPU build): with two self-test workers, their
+    # sessions and worker processes on 2 cores, one process's spinning threads take the cores another needs. Two digits
+    # trainings at once took 54 s each against 5 s alone; with passive waits 5-6 s. Set before xdist starts its workers
+    # and before any session or worker process starts, all of which inherit it (libgomp reads it as it loads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for name, description in SELFTEST_MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {description}")
 
