@@ -91,8 +91,9 @@ class BenchSession:
         if impossible:
             return _invalid(record, impossible)
         if record.measures_roof and record.throughput:
-            roofs[evidence.ceiling_name(record)] = record.throughput
-            self.roof_keys.setdefault(record.hardware_key, {})[evidence.ceiling_name(record)] = key
+            roof = evidence.ceiling_name(record)
+            roofs[roof] = record.throughput
+            self.roof_keys.setdefault(record.hardware_key, {})[roof] = key
         entry, replacing = self._entry_for(record, key)
         judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
                           self.policy.accept_identity, onto=record)

@@ -23,7 +23,7 @@ judges it alike."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class FamilyTraits:
     worker_window: bool = False
 
 
-TRAITS = tuple(FamilyTraits.__dataclass_fields__)
+TRAITS = tuple(trait.name for trait in fields(FamilyTraits))
 
 
 def traits_of(family: object) -> FamilyTraits:
