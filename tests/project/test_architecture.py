@@ -12,7 +12,8 @@ cannot hide a circle or a heavy dependency.
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
 - no module is longer than :data:`MAX_LINES`;
-- docs/development.md's Layout section describes every room and names only modules that exist;
+- docs/development.md's Layout section describes every room and names only modules that exist; its "One record's way"
+  names only modules, classes, functions and methods that exist;
 - a name is imported from the module that defines it, never through another module's import of it (no
   compatibility re-exports), in ``src/``, ``tests/`` and ``scripts/`` alike; :data:`FACES` aside;
 - ``python -m hwregress baselines``/``history``/``report`` never import torch (a subprocess, ``sys.modules`` at exit);
@@ -405,6 +406,49 @@ def test_the_layout_names_only_modules_that_exist():
     assert bad == [], "docs/development.md, Layout: lines that are no '<name>  <what it is>' entry"
     assert entries, "docs/development.md has no Layout section with a src/hwregress/ block"
     assert [str(path) for path, _ in entries if not (PACKAGE / path).exists()] == []
+
+
+DOTTED = re.compile(r"`(hwregress(?:\.\w+)+)`")
+
+
+def defined_in_the_code(dotted: str) -> bool:
+    """Whether ``dotted`` (``hwregress.judge.session.BenchSession.conclude``) is a module of hwregress, or a class,
+    function or constant of one followed by members of it, found in the source by its AST (nothing is imported)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = ".".join(parts[:cut])
+        if module in modules():
+            body = ast.parse(modules()[module].read_text(encoding="utf-8")).body
+            for name in parts[cut:]:
+                found = next((node for node in body if _defines(node, name)), None)
+                if found is None:
+                    return False
+                body = getattr(found, "body", [])
+            return True
+    return False
+
+
+def _defines(node: ast.AST, name: str) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return any(isinstance(target, ast.Name) and target.id == name for target in targets)
+
+
+def test_one_records_way_names_only_what_the_code_defines():
+    section = LAYOUT_PAGE.read_text(encoding="utf-8").partition("\n## One record's way\n")[2].partition("\n## ")[0]
+    names = DOTTED.findall(section)
+    assert len(names) >= 15, "docs/development.md has no \"One record's way\" section naming the code it walks"
+    assert [name for name in names if not defined_in_the_code(name)] == []
+
+
+@pytest.mark.parametrize(("dotted", "defined"), [
+    ("hwregress.judge.session.BenchSession.conclude", True), ("hwregress.store.metrics.METRICS", True),
+    ("hwregress.report", True), ("hwregress.judge.session.BenchSession.judge", False),
+    ("hwregress.judge.compare.judges_latency", False), ("hwregress.nowhere.thing", False),
+])
+def test_a_name_the_walk_gives_is_found_in_the_code_or_not(dotted, defined):
+    assert defined_in_the_code(dotted) is defined
 
 
 def test_the_layout_describes_every_room():

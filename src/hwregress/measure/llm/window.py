@@ -10,7 +10,8 @@ round's: its decode steps').
 
 What a decode record judges is the decode steps on their own: its throughput samples are the tokens/s of the
 ``new_tokens - 1`` cached steps of each round (``B * (new_tokens - 1) / sum(step seconds)``) and its latency is the
-inter-token latency p50 (ITL, one step), judged against the baseline's (:func:`hwregress.judge.compare.judges_latency`).
+inter-token latency p50 (ITL, one step), judged against the baseline's (the throughput family declares its decode
+mode's latency judged: ``judged_latency_modes``, :class:`hwregress.plugin.families.protocol.FamilyTraits`).
 The prompt pass is prefill's figure, not decode's. Reported beside them (``details.llm``): output tokens/s end to
 end (time to first token included: vLLM's ``output_throughput``, MLPerf Inference's LLM tokens/s), the time to
 first token (TTFT), TPOT per request ``(e2e - TTFT) / (new_tokens - 1)`` as vLLM and MLPerf define it, and the ITL
