@@ -13,7 +13,8 @@ import pytest
 from hwregress.plugin.families import registry
 from hwregress.plugin.families.protocol import FamilyTraits
 from hwregress.plugin.matrix import Selection
-from hwregress.store.figures import JUDGED_SUB_RECORDS, WINDOW_SUB_RECORDS, Figures
+from hwregress.store.figures import WINDOW_SUB_RECORDS, Figures
+from hwregress.store.metrics import REACH_FIELDS
 from hwregress.store.results import TestRecord
 
 BUILT_IN = ["throughput", "parity", "output-parity", "speedup", "ceiling", "scaling", "colocated", "spark"]
@@ -142,7 +143,7 @@ def test_every_typed_sub_record_of_a_record_is_declared_by_the_families_that_fil
     declared = {name: family.sub_records for family in registry.families() for name in [family.name]}
     # the judge's own (what each verdict could catch) and the timed window's (its looks) are filled for every family,
     # declared by none
-    shared = set(JUDGED_SUB_RECORDS) | set(WINDOW_SUB_RECORDS)
+    shared = set(REACH_FIELDS) | set(WINDOW_SUB_RECORDS)
     assert {field for fields in declared.values() for field in fields} == typed - shared
     assert declared["scaling"] == ("scaling",) and declared["ceiling"] == ("allreduce",)
 

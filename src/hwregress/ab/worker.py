@@ -322,7 +322,7 @@ def serve(requests: BinaryIO, channel: BinaryIO) -> int:
 def main() -> int:
     """The worker's entry point: take the channel, enable faulthandler (a crash in native code leaves its stack in
     stderr), freeze the imports out of the garbage collector's sight and turn it on (the orchestrator starts the
-    worker with it off: hwregress.ab.workers.WORKER_BOOT), serve stdin."""
+    worker with it off: hwregress.ab.worker_environment.WORKER_BOOT), serve stdin."""
     channel = private_channel()
     faulthandler.enable()
     freeze_imported_objects()

@@ -12,7 +12,8 @@ from hwregress.judge import stats
 from hwregress.judge.compile_time import compile_time_onto
 from hwregress.judge.looks import look_alpha
 from hwregress.judge.reach import Reach, reach, threshold_reach
-from hwregress.store.figures import JUDGED_SUB_RECORDS, LookFigures, ReachFigures
+from hwregress.store.figures import LookFigures, ReachFigures
+from hwregress.store.metrics import REACH_FIELDS
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -172,7 +173,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 # the record fields a judgement writes (besides record.compile.vs_baseline): None or empty until judged
 JUDGED_FIELDS = ("ratio", "threshold", "p_value", "memory_ratio", "baseline_throughput", "baseline_peak_memory_bytes",
                  "baseline_accuracy", "baseline_speedup", "baseline_efficiency", "baseline_latency_ms",
-                 "wanted_threshold", "alpha", *JUDGED_SUB_RECORDS)
+                 "wanted_threshold", "alpha", *REACH_FIELDS)
 
 
 def _reset_judged(record: TestRecord) -> TestRecord:

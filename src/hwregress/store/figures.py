@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
-from hwregress.store.metrics import REACH_FIELDS
-
 F = TypeVar("F", bound="Figures")
 
 
@@ -354,10 +352,6 @@ class ReachFigures(Figures):
 
 
 # --- reading files of schema version 1 and 2 ---------------------------------------------------------------------
-
-JUDGED_SUB_RECORDS = REACH_FIELDS
-"""The sub-record fields the judge fills (:func:`hwregress.judge.compare.judge`), whatever the family; a family
-declares only the ones its measurement fills (``Family.sub_records``)."""
 
 WINDOW_SUB_RECORDS = ("looks",)
 """The sub-record fields the timed window fills, whatever the family (:func:`hwregress.measure.record.fill_measurement`,

@@ -2,7 +2,7 @@
 baseline's value and what its verdict could catch, which way is better, its unit and its label. The fleet store's
 figure rows (:func:`hwregress.store.session_rows.figure_rows`), a session rebuilt from them
 (:mod:`hwregress.store.session_results`), the record's reaches (:meth:`hwregress.store.results.TestRecord.reaches`),
-the judge's sub-records (:data:`hwregress.store.figures.JUDGED_SUB_RECORDS`), the report's "catches ≥" cells
+the sub-records the judge fills (:data:`REACH_FIELDS`), the report's "catches ≥" cells
 (:mod:`hwregress.report.reach_view`) and the fleet page (:mod:`hwregress.report.fleet_view`) iterate over
 :data:`METRICS`; the rules that judge each (Mann-Whitney on the throughput's samples, a threshold on the latency,
 speedup and efficiency, a ceiling on the peak memory, a floor on the accuracy) are :mod:`hwregress.judge.compare`'s.
@@ -27,6 +27,7 @@ class JudgedMetric:
         direction: ``"higher"`` or ``"lower"``: which way is better.
         unit: the value's unit, None: the record's ``unit``.
         reach: the record's field of what the verdict could catch (a ``ReachFigures``), None: it states none.
+        ratio: the record's field of the value over the baseline's, None: the record keeps none.
         label: how the report's "catches ≥" column names it (empty for the throughput, the column's own figure).
     """
 
@@ -36,6 +37,7 @@ class JudgedMetric:
     direction: str
     unit: str | None
     reach: str | None
+    ratio: str | None
     label: str
 
     @property
@@ -49,18 +51,19 @@ class JudgedMetric:
 
 
 METRICS = (
-    JudgedMetric("throughput", "throughput", "baseline_throughput", "higher", None, "reach", ""),
-    JudgedMetric("latency", "latency_ms", "baseline_latency_ms", "lower", "ms", "latency_reach", "latency"),
+    JudgedMetric("throughput", "throughput", "baseline_throughput", "higher", None, "reach", "ratio", ""),
+    JudgedMetric("latency", "latency_ms", "baseline_latency_ms", "lower", "ms", "latency_reach", None, "latency"),
     JudgedMetric("peak_memory", "peak_memory_bytes", "baseline_peak_memory_bytes", "lower", "bytes", None,
-                 "peak memory"),
-    JudgedMetric("accuracy", "accuracy", "baseline_accuracy", "higher", "fraction", None, "accuracy"),
-    JudgedMetric("efficiency", "efficiency", "baseline_efficiency", "higher", "fraction", "efficiency_reach",
+                 "memory_ratio", "peak memory"),
+    JudgedMetric("accuracy", "accuracy", "baseline_accuracy", "higher", "fraction", None, None, "accuracy"),
+    JudgedMetric("efficiency", "efficiency", "baseline_efficiency", "higher", "fraction", "efficiency_reach", None,
                  "efficiency"),
-    JudgedMetric("speedup", "speedup", "baseline_speedup", "higher", "x", "speedup_reach", "speedup"),
+    JudgedMetric("speedup", "speedup", "baseline_speedup", "higher", "x", "speedup_reach", None, "speedup"),
 )
 """Every judged metric, the throughput first: a test's headline reach is the throughput's where it was judged."""
 
 BY_NAME = {metric.name: metric for metric in METRICS}
 REACH_FIELDS = tuple(metric.reach for metric in METRICS if metric.reach)
 """The record's fields of what each verdict could catch, in :data:`METRICS` order (``reach``, ``latency_reach``,
-``efficiency_reach``, ``speedup_reach``)."""
+``efficiency_reach``, ``speedup_reach``): sub-records the judge fills (:func:`hwregress.judge.compare.judge`), whatever
+the family; a family declares only the ones its measurement fills (``Family.sub_records``)."""

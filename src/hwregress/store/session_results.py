@@ -16,12 +16,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hwregress.store.fleet_store import Store
-from hwregress.store.metrics import METRICS
+from hwregress.store.metrics import METRICS, JudgedMetric
 from hwregress.store.results import RESULTS_SCHEMA_VERSION
 
 CLOSEST = 3  # ids named when a session is not found
-# the record's field of a figure's ratio, where the record has one
-RATIO_FIELDS = {"throughput": "ratio", "peak_memory": "memory_ratio"}
 INTEGER_METRICS = ("peak_memory",)  # bytes: the record's field is an int, the figure's median a float
 
 
@@ -79,7 +77,7 @@ def record_from_figures(figures: Sequence[Mapping[str, Any]], environments: Mapp
     return record
 
 
-def _metric_fields(metric: Any, figure: Mapping[str, Any]) -> dict[str, Any]:
+def _metric_fields(metric: JudgedMetric, figure: Mapping[str, Any]) -> dict[str, Any]:
     """The record's fields of one figure: its value, baseline, reach, and the throughput's unit, samples and
     judgement (ratio, threshold, p-value) or the peak memory's ratio."""
     whole = metric.name in INTEGER_METRICS
@@ -87,8 +85,8 @@ def _metric_fields(metric: Any, figure: Mapping[str, Any]) -> dict[str, Any]:
                               metric.baseline: _number(figure["baseline_median"], whole)}
     if metric.reach is not None and figure["mds"] is not None:
         fields[metric.reach] = {"figure": metric.name, "mds": figure["mds"]}
-    if metric.name in RATIO_FIELDS:
-        fields[RATIO_FIELDS[metric.name]] = figure["ratio"]
+    if metric.ratio is not None:
+        fields[metric.ratio] = figure["ratio"]
     if metric.name == "throughput":
         fields.update(unit=figure["unit"] or "samples/s", samples=list(figure["samples"] or []),
                       threshold=figure["threshold"], p_value=figure["p_value"])

@@ -21,7 +21,7 @@ from typing import Any
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import parse_time
 from hwregress.store.legacy_records import type_legacy_details
-from hwregress.store.metrics import METRICS
+from hwregress.store.metrics import METRICS, JudgedMetric
 from hwregress.store.results import TestRecord, record_problem
 from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
@@ -182,8 +182,8 @@ def environments(meta: Mapping[str, Any], records: Sequence[TestRecord]) -> dict
 
 def figure_rows(record: TestRecord) -> list[dict[str, Any]]:
     """One row per judged metric (:data:`hwregress.store.metrics.METRICS`) the record has a value of (a finite
-    number); the throughput's row
-    carries the per-round samples and their quartiles, the others one value (``median``, ``n`` 1)."""
+    number); the throughput's row carries the per-round samples and their quartiles, the others one value (``median``,
+    ``n`` 1)."""
     rows = []
     for metric in METRICS:
         samples = _finite_samples(record.samples) if metric.name == "throughput" else []
@@ -199,7 +199,7 @@ def figure_rows(record: TestRecord) -> list[dict[str, Any]]:
             "unit": metric.unit or record.unit, "direction": metric.direction, "samples": samples or None,
             "median": summary.median if summary else value, "q1": summary.q1 if summary else None,
             "q3": summary.q3 if summary else None, "n": summary.n if summary else 1,
-            "verdict": str(record.verdict), **_judged(record, metric.name),
+            "verdict": str(record.verdict), **_judged(record, metric),
             "mds": _finite(reach.mds) if isinstance(reach, ReachFigures) else None,
             "baseline_median": _finite(getattr(record, metric.baseline)),
             "baseline_recorded_at": record.baseline_recorded_at,
@@ -208,11 +208,11 @@ def figure_rows(record: TestRecord) -> list[dict[str, Any]]:
     return rows
 
 
-def _judged(record: TestRecord, metric: str) -> dict[str, float | None]:
-    if metric == "throughput":
-        return {"ratio": _finite(record.ratio), "threshold": _finite(record.threshold),
-                "p_value": _finite(record.p_value)}
-    ratio = _finite(record.memory_ratio) if metric == "peak_memory" else None
+def _judged(record: TestRecord, metric: JudgedMetric) -> dict[str, float | None]:
+    """The figure's ratio to its baseline where the record keeps one; the throughput's threshold and p-value."""
+    ratio = _finite(getattr(record, metric.ratio)) if metric.ratio else None
+    if metric.name == "throughput":
+        return {"ratio": ratio, "threshold": _finite(record.threshold), "p_value": _finite(record.p_value)}
     return {"ratio": ratio, "threshold": None, "p_value": None}
 
 
