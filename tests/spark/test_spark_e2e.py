@@ -12,6 +12,7 @@ import shutil
 import psutil
 import pytest
 from support.project import REPO, HwProject
+from support.spark_cluster import QUICK_JVM_CONF
 
 from hwregress.spark import engine
 
@@ -24,10 +25,11 @@ try:
 except ImportError:
     PYSPARK = False
 
-# small and quick: the tiny workload, a short data set and stream; figures are not the point here
+# small and quick: the tiny workload, a short data set and stream, JVMs that do not spend CPU on optimizing compiles;
+# figures are not the point here
 SPARK = ["-m", "spark", "--workloads", "selftest_support", "--models", "tiny", "--batch-sizes", "32",
          "--spark-rows", "128", "--spark-stream-images", "60", "--spark-stream-rate", "20", "--rounds", "5",
-         "--devices", "cpu"]
+         "--devices", "cpu", *(f"--spark-conf={key}={value}" for key, value in QUICK_JVM_CONF)]
 pytestmark = [pytest.mark.slow, pytest.mark.needs_extra, pytest.mark.timeout(900)]
 
 
@@ -116,7 +118,7 @@ def test_a_producer_and_query_stopped_mid_stream_and_restarted_lose_and_repeat_n
     from hwregress.spark import stream
     from hwregress.spark.predictor import PredictSpec, pixel_statistics
 
-    session = engine.start_session(engine.EngineConfig("local[2]"))
+    session = engine.start_session(engine.EngineConfig("local[2]", QUICK_JVM_CONF))
     try:
         mean, std = pixel_statistics()
         spec = stream.StreamSpec(PredictSpec("mobilenet_v3_small", "cpu", "fp32", (), mean, std), batch_size=8,

@@ -13,6 +13,12 @@ from pathlib import Path
 from types import TracebackType
 
 START_TIMEOUT_S = 90.0
+# JVMs for short self-test runs, whose figures are not the point: the client compiler only (HotSpot's C2 spends more CPU
+# compiling than a run of a minute gains from it) and the serial collector (no parallel GC threads on 2 cores). A stream
+# of 88 images on local[2] took 123 s of CPU with the defaults and 77 s with these (2-core AMD VM, 2026-11-29)
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# the same for a session's driver and executors, as --spark-conf values
+QUICK_JVM_CONF = (("spark.driver.extraJavaOptions", QUICK_JVM), ("spark.executor.extraJavaOptions", QUICK_JVM))
 
 
 def spark_home() -> Path:
@@ -59,7 +65,8 @@ class StandaloneCluster:
 
     def _launch(self, name: str, main_class: str, *args: str) -> None:
         environment = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-                       "SPARK_LOG_DIR": str(self.folder), "SPARK_WORKER_DIR": str(self.folder / "work")}
+                       "SPARK_LOG_DIR": str(self.folder), "SPARK_WORKER_DIR": str(self.folder / "work"),
+                       "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM}  # spark-class reads it for the master and the worker
         log = (self.folder / f"{name}.log").open("wb")
         self.processes.append(subprocess.Popen([str(spark_home() / "bin" / "spark-class"), main_class, *args],
                                                stdout=log, stderr=subprocess.STDOUT, env=environment,
