@@ -9,12 +9,10 @@ import subprocess
 import sys
 import uuid
 
-import jsonschema
 import psutil
 import pytest
 from support.project import SUPPORT_DIR
-
-from hwregress.store import schemas
+from support.schema_check import validate as validate_schema
 
 # two steps a window at 20 ms a step: windows long against the tiny model's own step on a busy 2-core host
 AB = ["--workloads", "ab_workloads", "--models", "ab_sleepy", "--batch-sizes", "2", "--modes", "infer",
@@ -36,13 +34,15 @@ def _records(hw_project) -> dict[str, dict]:
 
 def test_an_aa_session_passes_with_both_fingerprints_and_records_nothing_of_this_machine(hw_project):
     # 8 process pairs: enough to bound the ratio at alpha 0.01 (2^-8 < 0.01). Under -n 2 only (the serial A/B path is
-    # the other tests' here): each run takes 80 s of CI's 2 cores
-    result = _run(hw_project, f"--ab-python={sys.executable}", "--batch-sizes", "2,4", "--ab-looks", "16", "-n", "2")
+    # the other tests' here). B's 16 workers fork from the self-tests' zygote (an interpreter of this one's, without
+    # the imports' 4 s each: support/zygote.py); A's start fresh, as the plugin starts them
+    b_python = hw_project.zygote.python
+    result = _run(hw_project, f"--ab-python={b_python}", "--batch-sizes", "2,4", "--ab-looks", "16", "-n", "2")
     result.assert_outcomes(passed=2)
-    assert f"A/B: stack B ({sys.executable}) against stack A ({sys.executable})" in result.stdout.str()
+    assert f"A/B: stack B ({b_python}) against stack A ({sys.executable})" in result.stdout.str()
     results = hw_project.results
-    jsonschema.validate(results, schemas.schema("results"))
-    assert results["meta"]["ab"]["stacks"]["B"] == {"python": sys.executable, "env": {}}
+    validate_schema(results, "results")
+    assert results["meta"]["ab"]["stacks"]["B"] == {"python": b_python, "env": {}}
     for record in results["records"]:
         ab = record["ab"]
         assert record["verdict"] in ("pass", "unstable"), record["message"]  # never a false regression
@@ -62,7 +62,8 @@ def test_an_aa_session_passes_with_both_fingerprints_and_records_nothing_of_this
 
 
 def test_b_slower_by_a_setting_of_its_own_is_a_regression_naming_the_setting(hw_project):
-    result = _run(hw_project, "--ab-env", f"{SLEEP}=0.06")
+    # B's workers fork from the self-tests' zygote (as in the A/A test above)
+    result = _run(hw_project, f"--ab-python={hw_project.zygote.python}", "--ab-env", f"{SLEEP}=0.06")
     result.assert_outcomes(failed=1)
     (record,) = hw_project.results["records"]
     assert record["verdict"] == "regression"

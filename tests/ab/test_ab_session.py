@@ -1,7 +1,8 @@
 """One A/B test (hwregress.ab.session.run_ab) on real worker processes of this interpreter and a tiny CPU model whose
 forward sleeps for a stack's setting (tests/support/ab_workloads.py): an A/A test passes, a B three times slower is a
 regression naming its setting, a worker killed mid-session is WorkerDied and leaves no process; bad plans are refused
-with the value."""
+with the value. The tests of the engine's logic run their workers forked from the self-tests' zygote (the ``python``
+fixture); the killed worker's test runs fresh interpreters, as the plugin starts them."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ SLEEP_ENV = "HWREGRESS_AB_TEST_SLEEP_S"  # tests/support/ab_workloads.py's: seco
 FAIL_ENV = "HWREGRESS_AB_TEST_FAIL_CALL"  # and the forward call of ab_sleepy that raises
 TIMEOUT_S = 300.0  # generous: each worker starts an interpreter and imports torch on a loaded 2-core machine
 SLEEPY = Case("ab_sleepy", "train", 2, warmup_steps=1)
-A = Stack("A", sys.executable)
+FRESH = Stack("A", sys.executable)  # stack A as the plugin makes it: a fresh interpreter per worker
 
 
 @pytest.fixture(autouse=True)
@@ -51,12 +52,19 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
-def starter(b: Stack, created: list | None = None):
-    """Fresh pairs of workers of stack A and ``b`` (each appended to ``created`` where given)."""
+@pytest.fixture
+def python(zygote) -> str:
+    """An interpreter whose workers fork from the self-tests' zygote (support/zygote.py): the tests of the engine's
+    logic need two processes per pair, not their imports' seconds (32 workers an A/A test)."""
+    return zygote.python
+
+
+def starter(a: Stack, b: Stack, created: list | None = None):
+    """Fresh pairs of workers of stacks ``a`` and ``b`` (each appended to ``created`` where given)."""
 
     @contextlib.contextmanager
     def start():
-        with started_pair((A, b), "cpu", TIMEOUT_S, ["ab_workloads"]) as workers:
+        with started_pair((a, b), "cpu", TIMEOUT_S, ["ab_workloads"]) as workers:
             if created is not None:
                 created.append(workers)
             yield workers
@@ -64,17 +72,18 @@ def starter(b: Stack, created: list | None = None):
     return start
 
 
-def run(b: Stack, plan: PairPlan, case: Case = SLEEPY) -> ABResult:
-    return run_ab(case, starter(b), plan)
+def run(python: str, plan: PairPlan, case: Case = SLEEPY, b_settings: dict[str, str] | None = None) -> ABResult:
+    """One A/B test of ``case`` between stack A and a stack B with ``b_settings``, both on ``python``."""
+    return run_ab(case, starter(Stack("A", python), Stack("B", python, b_settings or {})), plan)
 
 
-def test_an_a_a_test_passes_in_the_balanced_order_with_alike_fingerprints(monkeypatch):
+def test_an_a_a_test_passes_in_the_balanced_order_with_alike_fingerprints(monkeypatch, python):
     # 50 ms of sleep per step in both stacks: each window's time is mostly the sleep (10 ms left the tiny model's
     # step to a loaded machine: A/A ratios from 0.5 to 3), so A/A log-ratios lie well within +-log(1.5) and the 8
     # process pairs' bounds (their extremes at alpha/2) show no 50% difference either way.
     monkeypatch.setenv(SLEEP_ENV, "0.05")
     plan = PairPlan(steps=2, seed=7, threshold=0.5, looks=(4, 16))
-    result = run(Stack("B", sys.executable), plan)
+    result = run(python, plan)
     assert result.verdict is not Verdict.REGRESSION
     assert result.verdict is Verdict.PASS, result.to_dict()
     assert result.looks == [4, 16]  # 2 process pairs cannot bound the ratio at alpha/2 = 0.005: no pass there
@@ -92,10 +101,10 @@ def test_an_a_a_test_passes_in_the_balanced_order_with_alike_fingerprints(monkey
     assert [pair["order"] for pair in saved["pairs"]] == balanced_order(16, 7)
 
 
-def test_a_b_three_times_slower_is_a_regression_naming_its_setting(monkeypatch):
+def test_a_b_three_times_slower_is_a_regression_naming_its_setting(monkeypatch, python):
     monkeypatch.setenv(SLEEP_ENV, "0.02")
     plan = PairPlan(steps=2, seed=3, threshold=0.05, looks=(8, 16))
-    result = run(Stack("B", sys.executable, {SLEEP_ENV: "0.06"}), plan)
+    result = run(python, plan, b_settings={SLEEP_ENV: "0.06"})
     assert result.verdict is Verdict.REGRESSION, result.to_dict()
     assert result.comparison.ratio < 0.5
     assert result.looks == [8]  # a gross drop on 4 process pairs decides the first look
@@ -103,7 +112,7 @@ def test_a_b_three_times_slower_is_a_regression_naming_its_setting(monkeypatch):
     assert all(pair.b < pair.a for pair in result.pairs)
 
 
-def test_a_failed_window_drops_its_process_pair_with_the_error_and_the_test_goes_on(monkeypatch, tmp_path):
+def test_a_failed_window_drops_its_process_pair_with_the_error_and_the_test_goes_on(monkeypatch, tmp_path, python):
     # B's forward call 5 raises in the first process to reach it: call 1 is the warmup, each window runs 3 (one
     # untimed step, 2 timed), so B's second window of process pair 0 fails; both pairs of process pair 0 are dropped,
     # 7 of 8 process pairs kept.
@@ -111,7 +120,7 @@ def test_a_failed_window_drops_its_process_pair_with_the_error_and_the_test_goes
     once.touch()
     monkeypatch.setenv(SLEEP_ENV, "0.05")
     plan = PairPlan(steps=2, seed=7, threshold=0.5, looks=(16,))
-    result = run(Stack("B", sys.executable, {FAIL_ENV: "5", "HWREGRESS_AB_TEST_FAIL_ONCE": str(once)}), plan)
+    result = run(python, plan, b_settings={FAIL_ENV: "5", "HWREGRESS_AB_TEST_FAIL_ONCE": str(once)})
     failed = result.pairs[1]
     assert failed.b is None and failed.a is not None and "forward call 5 failed (injected" in failed.b_error
     assert len(result.pairs) == 16 and all(pair.complete for pair in result.pairs if pair.index != 1)
@@ -140,7 +149,7 @@ def test_a_worker_killed_mid_test_is_worker_died_naming_it_and_no_worker_is_left
     killer.start()
     try:
         with pytest.raises(WorkerDied) as raised:
-            run_ab(SLEEPY, starter(Stack("B", sys.executable), created), plan)
+            run_ab(SLEEPY, starter(FRESH, Stack("B", sys.executable), created), plan)
     finally:
         killer.join()
     assert raised.value.label == "B" and raised.value.signal == signal.SIGKILL
@@ -176,24 +185,25 @@ def test_a_plan_keeps_its_looks_as_a_tuple_and_spends_alpha_over_them():
     assert PairPlan(steps=1, seed=0, threshold=0.05).looks == (20, 40)
 
 
-def test_two_models_that_do_not_fit_together_are_rebuilt_one_at_a_time_and_the_cost_is_counted(tmp_path, monkeypatch):
+def test_two_models_that_do_not_fit_together_are_rebuilt_one_at_a_time_and_the_cost_is_counted(tmp_path, monkeypatch,
+                                                                                               python):
     # ab_exclusive's build runs out of memory while the other live worker's model is on the "device" (a folder)
     monkeypatch.setenv("HWREGRESS_AB_TEST_SLOT_DIR", str(tmp_path))
     case = Case("ab_exclusive", "infer", 2, warmup_steps=1)
-    result = run(Stack("B", sys.executable), PairPlan(steps=2, seed=0, threshold=0.9, looks=(4,)), case)
+    result = run(python, PairPlan(steps=2, seed=0, threshold=0.9, looks=(4,)), case)
     assert result.memory == "reload" and result.reload_s > 0
     assert all(pair.complete for pair in result.pairs) and result.dropped == []  # never both on the device
     assert result.to_dict()["memory"] == "reload"
 
 
-def test_two_models_that_fit_together_both_stay_loaded():
-    result = run(Stack("B", sys.executable), PairPlan(steps=2, seed=0, threshold=0.9, looks=(2,)),
+def test_two_models_that_fit_together_both_stay_loaded(python):
+    result = run(python, PairPlan(steps=2, seed=0, threshold=0.9, looks=(2,)),
                  Case("ab_tiny", "infer", 2, warmup_steps=1))
     assert result.memory == "both" and result.reload_s == 0 and result.processes == 1
 
 
-def test_the_reach_of_too_few_process_pairs_says_process_pairs():
-    result = run(Stack("B", sys.executable), PairPlan(steps=2, seed=0, threshold=0.9, looks=(4,)),
+def test_the_reach_of_too_few_process_pairs_says_process_pairs(python):
+    result = run(python, PairPlan(steps=2, seed=0, threshold=0.9, looks=(4,)),
                  Case("ab_tiny", "infer", 2, warmup_steps=1))
     assert result.units == 2 and result.reach.mds is None
     assert result.reach.why_none.startswith("2 process pairs cannot reach p < 0.01"), result.reach.why_none

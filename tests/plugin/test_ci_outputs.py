@@ -7,9 +7,9 @@ import json
 import re
 import xml.etree.ElementTree as ElementTree
 
-import jsonschema
 from hypothesis import given
 from hypothesis import strategies as st
+from support.schema_check import validate as validate_schema
 
 from hwregress.plugin import ci
 from hwregress.plugin.record import JUNIT_PROPERTIES, junit_properties
@@ -24,10 +24,10 @@ SHORT_PROPERTIES = {f"hwregress.{name}" for name in JUNIT_PROPERTIES}
 
 def test_results_json_of_a_real_session_matches_the_shipped_schema(hw_project, xdist_args):
     hw_project.run(*xdist_args).assert_outcomes(passed=2)
-    jsonschema.validate(hw_project.results, schemas.schema("results"))
+    validate_schema(hw_project.results, "results")
     hw_project.run("--update-baselines", *xdist_args).assert_outcomes(passed=2)
     (baseline_file,) = hw_project.baseline_files()
-    jsonschema.validate(json.loads(baseline_file.read_text()), schemas.schema("baselines"))
+    validate_schema(json.loads(baseline_file.read_text()), "baselines")
 
 
 def test_schema_names_every_record_field():

@@ -8,9 +8,7 @@ import os
 import subprocess
 import sys
 
-import jsonschema
-
-from hwregress.store import schemas
+from support.schema_check import validate as validate_schema
 
 SLOW = {"HWREGRESS_SELFTEST_SLOWDOWN": "1.5", "HWREGRESS_SELFTEST_TORCH": "9.9.9"}
 TRAIN = "test_throughput[cpu-tiny-train-bs4-fp32]"
@@ -53,7 +51,7 @@ def test_injected_step_is_a_change_point_the_history_command_gates_on_and_the_re
     assert 'id="history"' in html and 'class="chart trend"' in html and 'class="changepoint' in html
     assert "9.9.9" in html and "first bad session" in html
     meta = hw_project.results["meta"]["history"]
-    jsonschema.validate(hw_project.results, schemas.schema("results"))
+    validate_schema(hw_project.results, "results")
     assert ({t["status"] for t in meta["trends"]} == {"regression"}
             and all(t["change_points"] == 1 for t in meta["trends"]))
     terminal = slow.stdout.str()  # the last session's, which found the change point

@@ -9,13 +9,12 @@ import json
 import typing
 from typing import Any, Union
 
-import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.schema_check import validate as validate_schema
 
 from hwregress.report import render
-from hwregress.store import schemas
 from hwregress.store.figures import (
     AllreduceFigures,
     AllreducePoint,
@@ -74,7 +73,7 @@ def test_a_record_with_sub_records_survives_json_and_matches_the_schema(data, tm
     assert record_problem(record.to_json()) is None
     assert TestRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
     session = SessionResults({"hostname": "h"}, [record]).to_json()
-    jsonschema.validate(session, schemas.schema("results"))
+    validate_schema(session, "results")
     path = tmp_path_factory.mktemp("results") / "results.json"
     path.write_text(json.dumps(session))
     assert load(path).records == [record]

@@ -9,10 +9,9 @@ import json
 import subprocess
 import sys
 
-import jsonschema
 import pytest
+from support.schema_check import validate as validate_schema
 
-from hwregress.store import schemas
 from hwregress.store.database import open_store
 
 UNREACHABLE = "postgresql+psycopg://ci:secret@127.0.0.1:1/hwregress"  # port 1: nothing listens there
@@ -86,7 +85,7 @@ def test_the_reports_trends_read_the_fleet_store_with_the_sessions_of_other_runn
     hw_project.run(f"--store={store}", "--history-dir=runner-a").assert_outcomes(passed=2)
     hw_project.run(f"--store={store}", "--history-dir=runner-b").assert_outcomes(passed=2)  # a runner of its own
     history = hw_project.results["meta"]["history"]
-    jsonschema.validate(hw_project.results, schemas.schema("results"))
+    validate_schema(hw_project.results, "results")
     assert [t["sessions"] for t in history["trends"]] == [3, 3]  # its folder holds 1: the store brings the other 2
     assert history["sources"] == [history["dir"], store] and history["dir"].endswith("runner-b")
     assert 'id="history"' in (hw_project.path / "reports" / "report.html").read_text()

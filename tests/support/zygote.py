@@ -21,7 +21,10 @@ The sessions' own ``pytest -n`` workers start there too: ``selftest_gc`` points 
 :meth:`Zygote.python_command` (held in the variable :data:`PYTHON_VARIABLE`), which runs ``python -u -c
 CODE`` (execnet's bootstrap) as a fork, as a fresh interpreter would. Processes the plugin itself starts (A/B workers,
 visits, ranks, Spark's Python workers) stay fresh interpreters: their being separate processes, each with its own
-memory layout, is what they measure.
+memory layout, is what they measure. The exception: the self-tests of the A/B engine's logic (pairing, looks,
+verdicts, dropped pairs), which give a stack :attr:`Zygote.python`, an executable that runs ``python -c`` code here;
+the tests of a worker's start, its death and what it leaves behind keep fresh interpreters. A fork takes the
+request's ``OMP_NUM_THREADS`` into torch's thread count, as a fresh interpreter's OpenMP would.
 
 Run as ``python zygote.py SOCKET``: prints ``ready`` when it listens, serves until its standard input closes.
 """
@@ -192,6 +195,7 @@ def _become_session(request: dict, streams: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    _set_torch_threads(request["env"].get("OMP_NUM_THREADS"))
     python_path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     # the zygote's own folder left sys.path at its start (the __main__ block): what remains is the interpreter's
     sys.path[:] = [request["cwd"], *python_path, *(p for p in sys.path if p not in python_path)]
@@ -215,6 +219,19 @@ def _become_session(request: dict, streams: list[int]) -> None:
         traceback.print_exc()
     finally:
         _exit(code)
+
+
+def _set_torch_threads(setting: str | None) -> None:
+    """Give torch the intra-op threads ``OMP_NUM_THREADS`` asks for: OpenMP read the variable when the zygote loaded
+    torch, so a fork would keep the zygote's count where a fresh interpreter takes the request's."""
+    import torch
+
+    try:
+        threads = int(setting) if setting else 0
+    except ValueError:
+        return  # as OpenMP does with a setting it cannot read: its default
+    if threads > 0:
+        torch.set_num_threads(threads)
 
 
 def _run_python_code(arguments: list[str]) -> None:
@@ -318,6 +335,18 @@ class Zygote:
         """A shell command line that acts as ``python`` for ``-c`` code (execnet's popen bootstrap), forked from this
         zygote."""
         return shlex.join([sys.executable, str(CLIENT), "--python", self.socket])
+
+    @property
+    def python(self) -> str:
+        """The path of an executable that acts as ``python`` for ``-c`` code, forked from this zygote (what
+        :meth:`python_command` runs): an A/B stack's interpreter in self-tests of the A/B engine's logic, whose
+        workers then start without the imports' seconds. Any other command line runs in a fresh interpreter."""
+        path = os.path.join(self.folder, "python")
+        if not os.path.exists(path):
+            with open(path, "w") as script:
+                script.write(f"#!/bin/sh\nexec {self.python_command()} \"$@\"\n")
+            os.chmod(path, 0o755)
+        return path
 
     def stop(self) -> None:
         self.process.stdin.close()

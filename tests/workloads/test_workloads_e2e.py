@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import os
 
-import jsonschema
 import pytest
 from support.html_checks import table_cells
 from support.project import REPO
-
-from hwregress.store import schemas
+from support.schema_check import validate as validate_schema
 
 EXAMPLE = REPO / "examples" / "custom_workload"
 
@@ -31,7 +29,7 @@ def test_causal_lm_runs_every_mode_in_tokens_per_second_with_serving_latencies(h
     assert records["decode"]["throughput"] == pytest.approx(decode["decode_tokens_per_s"])  # judged: the decode steps
     assert decode["output_tokens_per_s"] > 0  # end to end, the prompt pass included: reported, not judged
     assert decode["kv_cache_dtype"] == "float32"
-    jsonschema.validate(hw_project.results, schemas.schema("results"))
+    validate_schema(hw_project.results, "results")
     assert records["prefill"]["llm"]["prefill_ms"] > 0
     (baseline,) = hw_project.baseline_files()
     text = baseline.read_text()
