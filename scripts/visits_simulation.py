@@ -160,9 +160,10 @@ def simulate(model: str, visits: int, trials: int, seed: int, slowdown: float = 
                             looks=looks if visits == 1 else None)
         judgement = judge(measured, entry, tolerances)
         verdicts[str(judgement.verdict)] += 1
-        thresholds.append(judgement.record.threshold or 0.0)
-        if judgement.record.reach is not None and judgement.record.reach.mds is not None:
-            reaches.append(judgement.record.reach.mds)
+        figures = getattr(judgement, "figures", None) or judgement.record  # an older judge: its figures on a record
+        thresholds.append(figures.threshold or 0.0)
+        if figures.reach is not None and figures.reach.mds is not None:
+            reaches.append(figures.reach.mds)
     return Result(model, visits, slowdown, trials, verdicts, thresholds, reaches)
 
 

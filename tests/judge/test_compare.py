@@ -25,7 +25,7 @@ def test_no_baseline_is_new():
 def test_same_numbers_pass():
     judgement = judge(measured(), BASE, Tolerances())
     assert judgement.verdict == "pass" and not judgement.failures
-    assert judgement.record.ratio == 1.0
+    assert judgement.figures.ratio == 1.0
 
 
 def test_slowdown_is_regression_with_numbers():
@@ -73,7 +73,7 @@ def test_environment_change_is_flagged_and_strict_env_fails():
     other = dict(ENV, torch="2.14.0")
     judgement = judge(measured(env=other), BASE, Tolerances())
     assert judgement.verdict == "env-changed" and not judgement.failures
-    assert judgement.record.env_changes == ["torch 2.13.0 -> 2.14.0"]
+    assert judgement.figures.env_changes == ("torch 2.13.0 -> 2.14.0",)
     assert "--strict-env" in judge(measured(env=other), BASE, Tolerances(), strict_env=True).failures[0]
 
 
@@ -113,7 +113,7 @@ def test_session_never_records_a_failed_extra_check(tmp_path):
 def test_a_baseline_of_fewer_than_three_sessions_judges_only_beyond_the_cap():
     young = {key: value for key, value in BASE.items() if key != "history"}
     moderate = judge(measured(0.8), young, Tolerances(max_threshold=0.25))
-    assert moderate.verdict == "pass" and moderate.record.threshold == 0.25
+    assert moderate.verdict == "pass" and moderate.figures.threshold == 0.25
     assert any("provisional threshold: the baseline holds 1 session(s)" in note for note in moderate.notes)
     assert judge(measured(0.5), young, Tolerances(max_threshold=0.25)).verdict == "regression"
     assert judge(measured(0.8), dict(young, history=[100.0, 100.3]), Tolerances()).verdict == "pass"
@@ -126,7 +126,7 @@ def compiled(compile_s=2.0, cache="cold"):
 
 def test_a_cold_compile_is_compared_with_a_cold_baseline_compile():
     judgement = judge(compiled(3.0), dict(BASE, compile_s=2.0, compile_cache="cold"), Tolerances())
-    comparison = judgement.record.compile.vs_baseline
+    comparison = judgement.figures.compile_vs_baseline
     assert (comparison.compared, comparison.cache, comparison.baseline_compile_s, comparison.ratio) == (
         True, "cold", 2.0, 1.5)
     assert judgement.verdict == "pass" and not judgement.failures  # compile time is shown, never a failure
@@ -140,7 +140,7 @@ def test_a_cold_compile_is_compared_with_a_cold_baseline_compile():
 def test_a_warm_and_a_cold_compile_are_never_compared(cache, baseline_cache, said):
     base = dict(BASE, compile_s=0.1, **({"compile_cache": baseline_cache} if baseline_cache else {}))
     judgement = judge(compiled(25.0, cache), base, Tolerances())
-    comparison = judgement.record.compile.vs_baseline
+    comparison = judgement.figures.compile_vs_baseline
     assert comparison.compared is False and comparison.ratio is None
     assert comparison.cache == cache and comparison.baseline_cache == baseline_cache
     assert said in comparison.reason and "not compared" in comparison.reason
@@ -149,8 +149,9 @@ def test_a_warm_and_a_cold_compile_are_never_compared(cache, baseline_cache, sai
 
 
 def test_nothing_to_compare_without_two_compile_times():
-    assert judge(compiled(), BASE, Tolerances()).record.compile is None
-    assert judge(measured(), dict(BASE, compile_s=2.0, compile_cache="cold"), Tolerances()).record.compile is None
+    assert judge(compiled(), BASE, Tolerances()).figures.compile_vs_baseline is None
+    uncompiled = judge(measured(), dict(BASE, compile_s=2.0, compile_cache="cold"), Tolerances())
+    assert uncompiled.figures.compile_vs_baseline is None
 
 
 def test_a_session_records_a_refused_compile_comparison_and_stores_the_cache_state(tmp_path):

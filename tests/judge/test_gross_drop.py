@@ -194,7 +194,7 @@ def test_a_slow_phase_of_the_host_is_outlasted_and_the_session_passes():
     assert timing.verdict_rounds > 0 and len(timing.round_seconds) > 10
     assert timing.looks is not None and timing.looks.decision == "pass" and len(timing.looks.rounds) > 1
     judged = _judged([8.0 / s for s in timing.step_seconds], timing.looks)
-    assert judged.verdict == Verdict.PASS, judged.record.ratio
+    assert judged.verdict == Verdict.PASS, judged.figures.ratio
 
 
 def test_a_real_slowdown_stays_red_after_the_confirmation_and_costs_only_the_confirmation_time():
@@ -295,7 +295,7 @@ def test_the_all_reduce_ceiling_outlasts_a_slow_phase_instead_of_judging_ten_sho
     assert window["looks"]["decision"] == "pass"
     judged = judge(Measured("t", samples, "GB/s", True, {}, identity=IDENTITY, on_cpu=True,
                             looks=LookFigures.of(window["looks"])), ALLREDUCE_BASELINE, Tolerances())
-    assert judged.verdict == Verdict.PASS, judged.record.ratio
+    assert judged.verdict == Verdict.PASS, judged.figures.ratio
 
 
 def test_the_all_reduce_ceiling_stays_red_when_the_link_really_slowed(scripted_job):

@@ -26,8 +26,8 @@ def test_other_identity_under_the_same_key_is_not_judged():
     entry = {"samples": [s * 2 for s in STEADY], "identity": {**IDENTITY, "cpu_family": 25, "cpu_model": 1}}
     judgement = judge(_measured(STEADY), entry, Tolerances())
     assert judgement.verdict == Verdict.OTHER_HARDWARE and not judgement.failures
-    assert judgement.record.identity_changes == ["cpu_family: 25 -> 26", "cpu_model: 1 -> 2"]
-    assert judgement.record.ratio is None and "--update-baselines" in judgement.notes[0]
+    assert judgement.figures.identity_changes == ("cpu_family: 25 -> 26", "cpu_model: 1 -> 2",)
+    assert judgement.figures.ratio is None and "--update-baselines" in judgement.notes[0]
 
 
 def test_accept_identity_judges_anyway_and_says_so():
@@ -44,8 +44,8 @@ def test_an_old_entry_without_identity_is_judged():
 def test_noisy_baseline_cannot_lift_the_threshold_past_the_cap():
     noisy = [40.0, 160, 60, 140, 80, 120, 100, 100, 70, 130]  # IQR/median ~ 60%
     judgement = judge(_measured([s * 0.5 for s in STEADY]), {"samples": noisy}, Tolerances(max_threshold=0.25))
-    assert judgement.record.threshold == pytest.approx(0.25)
-    assert judgement.record.wanted_threshold > 0.25
+    assert judgement.figures.threshold == pytest.approx(0.25)
+    assert judgement.figures.wanted_threshold > 0.25
     assert judgement.verdict == Verdict.REGRESSION  # a 2x slowdown is never green
     assert any("noise-limited" in note for note in judgement.notes)
 

@@ -226,8 +226,8 @@ def _judged(samples: list[float], looks: LookFigures | None, stable: bool = True
 def test_the_verdict_is_judged_with_the_alpha_of_the_look_the_window_stopped_at():
     looks = LookFigures(planned=[10, 25, 50, 100, 200, 300], rounds=[10], decision="pass")
     judgement = _judged(_samples(205.0, 10), looks)
-    assert judgement.verdict == Verdict.PASS and judgement.record.alpha == pytest.approx(0.01 / 6)
-    assert _judged(_samples(205.0, 10), None).record.alpha == pytest.approx(0.01)
+    assert judgement.verdict == Verdict.PASS and judgement.figures.alpha == pytest.approx(0.01 / 6)
+    assert _judged(_samples(205.0, 10), None).figures.alpha == pytest.approx(0.01)
 
 
 def test_the_mds_of_a_window_judged_at_its_looks_is_at_the_alpha_it_was_judged_at():
@@ -236,7 +236,7 @@ def test_the_mds_of_a_window_judged_at_its_looks_is_at_the_alpha_it_was_judged_a
 
     def judged_reach(looks: LookFigures | None):
         measured = Measured("t", samples, "samples/s", True, {}, identity=IDENTITY, on_cpu=False, looks=looks)
-        return judge(measured, BASELINE, Tolerances()).record
+        return judge(measured, BASELINE, Tolerances()).figures
 
     record = judged_reach(LookFigures(planned=[10, 25, 50, 100, 200, 300], rounds=[10], decision=None))
     assert record.alpha == pytest.approx(0.01 / 6) and record.reach.alpha == record.alpha

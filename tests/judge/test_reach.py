@@ -16,6 +16,8 @@ from hwregress.judge import stats
 from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.judge.lifecycle import session_quantiles
 from hwregress.judge.reach import POWER, _both, reach, reach_of, smallest_p, threshold_reach, threshold_reach_of
+from hwregress.store.judged import write_judged
+from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
 TRIALS = 2000  # Monte-Carlo standard error of a 90% rate: sqrt(0.9 * 0.1 / 2000) = 0.67%; the band is 3% (4.5 SE)
@@ -183,7 +185,8 @@ def test_the_judge_records_each_figures_reach_at_the_threshold_it_judged_with():
              "speedup": 5.0}
     measured = Measured("t[cpu]", samples, "samples/s", True, {}, latency_ms=10.1, efficiency=0.9, speedup=5.0,
                         reference_samples=[20.0, 20.5, 19.5, 20.2, 19.8], on_cpu=True)
-    record = judge(measured, entry, Tolerances()).record
+    record = TestRecord("t")
+    write_judged(record, judge(measured, entry, Tolerances()).figures)
     assert record.reach.figure == "throughput" and record.reach.threshold == record.threshold
     assert record.reach.alpha == Tolerances().alpha and record.reach.rounds == [10, 30]
     assert record.reach.mds >= record.threshold
@@ -192,8 +195,8 @@ def test_the_judge_records_each_figures_reach_at_the_threshold_it_judged_with():
         assert found.alpha is None and found.mds >= found.threshold >= record.threshold
     assert record.efficiency_reach.reference_within is not None and record.speedup_reach.sessions == 1
     # judged again without a baseline: nothing of the earlier judgement stays on the record
-    again = judge(measured, None, Tolerances(), onto=record).record
-    assert again.reaches() == []
+    write_judged(record, judge(measured, None, Tolerances()).figures)
+    assert record.reaches() == [] and record.ratio is None and record.threshold is None
 
 
 def _figure_session(rng: np.random.Generator, rounds: int, within: float, between: float,
@@ -245,7 +248,7 @@ def threshold_caught_fraction(regime: str) -> tuple[float, float]:
         current, reference, value = _figure_session(rng, rounds, within, between, reference_rounds, reference_within)
         measured = Measured("t", current, "samples/s", True, {}, reference_samples=reference, on_cpu=on_cpu,
                             **{key: value})
-        threshold = getattr(judge(measured, entry, Tolerances()).record, f"{figure}_reach").threshold
+        threshold = getattr(judge(measured, entry, Tolerances()).figures, f"{figure}_reach").threshold
         mds = threshold_reach_of(figure, rounds, within, between, sessions, threshold, reference_rounds,
                                  reference_within).mds
         stated.append(mds)

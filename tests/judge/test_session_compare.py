@@ -71,7 +71,7 @@ def test_two_unchanged_sessions_with_noise_pass():
 def test_the_verdict_and_its_figures_are_the_gates_own():
     a, b = synthetic_session(seed=1, tests=12), synthetic_session(seed=2, tests=12, slowdowns={SLOW: 1.4, 7: 0.7})
     for row in compare_sessions(a, b).tests:
-        figures = row.judgement.record
+        figures = row.judgement.figures
         again = stats.compare(row.b.samples, row.a.samples, figures.threshold, alpha=0.01, z=3.0,
                               history=[summarize(row.a.samples).median], max_threshold=0.25)
         assert (figures.ratio, figures.p_value) == (row.throughput.ratio, row.throughput.p_slower)
@@ -118,7 +118,7 @@ def test_telemetry_energy_and_environment_differences_are_side_by_side():
     power = next(d for d in row.telemetry if d.name == "power")
     assert (power.a, power.b, power.unit) == (250.0, 300.0, "W") and power.change == pytest.approx(0.2)
     assert row.energy.change == pytest.approx(0.2)
-    assert row.judgement.record.env_changes == ["torch 2.4.0 -> 2.5.0"]
+    assert row.judgement.figures.env_changes == ("torch 2.4.0 -> 2.5.0",)
     assert comparison.machine_changes == ["cpu: torch 2.4.0 -> 2.5.0"]
 
 
@@ -161,7 +161,7 @@ def test_other_hardware_is_not_judged_unless_accepted():
     assert compare_sessions(a, b).counts() == {"other-hardware": 2}
     accepted = compare_sessions(a, b, accept_identity=True)
     assert accepted.counts() == {"regression": 1, "pass": 1}
-    assert any("gpu_name" in line for line in accepted.tests[0].judgement.record.identity_changes)
+    assert any("gpu_name" in line for line in accepted.tests[0].judgement.figures.identity_changes)
     assert "cuda:0: name NVIDIA H100 80GB HBM3 -> NVIDIA H200" in accepted.machine_changes
 
 

@@ -204,7 +204,7 @@ def test_memory_doubling_fails_exact_cuda_peaks_only(exact, fails):
     measured = Measured("t[cuda:0-tiny]", [], "samples/s", True, {}, peak_memory_bytes=80 * 2**20, exact_memory=exact)
     judgement = judge(measured, baseline, Tolerances())
     assert bool(judgement.failures) is fails
-    assert judgement.record.memory_ratio == 2.0
+    assert judgement.figures.memory_ratio == 2.0
 
 
 def test_cuda_meter_reports_the_peak_of_what_was_allocated_inside(monkeypatch):

@@ -246,7 +246,7 @@ def test_a_drop_in_scaling_efficiency_is_a_regression_even_at_unchanged_throughp
     judgement = judge(_measured(0.6), BASELINE, Tolerances())
     assert judgement.verdict == Verdict.REGRESSION
     assert "efficiency 0.600 < baseline 0.900" in judgement.failures[0]
-    assert judgement.record.baseline_efficiency == 0.9
+    assert judgement.figures.baseline_efficiency == 0.9
 
 
 def test_efficiency_within_the_threshold_passes_and_a_noisy_reference_widens_it():

@@ -549,7 +549,7 @@ def _stream_baseline(latency_ms: float = 100.0, history=(100.0, 100.0, 100.0, 10
 def test_the_same_stream_latency_passes_and_is_reported():
     judgement = judge(_stream_measured(100.0), _stream_baseline(), Tolerances())
     assert judgement.verdict == Verdict.PASS and not judgement.failures
-    assert judgement.record.baseline_latency_ms == 100.0
+    assert judgement.figures.baseline_latency_ms == 100.0
 
 
 def test_a_lower_latency_passes():
@@ -559,7 +559,7 @@ def test_a_lower_latency_passes():
 def test_a_doubled_stream_latency_is_a_regression_even_at_the_same_throughput():
     judgement = judge(_stream_measured(200.0), _stream_baseline(), Tolerances())
     assert judgement.verdict == Verdict.REGRESSION
-    assert judgement.failures == ["spark/tiny/stream: latency p50 200.0 ms > baseline 100.0 ms x (1 + 15.0%)"]
+    assert judgement.failures == ("spark/tiny/stream: latency p50 200.0 ms > baseline 100.0 ms x (1 + 15.0%)",)
 
 
 def test_a_noisy_latency_history_widens_the_threshold_up_to_the_cap():
@@ -568,7 +568,7 @@ def test_a_noisy_latency_history_widens_the_threshold_up_to_the_cap():
     assert judge(_stream_measured(120.0), quiet, Tolerances()).verdict == Verdict.REGRESSION  # beyond 15%
     assert judge(_stream_measured(120.0), noisy, Tolerances()).verdict == Verdict.PASS  # within the drift
     capped = judge(_stream_measured(130.0), noisy, Tolerances())
-    assert capped.failures == ["spark/tiny/stream: latency p50 130.0 ms > baseline 100.0 ms x (1 + 25.0%)"]
+    assert capped.failures == ("spark/tiny/stream: latency p50 130.0 ms > baseline 100.0 ms x (1 + 25.0%)",)
     assert judge(_stream_measured(200.0), noisy, Tolerances(max_threshold=0.5)).verdict == Verdict.REGRESSION
 
 

@@ -4,17 +4,16 @@ environment), with failure messages that state the numbers and typed figures for
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hwregress.hardware.facts import fingerprint_changes, identity_changes
 from hwregress.judge import stats
-from hwregress.judge.compile_time import compile_time_onto
+from hwregress.judge.compile_time import compile_time_figures
 from hwregress.judge.looks import look_alpha
 from hwregress.judge.reach import Reach, reach, threshold_reach
 from hwregress.store.figures import LookFigures, ReachFigures
-from hwregress.store.metrics import REACH_FIELDS
-from hwregress.store.results import TestRecord
+from hwregress.store.judged import JudgedFigures
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
 
@@ -56,25 +55,44 @@ class Tolerances:
     z: float = 3.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judgement:
-    """The verdict of one test and why.
+    """The verdict of one test and why; built once by :func:`judge`, never changed.
 
     Attributes:
         verdict: see :class:`hwregress.store.verdicts.Verdict`.
         failures: sentences that make the test fail (empty: the test passes).
         notes: sentences shown beside the verdict.
-        record: the record the judgement wrote its figures onto (:func:`judge`'s ``onto``): the ratio, threshold,
-            p-value and the level it was judged at (``alpha``), memory ratio, the baseline entry's figures, the
-            environment and identity changes, the compile time against the baseline's (``record.compile.vs_baseline``)
-            and what each judged figure's verdict could catch (``record.reach``, ``latency_reach``,
-            ``efficiency_reach``, ``speedup_reach``: :mod:`hwregress.judge.reach`); a field left None was not judged.
+        figures: what the judgement found (:class:`hwregress.store.judged.JudgedFigures`: the ratio, threshold,
+            p-value and the level it was judged at, the memory ratio, the baseline entry's figures, the environment
+            and identity changes, the compile time against the baseline's and what each judged figure's verdict
+            could catch); a record takes them through :func:`hwregress.store.judged.write_judged`.
     """
 
-    record: TestRecord
+    verdict: Verdict = Verdict.PASS
+    failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    figures: JudgedFigures = field(default_factory=JudgedFigures)
+
+    def failing_first(self, failures: Sequence[str] | None) -> Judgement:
+        """This judgement with ``failures`` (checks the caller made beside the judge, e.g. a device's accuracy against
+        the CPU's) before its own and the verdict ``regression``; itself where there are none."""
+        if not failures:
+            return self
+        return replace(self, verdict=Verdict.REGRESSION, failures=(*failures, *self.failures))
+
+
+@dataclass
+class _Judging:
+    """A judgement while :func:`judge` builds it: the rules below add to it, :meth:`done` freezes it."""
+
     verdict: Verdict = Verdict.PASS
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def done(self) -> Judgement:
+        return Judgement(self.verdict, tuple(self.failures), tuple(self.notes), JudgedFigures(**self.figures))
 
 
 @dataclass(frozen=True)
@@ -107,10 +125,9 @@ NO_BASELINE = "no baseline for this test on this hardware; record one with --upd
 
 
 def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: Tolerances,
-          strict_env: bool = False, accept_identity: bool = False, onto: TestRecord | None = None) -> Judgement:
-    """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``), writing the figures
-    onto ``onto`` (the measured test's record; None: a new blank record of ``measured.test_id``), which the judgement
-    returns as its ``record``. The record's judged fields are reset first, so a figure not judged reads None.
+          strict_env: bool = False, accept_identity: bool = False) -> Judgement:
+    """Compare ``measured`` with its ``baseline`` entry (None: there is none, verdict ``new``); the figures found are
+    the judgement's ``figures`` (a figure not judged reads None there).
 
     Identity first: when the entry was recorded on hardware whose identity differs from ``measured.identity``
     in a field that changes performance, nothing is judged: verdict ``other-hardware`` with the fields that
@@ -118,7 +135,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
 
     Throughput: see :func:`hwregress.judge.stats.compare`, at the significance level of the last look the window took
     (:func:`hwregress.judge.looks.look_alpha`; ``tolerances.alpha`` for a window without looks), written to
-    ``record.alpha``; a window looked at is ``unstable`` when its rounds show neither a regression, nor an
+    ``figures.alpha``; a window looked at is ``unstable`` when its rounds show neither a regression, nor an
     improvement, nor a pass (the lower confidence bound of the ratio above ``1 - threshold``: no slowdown of the
     threshold or more), whatever its noise; one without looks is ``unstable`` when no direction was found and its
     rounds stayed noisy. Memory: fails when current peak >
@@ -134,20 +151,19 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     Compile time is compared, never judged, and only with a baseline compile time of the same cache state
     (:func:`hwregress.judge.compile_time.compare_compile`). Each judged figure's reach (its minimum detectable
     slowdown, :mod:`hwregress.judge.reach`) is computed where it is judged, with the same threshold, cap and alpha (the
-    throughput's at ``record.alpha``, the level of the last look taken: a window judged at its looks catches only what
-    that level's test can).
+    throughput's at ``figures.alpha``, the level of the last look taken: a window judged at its looks catches only
+    what that level's test can).
     """
-    record = _reset_judged(onto if onto is not None else TestRecord(measured.test_id))
     if baseline is None:
-        return Judgement(record, Verdict.NEW, notes=[NO_BASELINE])
-    judgement = Judgement(record)
+        return Judgement(Verdict.NEW, notes=(NO_BASELINE,))
+    judgement = _Judging()
     changes = identity_changes(baseline.get("identity") or {}, measured.identity)
-    record.identity_changes = changes
+    judgement.figures["identity_changes"] = tuple(changes)
     if changes and not accept_identity:
         judgement.verdict = Verdict.OTHER_HARDWARE
         judgement.notes.append(f"baseline recorded on other hardware ({'; '.join(changes)}): not judged; record this "
                                "machine's baseline with --update-baselines, or compare anyway with --accept-identity")
-        return judgement
+        return judgement.done()
     if changes:
         judgement.notes.append(f"compared across hardware identities (--accept-identity): {'; '.join(changes)}")
     if measured.samples and baseline.get("samples"):
@@ -158,7 +174,9 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     _judge_efficiency(measured, baseline, tolerances, judgement)
     _judge_latency(measured, baseline, tolerances, judgement)
     if measured.compile_s is not None:
-        judgement.notes += compile_time_onto(judgement.record, measured.compile_s, measured.compile_cache, baseline)
+        comparison, notes = compile_time_figures(measured.compile_s, measured.compile_cache, baseline)
+        judgement.figures["compile_vs_baseline"] = comparison
+        judgement.notes += notes
     _judge_environment(measured, baseline, strict_env, judgement)
     if baseline.get("visits", 1) != measured.visits:
         judgement.notes.append(f"the baseline's figure is the fastest of {baseline.get('visits', 1)} window(s), this "
@@ -167,24 +185,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     if judgement.failures and judgement.verdict in (Verdict.PASS, Verdict.IMPROVEMENT, Verdict.ENV_CHANGED,
                                                      Verdict.UNSTABLE):
         judgement.verdict = Verdict.REGRESSION
-    return judgement
-
-
-# the record fields a judgement writes (besides record.compile.vs_baseline): None or empty until judged
-JUDGED_FIELDS = ("ratio", "threshold", "p_value", "memory_ratio", "baseline_throughput", "baseline_peak_memory_bytes",
-                 "baseline_accuracy", "baseline_speedup", "baseline_efficiency", "baseline_latency_ms",
-                 "wanted_threshold", "alpha", *REACH_FIELDS)
-
-
-def _reset_judged(record: TestRecord) -> TestRecord:
-    """``record`` with the figures of an earlier judgement cleared (a record is judged once per session; a record
-    read back and judged again, as ``report compare`` may, must not keep figures the new judgement did not write)."""
-    for name in JUDGED_FIELDS:
-        setattr(record, name, None)
-    record.env_changes, record.identity_changes = [], []
-    if record.compile is not None:
-        record.compile.vs_baseline = None
-    return record
+    return judgement.done()
 
 
 def starting_tolerance(baseline: Mapping[str, Any], on_cpu: bool, tolerances: Tolerances,
@@ -211,7 +212,7 @@ def is_cpu_entry(entry: Mapping[str, Any]) -> bool:
 
 
 def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
-                      judgement: Judgement) -> None:
+                      judgement: _Judging) -> None:
     tolerance, provisional = starting_tolerance(baseline, measured.on_cpu, tolerances)
     if provisional:
         judgement.notes.append(provisional)
@@ -221,13 +222,11 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
                                alpha=alpha, z=tolerances.z, history=baseline.get("history", ()),
                                max_threshold=tolerances.max_threshold)
     baseline_median = summarize(baseline["samples"]).median
-    record = judgement.record
-    record.ratio, record.threshold, record.p_value = comparison.ratio, comparison.threshold, comparison.p_slower
-    record.alpha = alpha
-    record.baseline_throughput = baseline_median
-    record.wanted_threshold = comparison.wanted_threshold
-    record.reach = reach_figures(reach(measured.samples, baseline["samples"], baseline.get("history", ()),
-                                       comparison.threshold, tolerances.max_threshold, alpha))
+    judgement.figures.update(
+        ratio=comparison.ratio, threshold=comparison.threshold, p_value=comparison.p_slower, alpha=alpha,
+        baseline_throughput=baseline_median, wanted_threshold=comparison.wanted_threshold,
+        reach=reach_figures(reach(measured.samples, baseline["samples"], baseline.get("history", ()),
+                                  comparison.threshold, tolerances.max_threshold, alpha)))
     if comparison.wanted_threshold is not None:
         judgement.notes.append("noise-limited: the baseline's noise and history asked for a "
                                f"{comparison.wanted_threshold:.1%} threshold, capped at "
@@ -272,12 +271,12 @@ def memory_limits(exact: bool, tolerances: Tolerances) -> tuple[float, float]:
 
 
 def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
-                  judgement: Judgement) -> None:
+                  judgement: _Judging) -> None:
     base_peak = baseline.get("peak_memory_bytes")
     if measured.peak_memory_bytes is None or base_peak is None:
         return
-    judgement.record.baseline_peak_memory_bytes = base_peak
-    judgement.record.memory_ratio = measured.peak_memory_bytes / base_peak if base_peak else None
+    judgement.figures.update(baseline_peak_memory_bytes=base_peak,
+                             memory_ratio=measured.peak_memory_bytes / base_peak if base_peak else None)
     tolerance, slack = memory_limits(measured.exact_memory, tolerances)
     ceiling = base_peak * (1 + tolerance) + slack
     if measured.peak_memory_bytes > ceiling:
@@ -290,11 +289,11 @@ def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: T
 
 
 def _judge_accuracy(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
-                    judgement: Judgement) -> None:
+                    judgement: _Judging) -> None:
     base_accuracy = baseline.get("accuracy")
     if measured.accuracy is None or base_accuracy is None:
         return
-    judgement.record.baseline_accuracy = base_accuracy
+    judgement.figures["baseline_accuracy"] = base_accuracy
     if measured.accuracy < base_accuracy - tolerances.accuracy_margin:
         judgement.failures.append(
             f"{measured.test_id}: accuracy {measured.accuracy:.4f} < baseline {base_accuracy:.4f} - margin "
@@ -303,14 +302,14 @@ def _judge_accuracy(measured: Measured, baseline: Mapping[str, Any], tolerances:
 
 
 def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
-                   judgement: Judgement) -> None:
+                   judgement: _Judging) -> None:
     base_speedup = baseline.get("speedup")
     if measured.speedup is None or base_speedup is None:
         return
-    judgement.record.baseline_speedup = base_speedup
+    judgement.figures["baseline_speedup"] = base_speedup
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)  # the CPU side's noise counts too
-    judgement.record.speedup_reach = reach_figures(threshold_reach("speedup", measured.samples, (), threshold,
-                                                                   measured.reference_samples))
+    judgement.figures["speedup_reach"] = reach_figures(threshold_reach("speedup", measured.samples, (), threshold,
+                                                                       measured.reference_samples))
     if measured.speedup < base_speedup * (1 - threshold):
         judgement.failures.append(
             f"{measured.test_id}: GPU/CPU speedup {measured.speedup:.2f}x < baseline {base_speedup:.2f}x "
@@ -319,16 +318,16 @@ def _judge_speedup(measured: Measured, baseline: Mapping[str, Any], tolerances: 
 
 
 def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
-                      judgement: Judgement) -> None:
+                      judgement: _Judging) -> None:
     base_efficiency = baseline.get("efficiency")
     if measured.efficiency is None or base_efficiency is None:
         return
-    judgement.record.baseline_efficiency = base_efficiency
+    judgement.figures["baseline_efficiency"] = base_efficiency
     threshold = _ratio_threshold(judgement, tolerances, measured.reference_samples)
     history = baseline.get("efficiency_history") or ()
     drift = stats.history_bound(history)  # how far it moved between sessions
     threshold = max(threshold, min(drift, tolerances.max_threshold))
-    judgement.record.efficiency_reach = reach_figures(
+    judgement.figures["efficiency_reach"] = reach_figures(
         threshold_reach("efficiency", measured.samples, history, threshold, measured.reference_samples))
     if measured.efficiency < base_efficiency * (1 - threshold):
         judgement.failures.append(
@@ -338,18 +337,18 @@ def _judge_efficiency(measured: Measured, baseline: Mapping[str, Any], tolerance
 
 
 def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
-                   judgement: Judgement) -> None:
+                   judgement: _Judging) -> None:
     base_latency = baseline.get("latency_ms")
     if measured.latency_ms is None or not base_latency:
         return
-    judgement.record.baseline_latency_ms = base_latency
-    threshold = judgement.record.threshold
+    judgement.figures["baseline_latency_ms"] = base_latency
+    threshold = judgement.figures.get("threshold")
     if threshold is None:  # no throughput was judged: the tolerance a throughput comparison would start from
         threshold = starting_tolerance(baseline, measured.on_cpu, tolerances)[0]
     history = baseline.get("latency_history") or ()
     drift = stats.history_bound(history)
     threshold = max(threshold, min(drift, tolerances.max_threshold))
-    judgement.record.latency_reach = reach_figures(threshold_reach("latency", measured.samples, history, threshold))
+    judgement.figures["latency_reach"] = reach_figures(threshold_reach("latency", measured.samples, history, threshold))
     if measured.latency_ms > base_latency * (1 + threshold):
         judgement.failures.append(
             f"{measured.test_id}: latency p50 {measured.latency_ms:.1f} ms > baseline {base_latency:.1f} ms "
@@ -362,10 +361,11 @@ def reach_figures(found: Reach) -> ReachFigures:
     return ReachFigures.of({**asdict(found), "rounds": list(found.rounds)})
 
 
-def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_samples: Sequence[float]) -> float:
+def _ratio_threshold(judgement: _Judging, tolerances: Tolerances, reference_samples: Sequence[float]) -> float:
     """The threshold of a ratio of two same-session throughputs (speedup, efficiency): the throughput comparison's,
     widened by the noise of the reference it divides by (capped at ``max_threshold``)."""
-    threshold = judgement.record.threshold if judgement.record.threshold is not None else tolerances.throughput
+    judged = judgement.figures.get("threshold")
+    threshold = judged if judged is not None else tolerances.throughput
     if len(reference_samples) >= 2:
         noise = stats.noise_bound(reference_samples, len(reference_samples), tolerances.z)
         threshold = max(threshold, min(noise, tolerances.max_threshold))
@@ -373,9 +373,9 @@ def _ratio_threshold(judgement: Judgement, tolerances: Tolerances, reference_sam
 
 
 def _judge_environment(measured: Measured, baseline: Mapping[str, Any], strict_env: bool,
-                       judgement: Judgement) -> None:
+                       judgement: _Judging) -> None:
     changes = fingerprint_changes(baseline.get("environment", {}), dict(measured.environment))
-    judgement.record.env_changes = changes
+    judgement.figures["env_changes"] = tuple(changes)
     if not changes:
         return
     judgement.notes.append("environment changed since the baseline: " + "; ".join(changes))

@@ -1,13 +1,12 @@
 """A compiled model's compile time against its baseline entry's: compared, never judged, and only with one of the
-same cache state. Split from :func:`hwregress.judge.compare.judge`, which writes the comparison onto the record."""
+same cache state. Split from :func:`hwregress.judge.compare.judge`, whose judged figures carry the comparison."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from hwregress.store.figures import CompileComparison, CompileFigures
-from hwregress.store.results import TestRecord
+from hwregress.store.figures import CompileComparison
 
 
 def compare_compile(compile_s: float, cache: str | None, baseline: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -41,14 +40,11 @@ def _cache_words(cache: str | None, own: bool = True) -> str:
     return f"a {cache} cache" if own else f"a {cache} one"
 
 
-def compile_time_onto(record: TestRecord, compile_s: float, cache: str | None,
-                      baseline: Mapping[str, Any]) -> list[str]:
-    """Writes :func:`compare_compile` of ``compile_s`` (seconds) onto ``record.compile.vs_baseline`` (nothing where
-    the baseline holds no compile time) and returns the notes to show beside the verdict: why it was not compared,
-    or none."""
+def compile_time_figures(compile_s: float, cache: str | None,
+                         baseline: Mapping[str, Any]) -> tuple[CompileComparison | None, list[str]]:
+    """:func:`compare_compile` of ``compile_s`` (seconds) as the record's figures (None where the baseline holds no
+    compile time), and the notes to show beside the verdict: why it was not compared, or none."""
     comparison = compare_compile(compile_s, cache, baseline)
     if comparison is None:
-        return []
-    record.compile = record.compile or CompileFigures()
-    record.compile.vs_baseline = CompileComparison.of(comparison)
-    return [] if comparison["compared"] else [comparison["reason"]]
+        return None, []
+    return CompileComparison.of(comparison), [] if comparison["compared"] else [comparison["reason"]]

@@ -15,6 +15,7 @@ from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.diagnosis import diagnose
 from hwregress.store.baseline_file import BaselineError, BaselineFile
 from hwregress.store.baselines import BaselineStore
+from hwregress.store.judged import write_judged
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -96,10 +97,8 @@ class BenchSession:
             self.roof_keys.setdefault(record.hardware_key, {})[roof] = key
         entry, replacing = self._entry_for(record, key)
         judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
-                          self.policy.accept_identity, onto=record)
-        if extra_failures:
-            judgement.failures[:0] = extra_failures
-            judgement.verdict = Verdict.REGRESSION
+                          self.policy.accept_identity).failing_first(extra_failures)
+        write_judged(record, judgement.figures)
         record.verdict = judgement.verdict
         failures, notes = list(judgement.failures), list(judgement.notes)
         if entry is not None:

@@ -47,7 +47,7 @@ def _bar_label(test_id: str) -> str:
 
 
 def _row(test: TestComparison) -> dict[str, Any]:
-    figures = test.judgement.record if test.judgement is not None else None
+    figures = test.judgement.figures if test.judgement is not None else None
     return {"test": test, "figures": figures, "strip": sample_strip(test.a.samples, test.b.samples, test.b.unit),
             "failures": test.judgement.failures if test.judgement else [],
             "notes": test.judgement.notes if test.judgement else []}
