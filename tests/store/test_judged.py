@@ -10,6 +10,7 @@ import pytest
 from hwregress.judge.compare import Judgement, Measured, Tolerances, judge
 from hwregress.store.figures import CompileComparison, CompileFigures, ReachFigures
 from hwregress.store.judged import RECORD_FIELDS, JudgedFigures, write_judged
+from hwregress.store.metrics import METRICS
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -60,3 +61,10 @@ def test_no_baseline_is_new_with_no_figures():
     judgement = judge(Measured("t", SAMPLES, "samples/s", True, {}), None, Tolerances())
     assert judgement == Judgement(Verdict.NEW, notes=(judgement.notes[0],), figures=JudgedFigures())
     assert "--update-baselines" in judgement.notes[0]
+
+
+def test_every_judged_metrics_baseline_ratio_and_reach_field_is_a_judged_figure():
+    # store/metrics.py declares the metrics; a metric added there whose judge fills a field JudgedFigures lacks would
+    # be lost between the judge and the record
+    wanted = {name for metric in METRICS for name in (metric.baseline, metric.ratio, metric.reach) if name}
+    assert wanted <= set(RECORD_FIELDS), sorted(wanted - set(RECORD_FIELDS))
