@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from support.judging import conclude_onto
 
 from hwregress.judge.compare import Measured, Tolerances, judge
 
@@ -99,13 +100,13 @@ def test_session_never_records_a_failed_extra_check(tmp_path):
     store = BaselineStore(tmp_path)
     session = BenchSession(store, Policy(update_mode="all"))
     record = TestRecord("t[cuda:0]", hardware_key="gpu", accuracy=0.5, environment=ENV)
-    failures = session.conclude(record, "parity/x", ["t[cuda:0]: accuracy differs from the CPU's"])
+    failures = conclude_onto(session, record, "parity/x", ["t[cuda:0]: accuracy differs from the CPU's"])
     assert failures == ["t[cuda:0]: accuracy differs from the CPU's"]
     assert record.verdict == "regression" and record.baseline_action == "kept-regression"
     assert store.load("gpu") is None  # a failing test never becomes the baseline
-    session.conclude(TestRecord("t[cuda:0]", hardware_key="gpu", accuracy=0.5, environment=ENV), "parity/x")
+    conclude_onto(session, TestRecord("t[cuda:0]", hardware_key="gpu", accuracy=0.5, environment=ENV), "parity/x")
     record2 = TestRecord("t[cuda:0]", hardware_key="gpu", accuracy=0.1, environment=ENV)
-    BenchSession(store, Policy(update_mode="all")).conclude(record2, "parity/x", ["still differs"])
+    conclude_onto(BenchSession(store, Policy(update_mode="all")), record2, "parity/x", ["still differs"])
     assert record2.baseline_action == "kept-regression"
     assert store.load("gpu").entries["parity/x"]["accuracy"] == 0.5
 
@@ -164,7 +165,7 @@ def test_a_session_records_a_refused_compile_comparison_and_stores_the_cache_sta
     store.write_entries("cpu", "cpu", {"throughput/x": dict(BASE, compile_s=0.1, compile_cache="warm")})
     record = TestRecord("t[cpu]", hardware_key="cpu", samples=BASE["samples"], environment=ENV,
                         compile=CompileFigures(compile_s=25.0, cache="cold"))
-    assert BenchSession(store, Policy(update_mode="all")).conclude(record, "throughput/x") == []
+    assert conclude_onto(BenchSession(store, Policy(update_mode="all")), record, "throughput/x") == []
     assert record.compile is not None and record.compile.vs_baseline is not None
     assert record.compile.vs_baseline.compared is False
     assert "compile time not compared: this session compiled with a cold cache" in record.message

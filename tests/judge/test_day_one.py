@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.judging import conclude_onto
 from support.store_results import push_as_other_hosts, results_document
 
 from hwregress.judge.compare import Tolerances, memory_limits
@@ -80,16 +81,17 @@ def test_the_session_gives_a_test_without_an_entry_its_fleet_verdict(tmp_path):
     fleet = FleetJudge(lambda key: latest_medians(store, key), {"machine_id": "new-host"})
     session = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()), fleet)
     slow = _record(6.0)
-    failures = session.conclude(slow, "throughput/resnet18/train/bs1/fp32")
+    failures = conclude_onto(session, slow, "throughput/resnet18/train/bs1/fp32")
     assert slow.verdict == Verdict.REGRESSION and slow.ratio == pytest.approx(6.0 / 10.05)
     assert slow.baseline_throughput == pytest.approx(10.05)
     assert failures == [slow.message.split(" | ")[0]] and "day one, no baseline of its own" in failures[0]
     assert "record one with --update-baselines" not in slow.message  # judged after all: not "no baseline"
     healthy = _record(10.0)
-    assert session.conclude(healthy, "throughput/resnet18/train/bs1/fp32") == [] and healthy.verdict == Verdict.PASS
+    assert conclude_onto(session, healthy, "throughput/resnet18/train/bs1/fp32") == []
+    assert healthy.verdict == Verdict.PASS
     alone = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()))
     lonely = _record(6.0)
-    alone.conclude(lonely, "throughput/resnet18/train/bs1/fp32")
+    conclude_onto(alone, lonely, "throughput/resnet18/train/bs1/fp32")
     assert lonely.verdict == Verdict.NEW  # without a store: new, as before
 
 
@@ -175,7 +177,7 @@ def test_a_key_no_other_host_has_measured_gets_a_provisional_expectation_from_th
     assert judge.judge(copy_on_h200(4240.0)).startswith("within or above prediction: ")
     session = BenchSession(BaselineStore(Path("/nonexistent-baselines")), Policy(Tolerances()), judge)
     record = copy_on_h200(3000.0)
-    session.conclude(record, "ceiling/copy/roof/bs1/fp32")
+    conclude_onto(session, record, "ceiling/copy/roof/bs1/fp32")
     assert record.verdict == Verdict.NEW and "below prediction" in record.message
     no_keys = FleetJudge(lambda key: fleets.get(key, {}), {"machine_id": "this-host"})
     assert no_keys.judge(copy_on_h200(3000.0)) is None
@@ -189,7 +191,7 @@ def test_a_gpu_hosts_own_cpu_figures_are_not_its_fleet_and_a_cpu_test_keeps_the_
     assert judge.judge(_record(6.0)).n_hosts == 3  # its own 6.0 left out
     session = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()), judge)
     within_cpu_tolerance = _record(9.0)  # 0.9 x the fleet: beyond 5%, within the CPU's 15%
-    assert session.conclude(within_cpu_tolerance, "throughput/resnet18/train/bs1/fp32") == []
+    assert conclude_onto(session, within_cpu_tolerance, "throughput/resnet18/train/bs1/fp32") == []
     assert within_cpu_tolerance.verdict == Verdict.PASS and within_cpu_tolerance.threshold >= 0.15
 
 
@@ -198,7 +200,7 @@ def test_require_baselines_still_fails_a_test_the_fleet_passes(tmp_path):
     policy = Policy(Tolerances(), require_baselines=True)
     session = BenchSession(BaselineStore(tmp_path / "baselines"), policy, FleetJudge(lambda key: fleet, {}))
     record = _record(10.0)
-    failures = session.conclude(record, "throughput/resnet18/train/bs1/fp32")
+    failures = conclude_onto(session, record, "throughput/resnet18/train/bs1/fp32")
     assert record.verdict == Verdict.PASS and any("--require-baselines is set" in f for f in failures)
 
 
@@ -269,14 +271,14 @@ def test_a_new_hosts_peak_memory_is_held_under_its_fleets_ceiling_on_day_one(tmp
     session = BenchSession(BaselineStore(tmp_path / "baselines"), Policy(Tolerances()), fleet_judge(url))
     doubled = _record(10.0)
     doubled.peak_memory_bytes = round(2.04 * GIB)
-    failures = session.conclude(doubled, "throughput/resnet18/train/bs1/fp32")
+    failures = conclude_onto(session, doubled, "throughput/resnet18/train/bs1/fp32")
     assert doubled.verdict == Verdict.REGRESSION and len(failures) == 1  # the throughput passed; the memory did not
     assert failures[0].startswith(f"{TEST}: day one, no baseline of its own: peak memory 2089.0 MiB")
     assert "exceeds the fleet's ceiling 1369.6 MiB" in failures[0] and "a fleet of 3 hosts" in failures[0]
     assert doubled.baseline_peak_memory_bytes == round(1.02 * GIB) and doubled.memory_ratio == pytest.approx(2.0)
     as_its_fleet = _record(10.0)
     as_its_fleet.peak_memory_bytes = round(1.05 * GIB)
-    assert session.conclude(as_its_fleet, "throughput/resnet18/train/bs1/fp32") == []
+    assert conclude_onto(session, as_its_fleet, "throughput/resnet18/train/bs1/fp32") == []
     assert as_its_fleet.verdict == Verdict.PASS and "exceeds" not in as_its_fleet.message
 
 

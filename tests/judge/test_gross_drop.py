@@ -17,6 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.judging import conclude_onto
 
 from hwregress.judge import stats
 from hwregress.judge.compare import Tolerances
@@ -63,7 +64,7 @@ def _record_history(folder: Path, sessions: list[tuple[float, float, str, bool, 
     for index, (level, noise, mode, stack_changed, rounds) in enumerate(sessions):
         torch_version += int(stack_changed)
         record = _record(_session_samples(100.0 * level, noise, index, rounds), f"2.{torch_version}.0")
-        BenchSession(BaselineStore(folder), Policy(update_mode=mode)).conclude(record, KEY)
+        conclude_onto(BenchSession(BaselineStore(folder), Policy(update_mode=mode)), record, KEY)
     loaded = BaselineStore(folder).load("amd-epyc-f25m17-2t")
     assert loaded is not None
     entry = loaded.entry(KEY)
@@ -82,7 +83,7 @@ def test_a_drop_beyond_the_cap_is_red_for_any_recorded_history(sessions, drop, n
         if summarize(samples).median >= baseline_median * (1 - Tolerances().max_threshold):
             return  # the noise lifted this draw's median back above the cap: not a gross drop
         record = _record(samples, f"2.{sum(changed for *_, changed, _ in sessions)}.0")
-        failures = BenchSession(BaselineStore(Path(folder)), Policy()).conclude(record, KEY)
+        failures = conclude_onto(BenchSession(BaselineStore(Path(folder)), Policy()), record, KEY)
     assert record.verdict == Verdict.REGRESSION, (record.ratio, record.threshold, record.p_value, record.message)
     assert failures and record.threshold is not None and record.threshold <= Tolerances().max_threshold
 
@@ -94,9 +95,9 @@ def test_a_contended_run_against_a_contended_then_quiet_recording_is_red(tmp_pat
     contended = [32.0, 45.0, 38.0, 50.0, 29.0, 41.0, 47.0, 35.0, 44.0, 39.0]
     quiet = [100.0, 101.5, 98.7, 100.9, 99.2, 100.4, 101.1, 99.8, 100.2, 99.5]
     for samples in (contended, quiet):
-        BenchSession(BaselineStore(tmp_path), Policy(update_mode="all")).conclude(_record(samples), KEY)
+        conclude_onto(BenchSession(BaselineStore(tmp_path), Policy(update_mode="all")), _record(samples), KEY)
     run = _record([s * 1.02 for s in contended[:8]])
-    failures = BenchSession(BaselineStore(tmp_path), Policy()).conclude(run, KEY)
+    failures = conclude_onto(BenchSession(BaselineStore(tmp_path), Policy()), run, KEY)
     assert run.ratio is not None and run.ratio < 1 - Tolerances().max_threshold
     assert run.p_value is not None and run.p_value > Tolerances().alpha  # the significance test alone missed it
     assert run.verdict == Verdict.REGRESSION and failures

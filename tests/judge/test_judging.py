@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.judging import conclude_onto
 
 from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.judge.session import BenchSession, Policy
@@ -68,7 +69,7 @@ def test_an_impossible_figure_is_invalid_fails_and_is_never_recorded(tmp_path):
     session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="force"))
     record = _record(STEADY, achieved_tflops=2000.0, mfu=None)
     record.device, record.device_name = "cuda:0", "NVIDIA H100 80GB HBM3"
-    failures = session.conclude(record, "throughput/tiny/train/bs4/fp32")
+    failures = conclude_onto(session, record, "throughput/tiny/train/bs4/fp32")
     assert record.verdict == Verdict.INVALID and failures
     assert "2000" in failures[0] and "impossible figure" in failures[0]
     assert not list(tmp_path.glob("*.json"))
@@ -86,7 +87,7 @@ def test_mean_power_above_the_enforced_limit_s_slack_is_invalid(tmp_path):
     # the limit comes from the record's health (NVML's enforced power limit); 1.1 x 700 W = 770 W
     session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="force"))
     record = _powered(800.0)
-    failures = session.conclude(record, "throughput/tiny/train/bs4/fp32")
+    failures = conclude_onto(session, record, "throughput/tiny/train/bs4/fp32")
     assert record.verdict == Verdict.INVALID
     assert "mean power 800 W exceeds 1.1 x the enforced limit 700 W" in failures[0]
     assert not list(tmp_path.glob("*.json"))
@@ -95,16 +96,16 @@ def test_mean_power_above_the_enforced_limit_s_slack_is_invalid(tmp_path):
 def test_mean_power_within_the_enforced_limit_s_slack_is_judged(tmp_path):
     session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="force"))
     record = _powered(760.0)  # above the limit by less than the 10% its averaging allows
-    assert session.conclude(record, "throughput/tiny/train/bs4/fp32") == []
+    assert conclude_onto(session, record, "throughput/tiny/train/bs4/fp32") == []
     assert record.verdict == Verdict.NEW
 
 
 def test_a_regression_under_contention_is_diagnosed_as_contention_first(tmp_path):
     session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
-    session.conclude(_record(STEADY), "throughput/tiny/train/bs4/fp32")
+    conclude_onto(session, _record(STEADY), "throughput/tiny/train/bs4/fp32")
     judged = BenchSession(BaselineStore(tmp_path), Policy())
     slow = _record([s / 2 for s in STEADY], health={"other_cpu_fraction": 0.93, "logical_cores": 2})
-    failures = judged.conclude(slow, "throughput/tiny/train/bs4/fp32")
+    failures = conclude_onto(judged, slow, "throughput/tiny/train/bs4/fp32")
     assert slow.verdict == Verdict.REGRESSION and failures
     assert slow.diagnosis and slow.diagnosis[0].startswith("CPU contention: other processes used 93%")
 
@@ -113,12 +114,12 @@ def test_a_recorded_entry_keeps_the_evidence_for_a_later_diagnosis(tmp_path):
     session = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
     ceiling = _record([0.2] * 10, family="ceiling", measures_roof=True, unit="TFLOP/s")
     ceiling.model = "gemm"
-    session.conclude(ceiling, "ceiling/gemm/roof/bs1024/fp32")
+    conclude_onto(session, ceiling, "ceiling/gemm/roof/bs1024/fp32")
     record = _record(STEADY, health={"other_cpu_fraction": 0.01},
                      telemetry={"metrics": {"cpu_freq_mhz": {"mean": 2600.0}}, "throttle_reasons": []},
                      top_cpu_ops=[{"name": "aten::mkldnn_convolution", "total_ms": 12.0, "calls": 3, "share": 0.5}])
     record.details["profile_steps"] = 3
-    session.conclude(record, "throughput/tiny/train/bs4/fp32")
+    conclude_onto(session, record, "throughput/tiny/train/bs4/fp32")
     (path,) = tmp_path.glob("*.json")
     entry = json.loads(path.read_text())["entries"]["throughput/tiny/train/bs4/fp32"]
     assert entry["identity"] == IDENTITY
@@ -133,15 +134,15 @@ def test_a_slower_roof_in_this_session_is_named_against_the_files_pooled_ceiling
     for session_roof in (0.20, 0.21, 0.19):
         gemm = _record([session_roof] * 10, family="ceiling", measures_roof=True, unit="TFLOP/s")
         gemm.model = "gemm"
-        recorder.conclude(gemm, "ceiling/gemm/roof/bs1024/fp32")
-        recorder.conclude(_record(STEADY), "throughput/tiny/train/bs4/fp32")
+        conclude_onto(recorder, gemm, "ceiling/gemm/roof/bs1024/fp32")
+        conclude_onto(recorder, _record(STEADY), "throughput/tiny/train/bs4/fp32")
         recorder = BenchSession(BaselineStore(tmp_path), Policy(update_mode="all"))
     judged = BenchSession(BaselineStore(tmp_path), Policy())
     slow_roof = _record([0.1] * 10, family="ceiling", measures_roof=True, unit="TFLOP/s")
     slow_roof.model = "gemm"
-    judged.conclude(slow_roof, "ceiling/gemm/roof/bs1024/fp32")
+    conclude_onto(judged, slow_roof, "ceiling/gemm/roof/bs1024/fp32")
     slow = _record([s / 2 for s in STEADY])
-    judged.conclude(slow, "throughput/tiny/train/bs4/fp32")
+    conclude_onto(judged, slow, "throughput/tiny/train/bs4/fp32")
     assert slow.verdict == Verdict.REGRESSION
     assert any(line.startswith("the machine itself is 50% slower: gemm_fp32_tflops 0.1 now vs 0.2")
                for line in slow.diagnosis)

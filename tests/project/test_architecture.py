@@ -11,6 +11,9 @@ cannot hide a circle or a heavy dependency.
   know: :class:`hwregress.plugin.families.protocol.FamilyTraits`); :data:`FAMILY_NAMES_ALLOWED` aside;
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
+- a record's verdict is set in one function (:data:`VERDICT_SETTER`): the judge and the A/B family return what they
+  concluded, the plugin settles the verdict with pytest's outcome of the test; the other ``.verdict`` assignments
+  are :data:`VERDICT_BUILDERS`, the builders of values that are not records;
 - no module is longer than :data:`MAX_LINES`;
 - docs/development.md's Layout section describes every room and names only modules that exist; its "One record's way"
   names only modules, classes, functions and methods that exist;
@@ -65,6 +68,17 @@ MAY_IMPORT: dict[str, set[str]] = {
 # the rooms below plugin/ that may still test a family's name: the report's family views (a family names its view, the
 # view picks its records by family), until the views take what the families declare (issue 40)
 FAMILY_NAMES_ALLOWED = {"report"}
+# the one function that sets a test record's verdict (issue 40), and the assignments to a ``verdict`` attribute that
+# build other values: (module, function, the assigned object's name)
+VERDICT_SETTER = ("hwregress.plugin.record", "finish", "record")
+VERDICT_BUILDERS = {("hwregress.judge.compare", "judge", "judgement"),  # the judge's _Judging, frozen by done()
+                    ("hwregress.judge.compare", "_judge_throughput", "judgement"),
+                    ("hwregress.judge.compare", "_judge_environment", "judgement"),
+                    ("hwregress.judge.session", "_day_one_throughput", "concluding"),  # the session's _Concluding
+                    ("hwregress.judge.session", "_day_one_memory", "concluding"),
+                    ("hwregress.judge.session", "_update_baseline", "concluding"),
+                    ("hwregress.judge.session_compare", "compare_records", "row"),  # a row of two sessions' table
+                    ("hwregress.plugin.record", "__init__", "self")}  # HwSkip: the verdict a skip carries
 INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}
 # modules whose documented purpose is to hand on names defined elsewhere: the workloads API a plugin imports
 FACES = {"hwregress.workloads"}
@@ -290,6 +304,48 @@ def test_rooms_below_the_plugin_never_test_a_family_by_its_name():
 ])
 def test_a_family_tested_by_its_name_is_found(source, lines):
     assert family_name_tests(source) == lines
+
+
+def verdict_assignments(module: str, source: str) -> set[tuple[str, str, str]]:
+    """Every assignment to a ``verdict`` attribute in ``source`` (``x.verdict = ...``, ``x.verdict, y = ...``,
+    ``setattr(x, "verdict", ...)``), as (module, enclosing function, the assigned object's expression)."""
+    found = set()
+
+    def targets(node: ast.AST) -> list[ast.AST]:
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            heads = node.targets if isinstance(node, ast.Assign) else [node.target]
+            return [t for head in heads for t in (head.elts if isinstance(head, ast.Tuple) else [head])
+                    if isinstance(t, ast.Attribute) and t.attr == "verdict"]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "verdict":
+            return [ast.Attribute(value=node.args[0], attr="verdict")]
+        return []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for target in targets(node):
+            found.add((module, function, ast.unparse(target.value)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function)
+
+    visit(ast.parse(source), "<module>")
+    return found
+
+
+def test_a_records_verdict_is_set_in_one_function():
+    found = {site for module, path in modules().items()
+             for site in verdict_assignments(module, path.read_text(encoding="utf-8"))}
+    assert found - VERDICT_BUILDERS == {VERDICT_SETTER}
+
+
+@pytest.mark.parametrize(("source", "sites"), [
+    ("def finish(record):\n    record.verdict = 1", {("m", "finish", "record")}),
+    ("def f(record):\n    record.verdict, record.message = 1, ''", {("m", "f", "record")}),
+    ("def g(r):\n    setattr(r, 'verdict', 1)", {("m", "g", "r")}),
+    ("class A:\n    def h(self):\n        self.record.verdict = 2", {("m", "h", "self.record")}),
+    ("def f(record):\n    record.verdicts = 1\n    x = record.verdict", set()),
+])
+def test_an_assignment_to_a_verdict_is_found(source, sites):
+    assert verdict_assignments("m", source) == sites
 
 
 def test_only_the_plugin_and_the_suite_import_pytest():

@@ -4,7 +4,7 @@ of a regression (:func:`for_diagnosis`), and the physics checks of a record (:fu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hwregress.hardware import roofline
@@ -53,12 +53,14 @@ def baseline_roofs(entries: Mapping[str, Mapping[str, Any]], roof_keys: Mapping[
 
 
 def for_diagnosis(record: TestRecord, entry: Mapping[str, Any], ceilings: Mapping[str, float],
-                  baseline_ceilings: Mapping[str, float]) -> Evidence:
+                  baseline_ceilings: Mapping[str, float],
+                  judged_identity_changes: Sequence[str] | None = None) -> Evidence:
     """The evidence of ``record`` (this session, with ``ceilings`` measured in it) against ``entry`` and the
-    roofs of its baselines file (``baseline_ceilings``)."""
+    roofs of its baselines file (``baseline_ceilings``); ``judged_identity_changes``: the judge's, before the
+    record takes them (None: the record's own)."""
     return Evidence(
         health=record.health,
-        identity_changes=record.identity_changes,
+        identity_changes=list(record.identity_changes if judged_identity_changes is None else judged_identity_changes),
         unit_changes=identity_changes(entry.get("identity") or {}, record.identity, UNIT_FIELDS),
         throttle_reasons=(record.telemetry or {}).get("throttle_reasons", []),
         baseline_throttle_reasons=entry.get("throttle_reasons", []),

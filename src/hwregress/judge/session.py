@@ -1,11 +1,12 @@
 """A benchmark session's library side: judge records against the baseline store and apply the baseline
-lifecycle (a window's measurement is copied onto its record first: :mod:`hwregress.measure.record`). Independent
-of pytest (the plugin drives it) and of torch."""
+lifecycle (a window's measurement is copied onto its record first: :mod:`hwregress.measure.record`), returning a
+frozen :class:`hwregress.store.judged.Conclusion` and writing nothing onto the record. Independent of pytest (the
+plugin drives it) and of torch."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hwregress.hardware.facts import device_kind
@@ -15,7 +16,7 @@ from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.diagnosis import diagnose
 from hwregress.store.baseline_file import BaselineError, BaselineFile
 from hwregress.store.baselines import BaselineStore
-from hwregress.store.judged import write_judged
+from hwregress.store.judged import Conclusion, JudgedFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -70,21 +71,22 @@ class BenchSession:
             raise loaded
         return None if loaded is None else loaded.entry(key)
 
-    def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> list[str]:
-        """Judge ``record`` against its baseline, fill its verdict, figures and (for a regression) diagnosis,
-        and apply the update policy. Returns the failure sentences (empty: the test passes).
+    def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> Conclusion:
+        """Judge ``record`` against its baseline, diagnose a regression, and apply the update policy; returns what it
+        concluded (the record takes it through :func:`hwregress.store.judged.write_conclusion`; nothing is written
+        onto ``record`` here).
 
         A figure no hardware can reach (:func:`hwregress.judge.evidence.physics_of`) makes the record ``invalid``
         before anything is judged or recorded. ``extra_failures`` are checks the caller made itself (device vs
         CPU accuracy, output parity); they count as a regression before the update policy runs, so an update
         never absorbs them. A baseline that cannot be written (read-only folder, full disk) fails the test
-        with the file and the reason; the measurement stays on the record. With ``--update-baselines=force``
-        an entry (or a whole file) that cannot be trusted is replaced: the test is judged as new and the
-        unreadable file is moved aside, never deleted.
+        with the file and the reason (verdict ``failed``). With ``--update-baselines=force`` an entry (or a whole
+        file) that cannot be trusted is replaced: the test is judged as new and the unreadable file is moved aside,
+        never deleted.
 
         Raises:
             BaselineError: the baselines file or this test's entry cannot be trusted and the update mode is
-                not ``force`` (the record's verdict is ``failed``).
+                not ``force`` (the test fails with it).
         """
         assert record.hardware_key is not None
         roofs = self.roofs.setdefault(record.device or "", {})
@@ -98,35 +100,35 @@ class BenchSession:
         entry, replacing = self._entry_for(record, key)
         judgement = judge(_measured(record), entry, self.policy.tolerances, self.policy.strict_env,
                           self.policy.accept_identity).failing_first(extra_failures)
-        write_judged(record, judgement.figures)
-        record.verdict = judgement.verdict
-        failures, notes = list(judgement.failures), list(judgement.notes)
+        concluding = _Concluding(judgement.verdict, list(judgement.failures), list(judgement.notes),
+                                 judgement.figures)
         if entry is not None:
-            record.baseline_recorded_at = entry.get("recorded_at")
-            if record.verdict == Verdict.REGRESSION:
-                record.diagnosis = diagnose(evidence.for_diagnosis(record, entry, roofs, self._baseline_roofs(record)))
+            concluding.baseline_recorded_at = entry.get("recorded_at")
+            if concluding.verdict == Verdict.REGRESSION:
+                concluding.diagnosis = tuple(diagnose(evidence.for_diagnosis(
+                    record, entry, roofs, self._baseline_roofs(record), judgement.figures.identity_changes)))
         else:
-            if record.verdict == Verdict.NEW and self.fleet is not None:
-                self._day_one(record, failures, notes)
+            if concluding.verdict == Verdict.NEW and self.fleet is not None:
+                self._day_one(record, concluding)
             if self.policy.require_baselines and self.policy.update_mode is None:
-                failures.append(f"{record.test_id}: no baseline for {key} in "
-                                f"{self.store.path_for(record.hardware_key)} and --require-baselines is set; record "
-                                "one with --update-baselines")
+                concluding.failures.append(
+                    f"{record.test_id}: no baseline for {key} in {self.store.path_for(record.hardware_key)} and "
+                    "--require-baselines is set; record one with --update-baselines")
         if replacing is not None:
-            notes.append(f"replacing what could not be trusted ({replacing}); an unreadable file is moved aside")
-        self._update_baseline(record, key, entry, failures, notes, replace_unreadable=replacing is not None)
-        record.message = " | ".join(failures + notes)
-        return failures
+            concluding.notes.append(f"replacing what could not be trusted ({replacing}); an unreadable file is "
+                                    "moved aside")
+        self._update_baseline(record, key, entry, concluding, replace_unreadable=replacing is not None)
+        return concluding.done()
 
-    def _day_one(self, record: TestRecord, failures: list[str], notes: list[str]) -> None:
+    def _day_one(self, record: TestRecord, concluding: _Concluding) -> None:
         """Judge ``record`` (no entry of its own) against its hardware key's fleet: its throughput and its peak
         memory."""
-        self._day_one_throughput(record, failures, notes)
-        self._day_one_memory(record, failures)
-        if record.verdict != Verdict.NEW and NO_BASELINE in notes:  # judged after all: against the fleet
-            notes.remove(NO_BASELINE)
+        self._day_one_throughput(record, concluding)
+        self._day_one_memory(record, concluding)
+        if concluding.verdict != Verdict.NEW and NO_BASELINE in concluding.notes:  # judged after all: by the fleet
+            concluding.notes.remove(NO_BASELINE)
 
-    def _day_one_throughput(self, record: TestRecord, failures: list[str], notes: list[str]) -> None:
+    def _day_one_throughput(self, record: TestRecord, concluding: _Concluding) -> None:
         """``record``'s throughput against its fleet, at a threshold never below the device's tolerance."""
         assert self.fleet is not None
         on_cpu = device_kind(record.device or "cpu") == "cpu"
@@ -135,17 +137,18 @@ class BenchSession:
         if found is None:
             return
         if isinstance(found, str):  # the store could not be read
-            notes.append(found)
+            concluding.notes.append(found)
             return
         if found.verdict == Verdict.NEW:  # too few hosts, or no majority
-            notes.append(found.message)
+            concluding.notes.append(found.message)
             return
-        record.verdict, record.ratio, record.threshold = found.verdict, found.ratio, found.threshold
-        record.baseline_throughput = found.fleet_value
+        concluding.verdict = found.verdict
+        concluding.figures = replace(concluding.figures, ratio=found.ratio, threshold=found.threshold,
+                                     baseline_throughput=found.fleet_value)
         said = f"{record.test_id}: day one, no baseline of its own: {found.message}"
-        (failures if found.verdict == Verdict.REGRESSION else notes).append(said)
+        (concluding.failures if found.verdict == Verdict.REGRESSION else concluding.notes).append(said)
 
-    def _day_one_memory(self, record: TestRecord, failures: list[str]) -> None:
+    def _day_one_memory(self, record: TestRecord, concluding: _Concluding) -> None:
         """``record``'s peak memory under its fleet's ceiling, with its own baseline's tolerances
         (:func:`hwregress.judge.compare.memory_limits`); a peak above it is a regression."""
         assert self.fleet is not None
@@ -153,12 +156,12 @@ class BenchSession:
         ceiling = self.fleet.memory_ceiling(record, tolerance, slack)
         if ceiling is None or not record.peak_memory_bytes:
             return
-        record.baseline_peak_memory_bytes = round(ceiling.base_bytes)
-        record.memory_ratio = record.peak_memory_bytes / ceiling.base_bytes
+        concluding.figures = replace(concluding.figures, baseline_peak_memory_bytes=round(ceiling.base_bytes),
+                                     memory_ratio=record.peak_memory_bytes / ceiling.base_bytes)
         exceeded = ceiling.exceeded_by(record.peak_memory_bytes)
         if exceeded is not None:
-            failures.append(f"{record.test_id}: day one, no baseline of its own: {exceeded}")
-            record.verdict = Verdict.REGRESSION
+            concluding.failures.append(f"{record.test_id}: day one, no baseline of its own: {exceeded}")
+            concluding.verdict = Verdict.REGRESSION
 
     def _baseline_roofs(self, record: TestRecord) -> dict[str, float]:
         loaded = self._files.get(record.hardware_key or "")
@@ -173,15 +176,14 @@ class BenchSession:
             return self.baseline_entry(record.hardware_key, key), None
         except BaselineError as error:
             if self.policy.update_mode not in ("force", "reset"):
-                record.verdict = Verdict.FAILED
                 raise
             return None, error
 
-    def _update_baseline(self, record: TestRecord, key: str, entry: dict[str, Any] | None, failures: list[str],
-                         notes: list[str], replace_unreadable: bool = False) -> None:
+    def _update_baseline(self, record: TestRecord, key: str, entry: dict[str, Any] | None,
+                         concluding: _Concluding, replace_unreadable: bool = False) -> None:
         assert record.hardware_key is not None
-        action = lifecycle.update_action(self.policy.update_mode, record.verdict, entry is not None)
-        record.baseline_action = action
+        action = lifecycle.update_action(self.policy.update_mode, concluding.verdict, entry is not None)
+        concluding.baseline_action = action
         path = self.store.path_for(record.hardware_key)
         if action == "recorded":
             try:
@@ -190,26 +192,45 @@ class BenchSession:
                 self.store.write_entries(record.hardware_key, record.device_name or "", {key: new_entry},
                                          replace_unreadable)
             except (OSError, ValueError, BaselineError) as error:
-                record.baseline_action = "write-failed"
-                record.verdict = Verdict.FAILED
-                failures.append(f"{record.test_id}: baseline not recorded in {path}: {error} "
-                                "(check the folder's permissions and free space; the measurement is "
-                                "kept in the results)")
+                concluding.baseline_action = "write-failed"
+                concluding.verdict = Verdict.FAILED
+                concluding.failures.append(f"{record.test_id}: baseline not recorded in {path}: {error} "
+                                           "(check the folder's permissions and free space; the measurement is "
+                                           "kept in the results)")
                 return
-            notes.append(f"baseline recorded in {path}")
+            concluding.notes.append(f"baseline recorded in {path}")
         elif action == "kept-regression":
-            notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the new figures")
+            concluding.notes.append("baseline kept: this test regresses; use --update-baselines=force to accept the "
+                                    "new figures")
         elif action == "kept-unstable":
-            notes.append("baseline kept: the window was unstable; use --update-baselines=force to record it anyway")
+            concluding.notes.append("baseline kept: the window was unstable; use --update-baselines=force to record "
+                                    "it anyway")
 
 
-def _invalid(record: TestRecord, impossible: list[str]) -> list[str]:
-    """Mark ``record`` invalid: a measurement defect, never judged, never recorded as a baseline."""
-    record.verdict = Verdict.INVALID
-    record.baseline_action = "none"
-    failures = [f"{record.test_id}: impossible figure, a measurement defect: {sentence}" for sentence in impossible]
-    record.message = " | ".join(failures)
-    return failures
+@dataclass
+class _Concluding:
+    """A conclusion while :meth:`BenchSession.conclude` builds it (the day-one verdicts and the baseline lifecycle add
+    to the judgement); :meth:`done` freezes it."""
+
+    verdict: Verdict
+    failures: list[str]
+    notes: list[str]
+    figures: JudgedFigures
+    baseline_action: str | None = None
+    baseline_recorded_at: str | None = None
+    diagnosis: tuple[str, ...] = ()
+
+    def done(self) -> Conclusion:
+        return Conclusion(self.verdict, tuple(self.failures), tuple(self.notes), self.figures, self.baseline_action,
+                          self.baseline_recorded_at, self.diagnosis)
+
+
+def _invalid(record: TestRecord, impossible: list[str]) -> Conclusion:
+    """``record``'s conclusion when a figure is impossible: ``invalid``, a measurement defect, never judged, never
+    recorded as a baseline."""
+    failures = tuple(f"{record.test_id}: impossible figure, a measurement defect: {sentence}"
+                     for sentence in impossible)
+    return Conclusion(Verdict.INVALID, failures, baseline_action="none")
 
 
 def _measured(record: TestRecord) -> Measured:

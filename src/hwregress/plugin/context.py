@@ -14,6 +14,7 @@ from hwregress.plugin.settings import Settings
 if TYPE_CHECKING:
     from hwregress.judge.session import BenchSession
     from hwregress.measure.timing import RoundTimer, VerdictCheck
+    from hwregress.store.judged import Conclusion
     from hwregress.store.results import TestRecord
 
 # runs a round function ``rounds`` times (pytest-benchmark's ``pedantic``, so its table shows the timed rounds)
@@ -22,8 +23,8 @@ RoundDriver = Callable[[Callable[[], None], int], None]
 
 class BenchContext(Protocol):
     """The running test: its request, its item, the session's config, the validated settings and the judging session,
-    and the plumbing every family shares: the test's one record (:meth:`start`, :meth:`conclude`), the round timer,
-    the in-window verdict check and the pytest-benchmark bridge."""
+    and the plumbing every family shares: the test's one record (:meth:`start`, :meth:`conclude`, :meth:`settle`), the
+    round timer, the in-window verdict check and the pytest-benchmark bridge."""
 
     request: pytest.FixtureRequest
     item: pytest.Item
@@ -39,6 +40,11 @@ class BenchContext(Protocol):
     def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> TestRecord:
         """Judge ``record`` against baseline entry ``key`` (with the family's own ``extra_failures``) and fail the
         test with the numbers when the judgement says so; returns the record."""
+        ...
+
+    def settle(self, record: TestRecord, conclusion: Conclusion) -> TestRecord:
+        """Put what judging ``record`` concluded on it (its verdict settles with the test's outcome) and fail the test
+        with the conclusion's failures; returns the record."""
         ...
 
     def timer(self, device: str) -> RoundTimer:

@@ -20,9 +20,10 @@ from hwregress.plugin.context import RoundDriver
 from hwregress.plugin.families import registry
 from hwregress.plugin.families.ab_window import skip_outside_ab
 from hwregress.plugin.parametrize import settings
-from hwregress.plugin.record import RECORD_KEY
+from hwregress.plugin.record import CONCLUSION_KEY, RECORD_KEY
 from hwregress.plugin.xdist import holding_devices, is_worker
 from hwregress.store.baseline_file import BaselineError
+from hwregress.store.judged import Conclusion, write_conclusion
 from hwregress.store.results import TestRecord
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -114,13 +115,31 @@ class HwBench:
                                     hardware_key=record.hardware_key)
 
     def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> TestRecord:
+        """Judge ``record`` against its baseline entry ``key`` (:meth:`hwregress.judge.session.BenchSession.conclude`)
+        and :meth:`settle` it.
+
+        Raises:
+            pytest's failure: the conclusion's failures, or a baselines file or entry that cannot be trusted.
+        """
         try:
-            failures = self.session.conclude(record, key, extra_failures)
+            conclusion = self.session.conclude(record, key, extra_failures)
         except BaselineError as error:
             record.message = str(error)
             pytest.fail(str(error), pytrace=False)
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
+        return self.settle(record, conclusion)
+
+    def settle(self, record: TestRecord, conclusion: Conclusion) -> TestRecord:
+        """Put ``conclusion`` on ``record`` (all but the verdict: :func:`hwregress.store.judged.write_conclusion`) and
+        keep it for the test's report, where the verdict is settled with pytest's outcome
+        (:func:`hwregress.plugin.record.finish`).
+
+        Raises:
+            pytest's failure: the conclusion has failures (their sentences, one a line).
+        """
+        write_conclusion(record, conclusion)
+        self.item.stash[CONCLUSION_KEY] = conclusion
+        if conclusion.failures:
+            pytest.fail("\n".join(conclusion.failures), pytrace=False)
         return record
 
 

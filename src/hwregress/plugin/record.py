@@ -1,11 +1,13 @@
 """One record per test, built on the worker that ran it.
 
 The ``hwbench`` fixture puts the test's :class:`~hwregress.store.results.TestRecord` in ``item.stash`` as soon as it
-knows the test's identity and fills it as the measurement proceeds. :func:`finish` (called from the
-``pytest_runtest_makereport`` wrapper) settles the verdict from the test's outcome — a structured skip
-(:class:`HwSkip`) carries its own verdict, a crash becomes ``failed`` — and attaches the record, as plain JSON,
-to the report as ``report.hwregress_record``. pytest-xdist carries report attributes to the controller, which
-only stores what it receives. JUnit XML gets a short set of properties, never the whole record.
+knows the test's identity and fills it as the measurement proceeds; what judging it concluded
+(:class:`~hwregress.store.judged.Conclusion`) waits beside it in the stash. :func:`finish` (called from the
+``pytest_runtest_makereport`` wrapper) settles the verdict, in one place (:func:`settled_verdict`), from that
+conclusion and the test's outcome — a structured skip (:class:`HwSkip`) carries its own verdict, a crash becomes
+``failed`` — and attaches the record, as plain JSON, to the report as ``report.hwregress_record``. pytest-xdist
+carries report attributes to the controller, which only stores what it receives. JUnit XML gets a short set of
+properties, never the whole record.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from typing import Any, NoReturn
 
 import pytest
 
+from hwregress.store.judged import Conclusion
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
 RECORD_KEY = pytest.StashKey[TestRecord]()
+CONCLUSION_KEY = pytest.StashKey[Conclusion]()  # what judging the test concluded (hwbench.settle)
 REPORT_ATTRIBUTE = "hwregress_record"
 RECORD_PROPERTIES = ("verdict", "throughput", "unit", "ratio", "threshold", "peak_memory_bytes")
 # and what the verdict could catch: the headline reach's minimum detectable slowdown, or why it states none
@@ -69,21 +73,35 @@ def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestRe
     record.outcome = report.outcome
     if record.duration_s is None and report.when != "teardown":
         record.duration_s = report.duration  # the phase that concluded it, as pytest timed it
+    conclusion = item.stash.get(CONCLUSION_KEY, None)
+    concluded = conclusion.verdict if conclusion is not None else None
+    if report.when != "teardown":  # a teardown's failure adds to the message of a verdict already settled
+        exception = call.excinfo.value if call.excinfo is not None else None
+        record.verdict = settled_verdict(report, exception, concluded, Verdict.PASS if first else record.verdict)
     if report.when == "teardown":
         record.message = " | ".join(filter(None, [record.message, f"teardown failed: {failure_reason(item, report)}"]))
     elif report.skipped:
-        exception = call.excinfo.value if call.excinfo is not None else None
-        record.verdict = exception.verdict if isinstance(exception, HwSkip) else Verdict.SKIPPED
         record.message = record.message or _short_reason(report)
-    elif report.failed and record.verdict not in _FAILING_VERDICTS:
-        record.verdict = Verdict.FAILED
+    elif report.failed and concluded not in _FAILING_VERDICTS:
         reason = failure_reason(item, report)
         record.message = " | ".join(filter(None, [reason if reason not in record.message else "", record.message]))
-    elif report.passed and first:
-        record.verdict = Verdict.PASS  # a hardware test that measured nothing of its own
     setattr(report, REPORT_ATTRIBUTE, plain_json(record))
     if report.when != "teardown":
         item.user_properties.extend(junit_properties(record))
+
+
+def settled_verdict(report: pytest.TestReport, exception: BaseException | None, concluded: Verdict | None,
+                    unjudged: Verdict) -> Verdict:
+    """The test's verdict, from its outcome (``report``, of its setup or call phase, and the ``exception`` that ended
+    it) and what judging it ``concluded`` (None: never judged): a skip is its :class:`HwSkip`'s verdict
+    (``unsupported``, ``oom``) or ``skipped``; a failure keeps a failing verdict the judge concluded (``regression``,
+    ``invalid``, ``failed``), else is ``failed``; a pass is the concluded verdict, else ``unjudged`` (``pass`` for a
+    hardware test that measured nothing of its own)."""
+    if report.skipped:
+        return exception.verdict if isinstance(exception, HwSkip) else Verdict.SKIPPED
+    if report.failed:
+        return concluded if concluded in _FAILING_VERDICTS else Verdict.FAILED
+    return concluded if concluded is not None else unjudged
 
 
 def _concludes(report: pytest.TestReport) -> bool:

@@ -1,9 +1,12 @@
-"""What the judge found for one test against its baseline entry, as a frozen value, and the one function that puts it
-on the test's record.
+"""What judging one test concluded, as frozen values, and the functions that put them on the test's record.
 
-The judge (:func:`hwregress.judge.compare.judge`) returns these figures inside its ``Judgement``; it writes nothing
-onto a record. :func:`write_judged` is where a record takes them: every judged field, so that a figure the judgement
-did not produce reads None (a record judged a second time, as ``report compare`` may, keeps nothing of the first).
+The judge (:func:`hwregress.judge.compare.judge`) returns its figures (:class:`JudgedFigures`) inside its
+``Judgement``; the session (:meth:`hwregress.judge.session.BenchSession.conclude`) and the A/B family return a
+:class:`Conclusion` (the verdict, the sentences, the figures and what became of the baseline entry); neither writes
+onto a record. :func:`write_judged` is where a record takes the figures: every judged field, so that a figure the
+judgement did not produce reads None (a record judged a second time, as ``report compare`` may, keeps nothing of the
+first); :func:`write_conclusion` puts the rest of a conclusion beside them. The verdict is not written here: the
+plugin settles it once, from the conclusion and pytest's outcome of the test (:func:`hwregress.plugin.record.finish`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 
 from hwregress.store.figures import CompileComparison, CompileFigures, ReachFigures
 from hwregress.store.results import TestRecord
+from hwregress.store.verdicts import Verdict
 
 
 @dataclass(frozen=True)
@@ -78,3 +82,43 @@ def write_judged(record: TestRecord, figures: JudgedFigures) -> None:
         record.compile.vs_baseline = figures.compile_vs_baseline
     elif record.compile is not None:
         record.compile.vs_baseline = None
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """What judging one test concluded, the baseline lifecycle applied; built once, never changed.
+
+    Attributes:
+        verdict: the judged verdict (:class:`hwregress.store.verdicts.Verdict`); pytest's outcome of the test may still
+            turn it into ``failed`` or a skip's verdict (:func:`hwregress.plugin.record.finish`).
+        failures: sentences that make the test fail (empty: it passes).
+        notes: sentences shown beside the verdict.
+        figures: the judged figures (:class:`JudgedFigures`).
+        baseline_action: what the session did to the test's baseline entry (``none``, ``recorded``,
+            ``kept-existing``, ``kept-regression``, ``kept-unstable``, ``write-failed``), None: no lifecycle ran.
+        baseline_recorded_at: when the entry judged against was recorded (ISO 8601), None: no entry.
+        diagnosis: a regression's likely causes, most likely first (:func:`hwregress.judge.diagnosis.diagnose`).
+    """
+
+    verdict: Verdict
+    failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    figures: JudgedFigures = JudgedFigures()
+    baseline_action: str | None = None
+    baseline_recorded_at: str | None = None
+    diagnosis: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        """The record's message: the failures, then the notes, joined by `` | ``."""
+        return " | ".join((*self.failures, *self.notes))
+
+
+def write_conclusion(record: TestRecord, conclusion: Conclusion) -> None:
+    """Put ``conclusion`` on ``record``, all but its verdict: the judged figures (:func:`write_judged`), the message,
+    the baseline action, when the baseline entry was recorded and the diagnosis."""
+    write_judged(record, conclusion.figures)
+    record.message = conclusion.message
+    record.baseline_action = conclusion.baseline_action
+    record.baseline_recorded_at = conclusion.baseline_recorded_at
+    record.diagnosis = list(conclusion.diagnosis)

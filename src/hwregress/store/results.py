@@ -224,9 +224,9 @@ class TestRecord:
         for name, kind in SUB_RECORDS.items():
             if isinstance(values.get(name), Mapping):
                 values[name] = kind.from_json(values[name])
-        record = cls(**values)
-        record.verdict = parse_verdict(str(record.verdict))
-        return record
+        if "verdict" in values:
+            values["verdict"] = parse_verdict(str(values["verdict"]))
+        return cls(**values)
 
 
 @dataclass

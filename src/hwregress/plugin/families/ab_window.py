@@ -23,6 +23,7 @@ from hwregress.plugin.ab_pool import POOL_KEY, WorkerPool
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.record import skip_with
 from hwregress.store.ab_figures import ABFigures, ABPairFigures
+from hwregress.store.judged import Conclusion, JudgedFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -68,10 +69,7 @@ def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case)
         failure = _failure(error, pool, device, record)
     if failure is not None:  # outside the except: pytest would print the error a second time, as the failure's context
         _fail(record, failure)
-    fill_record(record, result, ab.meta()["stacks"], plan.seed, plan.looks)
-    if result.verdict == Verdict.REGRESSION:
-        pytest.fail(record.message, pytrace=False)
-    return record
+    return bench.settle(record, fill_record(record, result, ab.meta()["stacks"], plan.seed, plan.looks))
 
 
 def _failure(error: WorkerError, pool: WorkerPool, device: str, record: TestRecord) -> str:
@@ -99,31 +97,26 @@ def _failure(error: WorkerError, pool: WorkerPool, device: str, record: TestReco
 
 
 def _fail(record: TestRecord, message: str) -> NoReturn:
-    record.verdict, record.message = Verdict.FAILED, message
+    record.message = message
     pytest.fail(message, pytrace=False)
 
 
 def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object], seed: int,
-                looks: tuple[int, ...]) -> None:
-    """``record``'s verdict and figures from ``result``: the verdict, ratio (B/A), threshold (the A/B threshold, a
-    fraction, as the single-stack verdict's), level, p-value of "B slower", the kept pairs' B throughputs as
-    ``samples`` and A's as ``reference_samples`` (samples/s), B's median as ``throughput``, the paired reach, and the
-    whole A/B test in ``record.ab``."""
+                looks: tuple[int, ...]) -> Conclusion:
+    """Fill ``record`` with what ``result`` measured: the kept pairs' B throughputs as ``samples`` and A's as
+    ``reference_samples`` (samples/s), B's median as ``throughput``, and the whole A/B test in ``record.ab``; returns
+    what it concluded: the verdict, the summary line (a failure where B regressed), and as judged figures the ratio
+    (B/A), the threshold (the A/B threshold, a fraction, as the single-stack verdict's), the level, the p-value of
+    "B slower" and the paired reach."""
     kept, _ = kept_processes(result.pairs)
     a_values = [pair.a for pair in kept if pair.a is not None]
     b_values = [pair.b for pair in kept if pair.b is not None]
     comparison = result.comparison
     threshold = comparison.threshold if comparison is not None else result.reach.threshold
-    record.verdict = result.verdict
     record.unit = "samples/s"
     record.samples, record.reference_samples = b_values, a_values
     record.throughput = statistics.median(b_values) if b_values else None
     record.rounds, record.steps_per_round = len(kept), result.steps
-    record.alpha = result.alpha
-    record.reach = reach_figures(result.reach)
-    if comparison is not None:
-        record.ratio, record.p_value = comparison.ratio, comparison.p_slower
-    record.threshold = threshold
     record.ab = ABFigures.of({
         **({} if comparison is None else {key: value for key, value in asdict(comparison).items()
                                           if key not in ("pairs", "verdict")}),
@@ -135,7 +128,13 @@ def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object],
         "difference": result.difference, "memory": result.memory,
         "reload_s": result.reload_s if result.memory == "reload" else None,
         "pairs": _pairs_with_reasons(result)})
-    record.message = summary_line(result, len(kept))
+    figures = JudgedFigures(ratio=comparison.ratio if comparison is not None else None,
+                            p_value=comparison.p_slower if comparison is not None else None,
+                            threshold=threshold, alpha=result.alpha, reach=reach_figures(result.reach))
+    summary = (summary_line(result, len(kept)),)
+    if result.verdict == Verdict.REGRESSION:
+        return Conclusion(result.verdict, failures=summary, figures=figures)
+    return Conclusion(result.verdict, notes=summary, figures=figures)
 
 
 def _pairs_with_reasons(result: ABResult) -> list[ABPairFigures]:
