@@ -15,6 +15,7 @@ from hwregress.plugin import ci
 from hwregress.plugin.record import JUNIT_PROPERTIES, junit_properties
 from hwregress.store import schemas
 from hwregress.store.figures import ReachFigures
+from hwregress.store.metrics import METRICS
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -93,6 +94,15 @@ def test_junit_properties_carry_the_mds_or_why_there_is_none():
     none = dict(junit_properties(_record(Verdict.PASS, reach=ReachFigures(figure="throughput", why_none=WHY))))
     assert none["hwregress.mds_why_none"] == WHY and "hwregress.mds" not in none
     assert not {"hwregress.mds", "hwregress.mds_why_none"} & set(dict(junit_properties(_record(Verdict.NEW))))
+
+
+def test_junit_properties_carry_each_judged_metrics_value_and_ratio_from_the_metric_table():
+    record = _record(Verdict.PASS, efficiency=0.91, peak_memory_bytes=2**20, memory_ratio=1.25, latency_ms=3.5)
+    found = dict(junit_properties(record))
+    assert found["hwregress.efficiency"] == "0.91" and found["hwregress.memory_ratio"] == "1.25"
+    assert found["hwregress.latency_ms"] == "3.5" and found["hwregress.peak_memory_bytes"] == str(2**20)
+    assert "hwregress.accuracy" not in found  # None: left out
+    assert {f"hwregress.{metric.value}" for metric in METRICS} <= SHORT_PROPERTIES
 
 
 def test_the_job_summary_states_what_the_session_would_catch_and_each_noteworthy_tests_mds():

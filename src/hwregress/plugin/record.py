@@ -19,13 +19,17 @@ from typing import Any, NoReturn
 import pytest
 
 from hwregress.store.judged import Conclusion
+from hwregress.store.metrics import METRICS
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
 RECORD_KEY = pytest.StashKey[TestRecord]()
 CONCLUSION_KEY = pytest.StashKey[Conclusion]()  # what judging the test concluded (hwbench.settle)
 REPORT_ATTRIBUTE = "hwregress_record"
-RECORD_PROPERTIES = ("verdict", "throughput", "unit", "ratio", "threshold", "peak_memory_bytes")
+# the record's fields JUnit XML gets: the verdict, the unit, each judged metric's value and its ratio to the baseline
+# (store/metrics.py's table: a metric declared there is a property here) and the throughput's threshold
+RECORD_PROPERTIES = ("verdict", "unit", *(metric.value for metric in METRICS),
+                     *(metric.ratio for metric in METRICS if metric.ratio), "threshold")
 # and what the verdict could catch: the headline reach's minimum detectable slowdown, or why it states none
 JUNIT_PROPERTIES = (*RECORD_PROPERTIES, "mds", "mds_why_none")
 # verdicts a failing test keeps: the judge's own reasons to fail
@@ -117,9 +121,11 @@ def plain_json(record: TestRecord) -> dict[str, Any]:
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
-    """The short properties JUnit XML gets: verdict, throughput, unit, ratio, threshold, peak memory, and the minimum
-    detectable slowdown of the test's headline reach (:meth:`TestRecord.headline_reach`, a fraction) or the sentence
-    saying why it has none; a value that is None is left out."""
+    """The short properties JUnit XML gets (:data:`JUNIT_PROPERTIES`): the verdict, the unit, each judged metric's value
+    and ratio to its baseline (:data:`hwregress.store.metrics.METRICS`: throughput, latency in ms, peak memory in
+    bytes, accuracy, efficiency, speedup; the throughput's and the memory's ratios), the throughput's threshold, and the
+    minimum detectable slowdown of the test's headline reach (:meth:`TestRecord.headline_reach`, a fraction) or the
+    sentence saying why it has none; a value that is None is left out."""
     headline = record.headline_reach()
     values = {name: getattr(record, name) for name in RECORD_PROPERTIES}
     values.update(mds=headline.mds if headline else None, mds_why_none=headline.why_none if headline else None)
