@@ -34,12 +34,14 @@ def _records(hw_project) -> dict[str, dict]:
 
 def test_an_aa_session_passes_with_both_fingerprints_and_records_nothing_of_this_machine(hw_project):
     # 8 process pairs: enough to bound the ratio at alpha 0.01 (2^-8 < 0.01). Under -n 2 only (the serial A/B path is
-    # the other tests' here). B's 16 workers fork from the self-tests' zygote (an interpreter of this one's, without
-    # the imports' 4 s each: support/zygote.py); A's start fresh, as the plugin starts them
+    # the other tests' here). Both stacks' 32 workers fork from the self-tests' zygote (an interpreter of this one's,
+    # without the imports' 4 s each: support/zygote.py; stack A is the session's sys.executable); the tests below of a
+    # worker that dies, hangs or cannot import start them fresh, as the plugin does
     b_python = hw_project.zygote.python
-    result = _run(hw_project, f"--ab-python={b_python}", "--batch-sizes", "2,4", "--ab-looks", "16", "-n", "2")
+    result = _run(hw_project, f"--ab-python={b_python}", "--batch-sizes", "2,4", "--ab-looks", "16", "-n", "2",
+                  env=hw_project.forked_workers())
     result.assert_outcomes(passed=2)
-    assert f"A/B: stack B ({b_python}) against stack A ({sys.executable})" in result.stdout.str()
+    assert f"A/B: stack B ({b_python}) against stack A ({b_python})" in result.stdout.str()
     results = hw_project.results
     validate_schema(results, "results")
     assert results["meta"]["ab"]["stacks"]["B"] == {"python": b_python, "env": {}}

@@ -162,8 +162,10 @@ CLOCK = {"HWREGRESS_SELFTEST_REAL_CLOCK": "1", "HWREGRESS_SELFTEST_SLEEP_S": STE
 
 def _record_visited(hw_project, *args: str) -> None:
     """Record the tiny model's training (not visited: not launch-bound) and its batch-1 inference (visited) once; the
-    training runs first and its gap takes the inference's worker visits."""
-    recorded = hw_project.run(*VISITED, "--modes", "infer,train", *args, "--update-baselines", env=CLOCK, fast=False)
+    training runs first and its gap takes the inference's worker visits (workers forked from the self-tests' zygote:
+    what they decide is tested here, how a worker starts and dies in test_a_visit_worker_that_dies_...)."""
+    recorded = hw_project.run(*VISITED, "--modes", "infer,train", *args, "--update-baselines",
+                              env={**CLOCK, **hw_project.forked_workers()}, fast=False)
     recorded.assert_outcomes(passed=2)
 
 
@@ -181,7 +183,7 @@ def test_visits_run_in_other_processes_in_the_gaps_between_tests(hw_project, xdi
 @pytest.mark.slow
 def test_a_slow_pytest_process_is_outvoted_by_its_visits_and_a_slow_machine_is_not(hw_project):
     _record_visited(hw_project)
-    clock = CLOCK
+    clock = {**CLOCK, **hw_project.forked_workers()}
     # the pytest process twice as slow, the workers not: the fastest visit is judged, a pass
     slow_here = hw_project.run(*VISITED, "--modes", "infer",
                                env={**clock, "HWREGRESS_SELFTEST_PYTEST_SLEEP_S": STEP_S}, fast=False)

@@ -18,6 +18,8 @@ SUPPORT = SUPPORT_DIR / "selftest_support.py"
 # loaded first by every pytest session a self-test starts in a subprocess (see its docstring): "-p", "selftest_gc"
 EARLY_GC = SUPPORT_DIR / "selftest_gc.py"
 SUBPROCESS_ARGS = ["-p", "selftest_gc"]
+# the inner session's sys.executable, the interpreter of the visit workers and A/B stack A (selftest_support.py)
+WORKER_PYTHON = "HWREGRESS_SELFTEST_WORKER_PYTHON"
 
 # fast, deterministic settings for end-to-end runs of the plugin
 FAST = ["-p", "no:cacheprovider", "--devices", "cpu", "--models", "tiny", "--batch-sizes", "4",
@@ -52,7 +54,7 @@ class HwProject:
                     "HWREGRESS_SELFTEST_COMPILE_FAIL", "HWREGRESS_SELFTEST_SLEEP_S",
                     "HWREGRESS_SELFTEST_STREAM_SLEEP_S", "HWREGRESS_SELFTEST_FREEZE",
                     "HWREGRESS_SELFTEST_PYTEST_SLEEP_S", "HWREGRESS_SELFTEST_REAL_CLOCK", "HWREGRESS_VISIT_WORKER",
-                    "HWREGRESS_SELFTEST_VISIT_WORKER_EXIT",
+                    "HWREGRESS_SELFTEST_VISIT_WORKER_EXIT", WORKER_PYTHON,
                     # an outer -n run's worker variables would make the inner session think it is a worker
                     "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
                     "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "HWREGRESS_STORE", "HWREGRESS_ALERT_WEBHOOK"):
@@ -69,6 +71,11 @@ class HwProject:
         basetemp.mkdir(mode=0o700)
         return self.pytester.run(*self.zygote.command(), f"--basetemp={basetemp}", *SUBPROCESS_ARGS, *full,
                                  timeout=timeout)
+
+    def forked_workers(self) -> dict[str, str]:
+        """The environment of a session whose visit workers and A/B stack A's workers fork from the zygote
+        (:attr:`Zygote.python`), for the self-tests of what those workers decide, not of how they start or die."""
+        return {WORKER_PYTHON: self.zygote.python}
 
     @property
     def results(self) -> dict:

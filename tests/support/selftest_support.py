@@ -27,12 +27,17 @@ Environment knobs (read at each use, so one project serves every scenario):
                                   workers, which never load this module, do)
     HWREGRESS_SELFTEST_VISIT_WORKER_EXIT  a visit worker (HWREGRESS_VISIT_WORKER set) dies (os._exit) at the tiny
                                   model's first forward, as a crash in native code would
+    HWREGRESS_SELFTEST_WORKER_PYTHON  the session's ``sys.executable``: the interpreter the plugin starts its visit
+                                  workers and A/B stack A's workers with (the self-tests' zygote's ``python``,
+                                  support/zygote.py, in the self-tests of the visits' and the A/B engine's logic:
+                                  workers forked without the imports' seconds)
 """
 
 import errno
 import gc
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -134,6 +139,9 @@ def _failing_backend(graph_module, example_inputs):
 
 
 def pytest_configure(config):
+    worker_python = os.environ.get("HWREGRESS_SELFTEST_WORKER_PYTHON")
+    if worker_python:
+        sys.executable = worker_python
     if os.environ.get("HWREGRESS_SELFTEST_COMPILE_FAIL"):
         from hwregress.measure import compilation
 

@@ -21,9 +21,11 @@ The sessions' own ``pytest -n`` workers start there too: ``selftest_gc`` points 
 :meth:`Zygote.python_command` (held in the variable :data:`PYTHON_VARIABLE`), which runs ``python -u -c
 CODE`` (execnet's bootstrap) as a fork, as a fresh interpreter would. Processes the plugin itself starts (A/B workers,
 visits, ranks, Spark's Python workers) stay fresh interpreters: their being separate processes, each with its own
-memory layout, is what they measure. The exception: the self-tests of the A/B engine's logic (pairing, looks,
-verdicts, dropped pairs), which give a stack :attr:`Zygote.python`, an executable that runs ``python -c`` code here;
-the tests of a worker's start, its death and what it leaves behind keep fresh interpreters. A fork takes the
+memory layout, is what they measure. The exception: the self-tests of the A/B engine's and the visits' logic
+(pairing, looks, verdicts, dropped pairs, the fastest visit), which give a stack :attr:`Zygote.python`, an executable
+that runs ``python -c`` code here (as ``--ab-python``, or as the session's ``sys.executable``:
+:meth:`support.project.HwProject.forked_workers`); the tests of a worker's start, its death and what it leaves
+behind keep fresh interpreters. A fork takes the
 request's ``OMP_NUM_THREADS`` into torch's thread count, as a fresh interpreter's OpenMP would.
 
 Run as ``python zygote.py SOCKET``: prints ``ready`` when it listens, serves until its standard input closes.
