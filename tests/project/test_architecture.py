@@ -36,6 +36,7 @@ import sys
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.project import REPO
@@ -523,9 +524,21 @@ except SystemExit as stop:
 else:
     code = 0
 heavy = sorted(name for name in ("torch", "torchvision", "transformers", "pytest") if name in sys.modules)
+store = sorted(name for name in ("sqlalchemy", "alembic") if name in sys.modules)
 print(f"CODE={code}", file=sys.stderr)
 print("HEAVY=" + json.dumps(heavy), file=sys.stderr)
+print("STORE=" + json.dumps(store), file=sys.stderr)
 """
+
+
+def _probe(args: list[str]) -> dict[str, Any]:
+    """Run ``python -m hwregress ARGS`` in a fresh interpreter: its exit code and the modules it imported."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(args)], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert "CODE=0" in result.stderr, result.stdout + result.stderr
+    lines = dict(line.split("=", 1) for line in result.stderr.splitlines() if line.startswith(("HEAVY=", "STORE=")))
+    return {name: json.loads(value) for name, value in lines.items()}
 
 
 @pytest.fixture
@@ -552,12 +565,16 @@ def stored(tmp_path: Path) -> dict[str, str]:
                          ids=["baselines-list", "baselines-show", "history", "report-render"])
 def test_the_cli_reads_baselines_history_and_reports_without_torch(command, stored):
     args = [part.format(**stored) for part in command]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(args)], capture_output=True, text=True,
-                            env=env, timeout=300)
-    assert "CODE=0" in result.stderr, result.stdout + result.stderr
-    heavy = [line for line in result.stderr.splitlines() if line.startswith("HEAVY=")]
-    assert json.loads(heavy[-1].removeprefix("HEAVY=")) == [], f"{args} imported {heavy[-1]}"
+    assert _probe(args)["HEAVY"] == [], args
+
+
+@pytest.mark.parametrize("command", [["history", "render", "--dir", "{history}", "-o", "{html}"],
+                                     ["report", "render", "{results}", "-o", "{html}"]],
+                         ids=["history-render", "report-render"])
+def test_a_command_without_a_store_imports_neither_sqlalchemy_nor_alembic(command, stored):
+    """The store's libraries load only for a command given a store (~1 s of a command's start otherwise)."""
+    args = [part.format(**stored) for part in command]
+    assert _probe(args)["STORE"] == [], args
 
 
 def test_self_tests_share_helpers_through_tests_support_never_through_conftest():

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy
+from alembic.script import ScriptDirectory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, event
@@ -19,7 +20,6 @@ from support.store_results import results_document
 
 from hwregress.judge.fleet import FleetVerdict
 from hwregress.plugin.store_push import fleet_judge
-from hwregress.store import database
 from hwregress.store.database import open_store
 from hwregress.store.fleet_queries import FleetReader, judged_sessions, latest_figures, latest_measured
 from hwregress.store.results import TestRecord
@@ -110,8 +110,8 @@ def test_opening_a_store_at_the_newest_schema_builds_no_migration_scripts(tmp_pa
     url = f"sqlite:///{tmp_path / 'hwregress.sqlite'}"
     open_store(url).close()
     built = []
-    real = database.ScriptDirectory.from_config
-    monkeypatch.setattr(database.ScriptDirectory, "from_config", lambda config: built.append(config) or real(config))
+    real = ScriptDirectory.from_config
+    monkeypatch.setattr(ScriptDirectory, "from_config", lambda config: built.append(config) or real(config))
     for _ in range(3):
         open_store(url).close()
     assert built == []

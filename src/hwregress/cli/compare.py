@@ -19,7 +19,6 @@ from typing import Any
 from hwregress.cli.baselines import FAIL_ON
 from hwregress.cli.common import CliError, command_inputs, fraction, load_results, output_path, write_output
 from hwregress.cli.store_source import add_store_option, reading_store, resolved_url, stored_session
-from hwregress.store.database import sqlite_files
 from hwregress.store.verdicts import Verdict
 
 # a test the comparison could not judge (invalid: no samples, or a defect in them) fails every gate: a gate never
@@ -61,6 +60,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         output = output_path(args.output, command_inputs([args.a, args.b]))
         sessions, sources = [load_results(Path(args.a)), load_results(Path(args.b))], [args.a, args.b]
     else:
+        from hwregress.store.database import sqlite_files
+
         url = resolved_url(args.store)
         output = output_path(args.output, command_inputs(sqlite_files(url)))
         with reading_store(url) as store:

@@ -19,7 +19,6 @@ from hwregress.cli.store_source import (
     resolved_url,
 )
 from hwregress.judge.trends import MIN_SESSIONS, TREND_WINDOW, Trend
-from hwregress.store.database import masked
 from hwregress.store.history import parse_time
 
 DEFAULT_DIR = Path("reports/history")
@@ -74,7 +73,11 @@ def _resolve_source(args: argparse.Namespace) -> None:
     args.store_url = None if args.store is None else resolved_url(args.store)
     if args.store_url is None:
         args.dir = args.dir or DEFAULT_DIR
-    args.source = str(args.dir) if args.store_url is None else masked(args.store_url)
+        args.source = str(args.dir)
+        return
+    from hwregress.store.database import masked
+
+    args.source = masked(args.store_url)
 
 
 def _trends(args: argparse.Namespace) -> tuple[list[Trend], list[str]]:

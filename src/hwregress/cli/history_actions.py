@@ -21,7 +21,6 @@ from typing import Any
 
 from hwregress.cli.common import CliError, command_inputs, output_path, write_output
 from hwregress.judge.trends import STATUSES, TREND_WINDOW, Trend, has_changed
-from hwregress.store.database import sqlite_files
 from hwregress.store.results import _finite  # NaN and infinity as null, as results.json writes them
 
 CHANGED = "changed"  # --status changed: every test whose history moved (hwregress.judge.trends.has_changed)
@@ -83,8 +82,16 @@ def check_actions(args: argparse.Namespace) -> Path | None:
                        "leave --format out with render")
     if args.action != "render":
         return None
-    inputs = command_inputs(sqlite_files(args.store_url) if args.store_url else (), [args.dir] if args.dir else [])
-    return output_path(args.output, inputs)
+    return output_path(args.output, command_inputs(_store_files(args.store_url), [args.dir] if args.dir else []))
+
+
+def _store_files(url: str | None) -> list[Path]:
+    """The files of the SQLite store at ``url`` (none without ``--store``), which the output must not replace."""
+    if not url:
+        return []
+    from hwregress.store.database import sqlite_files  # SQLAlchemy and Alembic only for a command with a store
+
+    return sqlite_files(url)
 
 
 def with_status(trends: Sequence[Trend], statuses: Sequence[str] | None) -> list[Trend]:

@@ -29,7 +29,6 @@ from hwregress.cli.store_source import (
     resolved_url,
 )
 from hwregress.store import results as results_module
-from hwregress.store.database import sqlite_files
 from hwregress.store.journal import JournalError, load_journal
 
 
@@ -68,8 +67,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def _inputs(args: argparse.Namespace, files: Sequence[str]) -> Any:
     """The files the command reads (results, history folders, a SQLite store's files): the output must not be one."""
-    store = sqlite_files(resolved_url(args.store)) if args.store is not None else []
-    return command_inputs([*files, *store], args.history_dir)
+    if args.store is None:
+        return command_inputs(files, args.history_dir)
+    from hwregress.store.database import sqlite_files
+
+    return command_inputs([*files, *sqlite_files(resolved_url(args.store))], args.history_dir)
 
 
 def _history_section(args: argparse.Namespace, sessions: Sequence[results_module.SessionResults]) -> Any:

@@ -23,19 +23,21 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwregress.cli.common import RESULTS_FIX, CliError, command_inputs, output_path, require_regular, write_output
 from hwregress.cli.store_source import REPORT_DIR, cli_store_url, reading_store
-from hwregress.report.fleet_view import build_fleet_view, hardware_keys, render_fleet
 from hwregress.store.atomic import read_regular_file
-from hwregress.store.database import masked, open_store, sqlite_files
-from hwregress.store.fleet_store import PushOutcome, Store
 from hwregress.store.history import HistoryStore, iter_history
-from hwregress.store.history_import import rows_from_history
 from hwregress.store.printable import one_line
-from hwregress.store.session_rows import MalformedResults, SessionRows, session_rows
 from hwregress.store.store_errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from hwregress.store.fleet_store import PushOutcome, Store
+    from hwregress.store.session_rows import SessionRows
+
+# the store's modules (SQLAlchemy, Alembic) and the fleet page's are imported by the actions that use them: every
+# other command builds its parser with this module's, and never needs them
 
 
 def cmd_store(args: argparse.Namespace) -> int:
@@ -49,6 +51,8 @@ def cmd_store(args: argparse.Namespace) -> int:
     if args.action == "fleet":
         return _fleet_page(args)
     if args.action == "export":
+        from hwregress.store.database import masked
+
         url = cli_store_url(args.store)
         with reading_store(url) as store:
             appended = store.export_history(args.dir)
@@ -67,6 +71,9 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 def _fleet_page(args: argparse.Namespace) -> int:
     """Write the fleet page of the store's keys (or ``--hardware-key``'s) to ``-o``."""
+    from hwregress.report.fleet_view import build_fleet_view, hardware_keys, render_fleet
+    from hwregress.store.database import masked, sqlite_files
+
     url = cli_store_url(args.store)
     output = output_path(args.output, command_inputs([str(f) for f in sqlite_files(url)]))
     with reading_store(url) as store:
@@ -95,6 +102,8 @@ def _said(outcome: PushOutcome) -> str:
 
 class _store:
     def __init__(self, args: argparse.Namespace) -> None:
+        from hwregress.store.database import open_store
+
         url = cli_store_url(args.store)
         self.store: Store = _unavailable_is_cli_error(lambda: open_store(url))
 
@@ -125,6 +134,8 @@ def _session_rows(path: Path, action: str) -> list[SessionRows]:
         raise CliError(path, "is not JSON, so not a results.json", RESULTS_FIX) from None
     if not isinstance(data, dict) or "records" not in data or "meta" not in data:
         raise CliError(path, "is not a results.json (no meta and records)", RESULTS_FIX)
+    from hwregress.store.session_rows import MalformedResults, session_rows
+
     try:
         return [session_rows(data)]
     except MalformedResults as error:
@@ -166,6 +177,8 @@ def _history_sessions(path: Path) -> list[SessionRows]:
     for file, kept, warnings in skipped:
         print(f"hwregress: warning: {file}: {len(warnings)} of {_lines(kept + len(warnings))} skipped, not imported: "
               f"{_reasons(file, warnings)}")
+    from hwregress.store.history_import import rows_from_history
+
     try:
         return [rows_from_history(rows) for rows in by_session.values()]
     except ValueError as error:

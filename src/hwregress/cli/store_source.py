@@ -12,13 +12,17 @@ import argparse
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from hwregress.cli.common import RESULTS_FIX, CliError
-from hwregress.store.database import masked, open_store, sqlite_files, store_url
-from hwregress.store.fleet_store import Store
 from hwregress.store.results import SessionResults, TestRecord, record_problem
-from hwregress.store.session_results import SessionNotFound, session_results
 from hwregress.store.store_errors import NoStoreUrl, StoreUnavailable
+
+if TYPE_CHECKING:
+    from hwregress.store.fleet_store import Store
+
+# the store's modules (SQLAlchemy, Alembic: ~1 s of a command's start) are imported by the functions that open one,
+# so that a command reading files never imports them
 
 REPORT_DIR = "reports"  # as python -m hwregress store: the default store is <report-dir>/hwregress.sqlite
 
@@ -96,6 +100,8 @@ def cli_store_url(option: str | None) -> str:
     Raises:
         CliError: a URL that stores nothing: empty, an in-memory SQLite database.
     """
+    from hwregress.store.database import store_url
+
     try:
         return store_url(option, os.environ, REPORT_DIR)
     except NoStoreUrl as error:
@@ -108,6 +114,8 @@ def reading_store(url: str) -> Iterator[Store]:
     is a :class:`CliError` naming the URL (its secrets masked), what happened and the fix. A reader never creates a
     store: a SQLite file that is not there is an error, not a new empty database; a SQLite file it cannot write is
     opened read-only (``open_store(url, reading=True)``)."""
+    from hwregress.store.database import masked, open_store, sqlite_files
+
     files = sqlite_files(url)
     if files and not files[0].exists():
         raise CliError(masked(url), "no such SQLite store",
@@ -131,6 +139,8 @@ def stored_session(store: Store, session_id: str) -> SessionResults:
     Raises:
         CliError: no such session (naming the closest ids the store holds), or a record the store holds is malformed.
     """
+    from hwregress.store.session_results import SessionNotFound, session_results
+
     try:
         document = session_results(store, session_id)
     except SessionNotFound as error:

@@ -25,6 +25,7 @@ from hwregress.report.history_view import HistorySection
 from hwregress.report.reach_view import reach_cells, tolerance_by_kind
 from hwregress.report.regressed_chart import top_context
 from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY
+from hwregress.report.template_cache import bytecode_cache
 from hwregress.store.atomic import atomic_write_text
 from hwregress.store.result_files import archive_copy
 from hwregress.store.results import SessionResults, TestRecord, machine_label
@@ -40,13 +41,19 @@ ROOFLINE_METHOD = (
 )
 
 
+_AUTOESCAPED = ("html", "j2")  # the template extensions whose output is escaped
+_LAYOUT = {"trim_blocks": True, "lstrip_blocks": True}  # every template's whitespace control
+
+
 @functools.cache
 def _environment() -> Environment:
     """The pages' Jinja2 environment, built once per process: it keeps each template compiled (~70 ms for the
     report's), which a process that renders many pages (``report merge``, the self-tests) would otherwise pay per
-    page. Jinja2 renders from one environment in any number of threads."""
+    page; across processes, its bytecode cache (:mod:`hwregress.report.template_cache`) spares the compiling. Jinja2
+    renders from one environment in any number of threads."""
     env = Environment(loader=PackageLoader("hwregress", "report/templates"),
-                      autoescape=select_autoescape(["html", "j2"], default=True), trim_blocks=True, lstrip_blocks=True)
+                      autoescape=select_autoescape(_AUTOESCAPED, default=True),
+                      bytecode_cache=bytecode_cache({**_LAYOUT, "autoescaped": _AUTOESCAPED}), **_LAYOUT)
     env.filters.update(num=_num, gib=_gib, pct=_pct, shortid=_short_id, anchor=_anchor, ceiling_size=_ceiling_size,
                        finding=_finding, binary_size=_binary_size_text)
     env.tests.update(present=lambda value: not _missing(value))

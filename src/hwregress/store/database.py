@@ -20,20 +20,21 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import URL, Engine, create_engine, event, exc, inspect, make_url
 
 from hwregress.store.fleet_store import Store
 from hwregress.store.sqlite_file import BUSY_TIMEOUT_MS, check_sqlite_file, read_only_url, writable
 from hwregress.store.store_errors import FLEET_FIX, NoStoreUrl, NotHwregress, StoreUnavailable, unavailable
 from hwregress.store.tables import VERSION_TABLE, described_tables, owned_by_hwregress
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic (~0.45 s of a fresh process's start) is imported by the functions that migrate: a process that only names
+# a store (an xdist worker's settings, a command's URL) never opens it
 
 ENV_VAR = "HWREGRESS_STORE"
 SQLITE_NAME = "hwregress.sqlite"
@@ -128,6 +129,8 @@ def open_store(url: str, *, reading: bool = False) -> Store:
             does not answer, a file that cannot be created or written (read-only, disk full), a database that is
             neither empty nor hwregress's (nothing is written to it), a schema newer than this hwregress knows.
     """
+    from alembic.util import CommandError
+
     shown = masked(url)
     try:
         parsed = make_url(url)
@@ -201,6 +204,8 @@ def _sqlite_begin(connection: Any) -> None:
 
 
 def _config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     return config
@@ -210,6 +215,8 @@ def _config() -> Config:
 def head_revision() -> str | None:
     """The newest revision of :mod:`hwregress.store.migrations`, read from its scripts once per process (the
     scripts are this package's files: they do not change while it runs)."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config()).get_current_head()
 
 
@@ -224,6 +231,9 @@ def upgrade(engine: Engine) -> None:
         NotHwregress: it holds tables and is not hwregress's (:func:`hwregress.store.tables.owned_by_hwregress`):
             another application's, left as it was.
     """
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect().execution_options(hwregress_read_only=True) as connection:
         if MigrationContext.configure(connection).get_current_revision() == head_revision():
             return

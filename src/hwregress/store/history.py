@@ -72,7 +72,8 @@ class HistoryRead:
 
 def installed_packages() -> list[str]:
     """``name==version`` of every installed distribution, sorted case-insensitively, duplicates removed."""
-    found = {f"{dist.metadata['Name']}=={dist.version}" for dist in metadata.distributions() if dist.metadata["Name"]}
+    every = (dist.metadata for dist in metadata.distributions())  # each read of dist.metadata (and .version) parses it
+    found = {f"{fields['Name']}=={fields['Version']}" for fields in every if fields["Name"]}
     return sorted(found, key=str.lower)
 
 
