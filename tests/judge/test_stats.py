@@ -176,3 +176,10 @@ def test_the_exact_one_sided_p_values_are_scipys_for_any_untied_samples(split):
     expected = tuple(mannwhitneyu(current, baseline, alternative=side, method="exact").pvalue
                      for side in ("less", "greater"))
     assert stats._mann_whitney(current, baseline) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize(("n1", "n2"), [(1, 1), (3, 7), (5, 40), (8, 8), (12, 2)])
+def test_the_exact_law_tabulated_once_per_sizes_is_scipys_at_every_statistic(n1, n2):
+    """The table of every statistic from one batched call is, float for float, scipy's answer for each one alone."""
+    for u in range(n1 * n2 + 1):
+        assert stats._exact_p_values(n1, n2, u) == stats._exact_p_values_of(n1, n2, u)

@@ -192,14 +192,43 @@ def _one_sided_p_values(current: Sequence[float], baseline: Sequence[float],
     return p_slower, p_faster, p_no_slowdown
 
 
-@functools.lru_cache(maxsize=4096)
+EXACT_TABLE_VALUES = 2**20  # the most sample values one batched call may hold to tabulate a law (8 MB of floats)
+
+
 def _exact_p_values(n1: int, n2: int, u_greater: int) -> tuple[float, float]:
     """``scipy.stats.mannwhitneyu``'s exact one-sided p-values ``(less, greater)`` for untied samples of sizes ``n1``
     and ``n2`` whose statistic (pairs with the first sample's value above the second's) is ``u_greater``. Without
-    ties the exact law depends on nothing else, so scipy is asked once per statistic, with two samples of integers
-    and half-integers that have it: its argument handling costs ~1 ms a call, most of a planned look's check."""
-    below = [min(n2, max(0, u_greater - n2 * i)) for i in range(n1)]  # baseline values under each current value
-    current = np.array([count - 0.5 + index / (4.0 * n1) for index, count in enumerate(below)])
+    ties the exact law depends on nothing else, so scipy is asked once per pair of sizes for every statistic
+    (:func:`_exact_law`), or, where that batch would be too large, once per statistic: its argument handling costs
+    ~1 ms a call, most of a planned look's check."""
+    if (n1 * n2 + 1) * (n1 + n2) <= EXACT_TABLE_VALUES:
+        less, greater = _exact_law(n1, n2)
+        return less[u_greater], greater[u_greater]
+    return _exact_p_values_of(n1, n2, u_greater)
+
+
+def _untied_with_statistics(n1: int, statistics: np.ndarray, n2: int) -> np.ndarray:
+    """Samples of ``n1`` untied values, one row per statistic in ``statistics``, whose Mann-Whitney statistic against
+    the ``n2`` values ``0, 1, ..., n2 - 1`` is that statistic: shape ``(len(statistics), n1)``."""
+    index = np.arange(n1)
+    below = np.clip(statistics[:, None] - n2 * index[None, :], 0, n2)  # baseline values under each current value
+    return below - 0.5 + index / (4.0 * n1)
+
+
+@functools.lru_cache(maxsize=256)
+def _exact_law(n1: int, n2: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """:func:`_exact_p_values` at every statistic ``0 .. n1 n2``, from one batched call of scipy's per side."""
+    current = _untied_with_statistics(n1, np.arange(n1 * n2 + 1), n2)
+    baseline = np.arange(n2, dtype=float)[None, :]
+    less, greater = (scipy_stats.mannwhitneyu(current, baseline, alternative=side, method="exact", axis=1).pvalue
+                     for side in ("less", "greater"))
+    return tuple(less.tolist()), tuple(greater.tolist())
+
+
+@functools.lru_cache(maxsize=4096)
+def _exact_p_values_of(n1: int, n2: int, u_greater: int) -> tuple[float, float]:
+    """:func:`_exact_p_values` for one statistic, from scipy's call on two samples that have it."""
+    current = _untied_with_statistics(n1, np.array([u_greater]), n2)[0]
     baseline = np.arange(n2, dtype=float)
     return (float(scipy_stats.mannwhitneyu(current, baseline, alternative="less", method="exact").pvalue),
             float(scipy_stats.mannwhitneyu(current, baseline, alternative="greater", method="exact").pvalue))
