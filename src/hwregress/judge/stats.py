@@ -64,7 +64,7 @@ from scipy import special
 from scipy import stats as scipy_stats
 
 from hwregress.judge.changepoints import MAD_TO_SIGMA, since_last_change
-from hwregress.summary import summarize
+from hwregress.summary import median_of, summarize
 
 NORMAL_IQR = 1.349  # IQR of the standard normal distribution, in sigmas
 MEDIAN_EFFICIENCY = 1.2533  # sqrt(pi / 2): se(median) / se(mean) for normal samples
@@ -88,10 +88,10 @@ def robust_spread(values: Sequence[float]) -> float:
     array = np.asarray(values, dtype=float)
     if array.size == 0:
         return 0.0
-    median = float(np.median(array))
+    median = median_of(array)
     if median <= 0:
         return 0.0
-    return MAD_TO_SIGMA * float(np.median(np.abs(array - median))) / median
+    return MAD_TO_SIGMA * median_of(np.abs(array - median)) / median
 
 
 def history_bound(history: Sequence[float], z: float = 3.0) -> float:
