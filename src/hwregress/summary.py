@@ -45,12 +45,12 @@ def summarize(samples: Sequence[float]) -> Summary:
     values = np.asarray(samples, dtype=float)
     if values.size == 0:
         raise ValueError("cannot summarize an empty sample list")
-    if not np.all(np.isfinite(values)):
+    if not np.isfinite(values).all():
         raise ValueError(f"samples must be finite, got {list(samples)!r}")
     ordered = np.sort(values)
     q1, median, q3 = (_quantile(ordered, q) for q in (0.25, 0.5, 0.75))
-    return Summary(int(values.size), median, q1, q3, q3 - q1, float(values.mean()), float(ordered[0]),
-                   float(ordered[-1]))
+    mean = float(np.add.reduce(values)) / values.size  # ndarray.mean's own sum and division, without its wrapper
+    return Summary(int(values.size), median, q1, q3, q3 - q1, mean, float(ordered[0]), float(ordered[-1]))
 
 
 def _quantile(ordered: np.ndarray, q: float) -> float:

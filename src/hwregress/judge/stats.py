@@ -64,7 +64,7 @@ from scipy import special
 from scipy import stats as scipy_stats
 
 from hwregress.judge.changepoints import MAD_TO_SIGMA, since_last_change
-from hwregress.summary import median_of, summarize
+from hwregress.summary import Summary, median_of, summarize
 
 NORMAL_IQR = 1.349  # IQR of the standard normal distribution, in sigmas
 MEDIAN_EFFICIENCY = 1.2533  # sqrt(pi / 2): se(median) / se(mean) for normal samples
@@ -77,9 +77,13 @@ def noise_bound(baseline: Sequence[float], n_current: int, z: float = 3.0) -> fl
 
     Returns a fraction, e.g. 0.05 for 5%. 0 when the baseline shows no spread.
     """
-    summary = summarize(baseline)
-    sigma_rel = summary.rel_iqr / NORMAL_IQR
-    return z * MEDIAN_EFFICIENCY * sigma_rel * math.sqrt(1.0 / summary.n + 1.0 / max(n_current, 1))
+    return _noise_bound_of(summarize(baseline), n_current, z)
+
+
+def _noise_bound_of(baseline: Summary, n_current: int, z: float) -> float:
+    """:func:`noise_bound` of the baseline summarized as ``baseline``."""
+    sigma_rel = baseline.rel_iqr / NORMAL_IQR
+    return z * MEDIAN_EFFICIENCY * sigma_rel * math.sqrt(1.0 / baseline.n + 1.0 / max(n_current, 1))
 
 
 def robust_spread(values: Sequence[float]) -> float:
@@ -165,7 +169,7 @@ def compare(current: Sequence[float], baseline: Sequence[float], tolerance: floa
     if baseline_summary.median <= 0:
         raise ValueError(f"baseline median must be > 0, got {baseline_summary.median}")
     ratio = current_summary.median / baseline_summary.median
-    bound = max(noise_bound(baseline, len(current), z), history_bound(history, z))
+    bound = max(_noise_bound_of(baseline_summary, len(current), z), history_bound(history, z))
     threshold = max(tolerance, min(max_threshold, bound))
     wanted = bound if bound > threshold else None
     p_slower, p_faster, p_no_slowdown = _one_sided_p_values(current, baseline, 1 - threshold)
@@ -184,7 +188,8 @@ def _one_sided_p_values(current: Sequence[float], baseline: Sequence[float],
     """``(p_slower, p_faster, p_no_slowdown)``: the one-sided Mann-Whitney p-values that ``current`` is stochastically
     smaller, larger, and, divided by ``boundary`` (> 0), larger than ``baseline`` (see the module doc)."""
     current_array, baseline_array = np.asarray(current, float), np.asarray(baseline, float)
-    if np.ptp(np.concatenate([current_array, baseline_array])) == 0:
+    combined = np.concatenate([current_array, baseline_array])
+    if combined.max() - combined.min() == 0:  # numpy.ptp's own arithmetic, without its argument handling
         p_slower = p_faster = 1.0  # all values equal: no evidence either way (scipy warns on this case)
     else:
         p_slower, p_faster = _mann_whitney(current_array, baseline_array)
@@ -242,17 +247,17 @@ def _mann_whitney(current: np.ndarray, baseline: np.ndarray) -> tuple[float, flo
     combined = np.concatenate([current, baseline])
     order = np.argsort(combined, kind="stable")
     ordered = combined[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], combined.size]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    ends = np.concatenate((starts[1:], [combined.size]))
     ties = ends - starts
     ranks = np.empty(combined.size)
     ranks[order] = np.repeat((starts + ends + 1) / 2.0, ties)  # mid-ranks of tied values
     u_greater = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2.0
-    if (n1 <= 8 or n2 <= 8) and not np.any(ties > 1):
+    if (n1 <= 8 or n2 <= 8) and starts.size == combined.size:  # every value its own group: no ties
         return _exact_p_values(n1, n2, round(u_greater))
     u_less = n1 * n2 - u_greater
     total = n1 + n2
-    spread = math.sqrt(n1 * n2 / 12.0 * ((total + 1) - float(np.sum(ties**3 - ties)) / (total * (total - 1))))
+    spread = math.sqrt(n1 * n2 / 12.0 * ((total + 1) - float((ties**3 - ties).sum()) / (total * (total - 1))))
     if spread == 0:
         return 1.0, 1.0
 
