@@ -269,7 +269,7 @@ def test_the_median_difference_and_the_rank_statistic_correlate_as_stated():
     for draw in (lambda size: rng.standard_normal(size), lambda size: rng.logistic(size=size)):
         x, y = draw((4000, 10)), draw((4000, 30))
         medians = np.median(x, axis=1) - np.median(y, axis=1)
-        ranks = [scipy_stats.mannwhitneyu(a, b).statistic for a, b in zip(x, y, strict=True)]
+        ranks = scipy_stats.mannwhitneyu(x, y, axis=1).statistic  # each row's pair, in one call
         assert np.corrcoef(medians, ranks)[0, 1] == pytest.approx(RHO_MEDIAN_HL, abs=0.03)
     assert RHO_MEDIAN_HL == pytest.approx(math.sqrt(3) / 2)  # not sqrt(2/3) = 0.816, the value before issue 43
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwregress.judge import stats
-from hwregress.summary import summarize
+from hwregress.summary import median_of, summarize
 
 samples_strategy = st.lists(st.floats(min_value=1.0, max_value=1e6, allow_nan=False), min_size=5, max_size=30)
 
@@ -26,6 +28,22 @@ def test_summary_quartiles_and_extremes_are_numpys_bit_for_bit(values):
     q1, median, q3 = np.percentile(values, [25, 50, 75])
     assert (summary.q1, summary.median, summary.q3, summary.iqr) == (q1, median, q3, q3 - q1)
     assert (summary.minimum, summary.maximum, summary.mean) == (min(values), max(values), np.mean(values))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.floats(-1e300, 1e300, allow_nan=False) | st.sampled_from([0.0, 1.0, 2.0, math.inf, -math.inf]),
+                min_size=1, max_size=80))
+def test_the_median_from_one_sort_is_numpys_bit_for_bit(values):
+    with np.errstate(invalid="ignore"):  # numpy warns where the two middle values are inf and -inf (NaN)
+        expected = float(np.median(values))
+    for found in (median_of(values), median_of(np.array(values).reshape(-1, 1))):
+        assert found == expected or (math.isnan(found) and math.isnan(expected))
+
+
+def test_the_median_of_nothing_or_of_a_nan_is_numpys_nan():
+    assert math.isnan(median_of([1.0, math.nan, 2.0]))
+    with pytest.warns(RuntimeWarning):
+        assert math.isnan(median_of([]))
 
 
 @pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
@@ -176,3 +194,10 @@ def test_the_exact_one_sided_p_values_are_scipys_for_any_untied_samples(split):
     expected = tuple(mannwhitneyu(current, baseline, alternative=side, method="exact").pvalue
                      for side in ("less", "greater"))
     assert stats._mann_whitney(current, baseline) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize(("n1", "n2"), [(1, 1), (3, 7), (5, 40), (8, 8), (12, 2)])
+def test_the_exact_law_tabulated_once_per_sizes_is_scipys_at_every_statistic(n1, n2):
+    """The table of every statistic from one batched call is, float for float, scipy's answer for each one alone."""
+    for u in range(n1 * n2 + 1):
+        assert stats._exact_p_values(n1, n2, u) == stats._exact_p_values_of(n1, n2, u)

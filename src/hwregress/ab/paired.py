@@ -51,6 +51,7 @@ from hwregress.judge.changepoints import MAD_TO_SIGMA
 from hwregress.judge.reach import MAX_SHIFT, POWER, Reach, _both
 from hwregress.judge.stats import DEFAULT_MAX_THRESHOLD
 from hwregress.store.verdicts import Verdict
+from hwregress.summary import median_of
 
 EXACT_MAX = 50  # the largest n whose law is counted exactly, as scipy's "auto" method does
 GROSS_MIN_PAIRS = 4  # two balanced blocks: the fewest pairs on which a gross drop alone is a regression
@@ -131,7 +132,7 @@ def hodges_lehmann(x: Sequence[float], confidence: float) -> HodgesLehmann:
 def _estimate_and_bounds(values: np.ndarray, tail: float) -> HodgesLehmann:
     """The Hodges-Lehmann estimate of ``values`` and its one-sided bounds, each of level ``1 - tail``."""
     walsh = walsh_averages(values)
-    estimate = float(np.median(walsh))
+    estimate = median_of(walsh)
     below = critical_count(values.size, tail)
     if below is None:
         return HodgesLehmann(estimate, None, None)
@@ -280,7 +281,7 @@ def log_spread(x: Sequence[float]) -> float:
     values = np.asarray(x, dtype=float)
     if values.size < 2:
         return 0.0
-    return MAD_TO_SIGMA * float(np.median(np.abs(values - np.median(values))))
+    return MAD_TO_SIGMA * median_of(np.abs(values - median_of(values)))
 
 
 def paired_reach(x: Sequence[float], threshold: float, alpha: float, power: float = POWER,

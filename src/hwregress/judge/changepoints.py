@@ -48,6 +48,8 @@ import ruptures
 from ruptures.costs import CostL1, NotEnoughPoints
 from scipy import stats
 
+from hwregress.summary import median_of
+
 PENALTY_SIGMAS = 3.0
 NOISE_FLOOR = 0.005  # 0.5% session-to-session noise: below it, timing resolution, not the machine
 NOISE_CEILING = 0.03  # see the module doc: a larger sigma would hide steps that matter
@@ -87,7 +89,7 @@ def robust_noise(log_values: np.ndarray) -> float:
         ``1.4826 * MAD(diff) / sqrt(2)`` clipped to [NOISE_FLOOR, NOISE_CEILING].
     """
     diffs = np.diff(log_values)
-    mad = float(np.median(np.abs(diffs - np.median(diffs))))
+    mad = median_of(np.abs(diffs - median_of(diffs)))
     return min(max(MAD_TO_SIGMA * mad / math.sqrt(2.0), NOISE_FLOOR), NOISE_CEILING)
 
 

@@ -64,7 +64,7 @@ from scipy import special
 from scipy import stats as scipy_stats
 
 from hwregress.judge.changepoints import MAD_TO_SIGMA, since_last_change
-from hwregress.summary import summarize
+from hwregress.summary import Summary, median_of, summarize
 
 NORMAL_IQR = 1.349  # IQR of the standard normal distribution, in sigmas
 MEDIAN_EFFICIENCY = 1.2533  # sqrt(pi / 2): se(median) / se(mean) for normal samples
@@ -77,9 +77,13 @@ def noise_bound(baseline: Sequence[float], n_current: int, z: float = 3.0) -> fl
 
     Returns a fraction, e.g. 0.05 for 5%. 0 when the baseline shows no spread.
     """
-    summary = summarize(baseline)
-    sigma_rel = summary.rel_iqr / NORMAL_IQR
-    return z * MEDIAN_EFFICIENCY * sigma_rel * math.sqrt(1.0 / summary.n + 1.0 / max(n_current, 1))
+    return _noise_bound_of(summarize(baseline), n_current, z)
+
+
+def _noise_bound_of(baseline: Summary, n_current: int, z: float) -> float:
+    """:func:`noise_bound` of the baseline summarized as ``baseline``."""
+    sigma_rel = baseline.rel_iqr / NORMAL_IQR
+    return z * MEDIAN_EFFICIENCY * sigma_rel * math.sqrt(1.0 / baseline.n + 1.0 / max(n_current, 1))
 
 
 def robust_spread(values: Sequence[float]) -> float:
@@ -88,10 +92,10 @@ def robust_spread(values: Sequence[float]) -> float:
     array = np.asarray(values, dtype=float)
     if array.size == 0:
         return 0.0
-    median = float(np.median(array))
+    median = median_of(array)
     if median <= 0:
         return 0.0
-    return MAD_TO_SIGMA * float(np.median(np.abs(array - median))) / median
+    return MAD_TO_SIGMA * median_of(np.abs(array - median)) / median
 
 
 def history_bound(history: Sequence[float], z: float = 3.0) -> float:
@@ -165,7 +169,7 @@ def compare(current: Sequence[float], baseline: Sequence[float], tolerance: floa
     if baseline_summary.median <= 0:
         raise ValueError(f"baseline median must be > 0, got {baseline_summary.median}")
     ratio = current_summary.median / baseline_summary.median
-    bound = max(noise_bound(baseline, len(current), z), history_bound(history, z))
+    bound = max(_noise_bound_of(baseline_summary, len(current), z), history_bound(history, z))
     threshold = max(tolerance, min(max_threshold, bound))
     wanted = bound if bound > threshold else None
     p_slower, p_faster, p_no_slowdown = _one_sided_p_values(current, baseline, 1 - threshold)
@@ -184,7 +188,8 @@ def _one_sided_p_values(current: Sequence[float], baseline: Sequence[float],
     """``(p_slower, p_faster, p_no_slowdown)``: the one-sided Mann-Whitney p-values that ``current`` is stochastically
     smaller, larger, and, divided by ``boundary`` (> 0), larger than ``baseline`` (see the module doc)."""
     current_array, baseline_array = np.asarray(current, float), np.asarray(baseline, float)
-    if np.ptp(np.concatenate([current_array, baseline_array])) == 0:
+    combined = np.concatenate([current_array, baseline_array])
+    if combined.max() - combined.min() == 0:  # numpy.ptp's own arithmetic, without its argument handling
         p_slower = p_faster = 1.0  # all values equal: no evidence either way (scipy warns on this case)
     else:
         p_slower, p_faster = _mann_whitney(current_array, baseline_array)
@@ -192,14 +197,43 @@ def _one_sided_p_values(current: Sequence[float], baseline: Sequence[float],
     return p_slower, p_faster, p_no_slowdown
 
 
-@functools.lru_cache(maxsize=4096)
+EXACT_TABLE_VALUES = 2**20  # the most sample values one batched call may hold to tabulate a law (8 MB of floats)
+
+
 def _exact_p_values(n1: int, n2: int, u_greater: int) -> tuple[float, float]:
     """``scipy.stats.mannwhitneyu``'s exact one-sided p-values ``(less, greater)`` for untied samples of sizes ``n1``
     and ``n2`` whose statistic (pairs with the first sample's value above the second's) is ``u_greater``. Without
-    ties the exact law depends on nothing else, so scipy is asked once per statistic, with two samples of integers
-    and half-integers that have it: its argument handling costs ~1 ms a call, most of a planned look's check."""
-    below = [min(n2, max(0, u_greater - n2 * i)) for i in range(n1)]  # baseline values under each current value
-    current = np.array([count - 0.5 + index / (4.0 * n1) for index, count in enumerate(below)])
+    ties the exact law depends on nothing else, so scipy is asked once per pair of sizes for every statistic
+    (:func:`_exact_law`), or, where that batch would be too large, once per statistic: its argument handling costs
+    ~1 ms a call, most of a planned look's check."""
+    if (n1 * n2 + 1) * (n1 + n2) <= EXACT_TABLE_VALUES:
+        less, greater = _exact_law(n1, n2)
+        return less[u_greater], greater[u_greater]
+    return _exact_p_values_of(n1, n2, u_greater)
+
+
+def _untied_with_statistics(n1: int, statistics: np.ndarray, n2: int) -> np.ndarray:
+    """Samples of ``n1`` untied values, one row per statistic in ``statistics``, whose Mann-Whitney statistic against
+    the ``n2`` values ``0, 1, ..., n2 - 1`` is that statistic: shape ``(len(statistics), n1)``."""
+    index = np.arange(n1)
+    below = np.clip(statistics[:, None] - n2 * index[None, :], 0, n2)  # baseline values under each current value
+    return below - 0.5 + index / (4.0 * n1)
+
+
+@functools.lru_cache(maxsize=256)
+def _exact_law(n1: int, n2: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """:func:`_exact_p_values` at every statistic ``0 .. n1 n2``, from one batched call of scipy's per side."""
+    current = _untied_with_statistics(n1, np.arange(n1 * n2 + 1), n2)
+    baseline = np.arange(n2, dtype=float)[None, :]
+    less, greater = (scipy_stats.mannwhitneyu(current, baseline, alternative=side, method="exact", axis=1).pvalue
+                     for side in ("less", "greater"))
+    return tuple(less.tolist()), tuple(greater.tolist())
+
+
+@functools.lru_cache(maxsize=4096)
+def _exact_p_values_of(n1: int, n2: int, u_greater: int) -> tuple[float, float]:
+    """:func:`_exact_p_values` for one statistic, from scipy's call on two samples that have it."""
+    current = _untied_with_statistics(n1, np.array([u_greater]), n2)[0]
     baseline = np.arange(n2, dtype=float)
     return (float(scipy_stats.mannwhitneyu(current, baseline, alternative="less", method="exact").pvalue),
             float(scipy_stats.mannwhitneyu(current, baseline, alternative="greater", method="exact").pvalue))
@@ -213,17 +247,17 @@ def _mann_whitney(current: np.ndarray, baseline: np.ndarray) -> tuple[float, flo
     combined = np.concatenate([current, baseline])
     order = np.argsort(combined, kind="stable")
     ordered = combined[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], combined.size]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    ends = np.concatenate((starts[1:], [combined.size]))
     ties = ends - starts
     ranks = np.empty(combined.size)
     ranks[order] = np.repeat((starts + ends + 1) / 2.0, ties)  # mid-ranks of tied values
     u_greater = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2.0
-    if (n1 <= 8 or n2 <= 8) and not np.any(ties > 1):
+    if (n1 <= 8 or n2 <= 8) and starts.size == combined.size:  # every value its own group: no ties
         return _exact_p_values(n1, n2, round(u_greater))
     u_less = n1 * n2 - u_greater
     total = n1 + n2
-    spread = math.sqrt(n1 * n2 / 12.0 * ((total + 1) - float(np.sum(ties**3 - ties)) / (total * (total - 1))))
+    spread = math.sqrt(n1 * n2 / 12.0 * ((total + 1) - float((ties**3 - ties).sum()) / (total * (total - 1))))
     if spread == 0:
         return 1.0, 1.0
 
