@@ -43,7 +43,7 @@ from hwregress.judge.lifecycle import make_entry
 from hwregress.measure.timing import TimingPlan, in_work_units, measure
 from hwregress.measure.visits import Visit, fastest
 from hwregress.store.results import TestRecord
-from scripts.looks_simulation import ModelTimer
+from scripts.looks_simulation import ModelTimer, judged_figures
 
 LEVEL = 280.0  # samples/s, resnet50 infer bs1's fast mode on the H200
 GAP = 0.15  # the slow mode's loss
@@ -160,7 +160,7 @@ def simulate(model: str, visits: int, trials: int, seed: int, slowdown: float = 
                             looks=looks if visits == 1 else None)
         judgement = judge(measured, entry, tolerances)
         verdicts[str(judgement.verdict)] += 1
-        figures = getattr(judgement, "figures", None) or judgement.record  # an older judge: its figures on a record
+        figures = judged_figures(judgement)
         thresholds.append(figures.threshold or 0.0)
         if figures.reach is not None and figures.reach.mds is not None:
             reaches.append(figures.reach.mds)

@@ -25,8 +25,8 @@ memory layout, is what they measure. The exception: the self-tests of the A/B en
 (pairing, looks, verdicts, dropped pairs, the fastest visit), which give a stack :attr:`Zygote.python`, an executable
 that runs ``python -c`` code here (as ``--ab-python``, or as the session's ``sys.executable``:
 :meth:`support.project.HwProject.forked_workers`); the tests of a worker's start, its death and what it leaves
-behind keep fresh interpreters. A fork takes the
-request's ``OMP_NUM_THREADS`` into torch's thread count, as a fresh interpreter's OpenMP would.
+behind keep fresh interpreters. A fork takes the request's ``OMP_NUM_THREADS`` into torch's thread count, as a fresh
+interpreter's OpenMP would.
 
 Run as ``python zygote.py SOCKET``: prints ``ready`` when it listens, serves until its standard input closes.
 """
