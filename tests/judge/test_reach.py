@@ -16,7 +16,7 @@ from hwregress.judge import stats
 from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.judge.lifecycle import session_quantiles
 from hwregress.judge.reach import POWER, _both, reach, reach_of, smallest_p, threshold_reach, threshold_reach_of
-from hwregress.store.judged import write_judged
+from hwregress.store.assembly import put_judged
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -186,7 +186,7 @@ def test_the_judge_records_each_figures_reach_at_the_threshold_it_judged_with():
     measured = Measured("t[cpu]", samples, "samples/s", True, {}, latency_ms=10.1, efficiency=0.9, speedup=5.0,
                         reference_samples=[20.0, 20.5, 19.5, 20.2, 19.8], on_cpu=True)
     record = TestRecord("t")
-    write_judged(record, judge(measured, entry, Tolerances()).figures)
+    put_judged(record, judge(measured, entry, Tolerances()).figures)
     assert record.reach.figure == "throughput" and record.reach.threshold == record.threshold
     assert record.reach.alpha == Tolerances().alpha and record.reach.rounds == [10, 30]
     assert record.reach.mds >= record.threshold
@@ -195,7 +195,7 @@ def test_the_judge_records_each_figures_reach_at_the_threshold_it_judged_with():
         assert found.alpha is None and found.mds >= found.threshold >= record.threshold
     assert record.efficiency_reach.reference_within is not None and record.speedup_reach.sessions == 1
     # judged again without a baseline: nothing of the earlier judgement stays on the record
-    write_judged(record, judge(measured, None, Tolerances()).figures)
+    put_judged(record, judge(measured, None, Tolerances()).figures)
     assert record.reaches() == [] and record.ratio is None and record.threshold is None
 
 

@@ -11,9 +11,10 @@ from torch import nn
 
 from hwregress import workloads
 from hwregress.measure.out_of_memory import OutOfMemory, is_out_of_memory
-from hwregress.measure.record import fill_measurement
+from hwregress.measure.record import window_figures
 from hwregress.measure.timing import TimingPlan
 from hwregress.measure.window import RunOptions, build_step, run_model
+from hwregress.store.assembly import put_measured
 from hwregress.store.results import TestRecord
 
 TINY = workloads.Workload("tiny-bench", lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 10)), (3, 4, 4), 10)
@@ -47,7 +48,7 @@ def test_int8_bytes_count_one_byte_weights_and_fp32_activations():
     assert measurement.flops_per_sample == pytest.approx(2 * 48 * 10)  # quantized::linear_dynamic counted
     assert measurement.quantized_layers == 1 and measurement.quantized_base_dtype == "fp32"
     record = TestRecord(test_id="t", dtype="int8")
-    fill_measurement(record, measurement)
+    put_measured(record, window_figures(record, measurement))
     assert record.details["quantized_base_dtype"] == "fp32"
     assert record.details["quantization"] == "int8-dynamic-per-tensor"  # the algorithm, not only the dtype
     assert record.arithmetic_intensity == pytest.approx(2 * 48 * 10 / (weights / 8 + activations))
@@ -149,7 +150,7 @@ def test_an_int8_record_on_a_gpu_with_a_published_int8_peak_has_an_mfu():
                          profile_steps=1)
     measurement = run_model(TINY, "cpu", "infer", 8, "int8", FixedTimer(), options)
     record = TestRecord(test_id="t", dtype="int8", device_name="NVIDIA H100 80GB HBM3")
-    fill_measurement(record, measurement)
+    put_measured(record, window_figures(record, measurement))
     assert record.achieved_tflops and record.mfu == pytest.approx(record.achieved_tflops / 1979.0)
 
 

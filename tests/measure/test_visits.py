@@ -21,9 +21,11 @@ from hwregress.ab.workers import StackWorker, WorkerFailed
 from hwregress.judge.compare import Measured, Tolerances, judge
 from hwregress.judge.lifecycle import make_entry
 from hwregress.measure import visits
-from hwregress.measure.record import fastest_visit_onto
+from hwregress.measure.record import fastest_visit
 from hwregress.measure.visits import Visit
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import check_entry
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 
 SUPPORT_MODULES = ["selftest_support"]  # registers "tiny"; the pytester projects hold it, the worker imports it
@@ -56,16 +58,18 @@ def test_the_fastest_visit_is_judged_and_the_slow_ones_counted():
 
 
 def test_the_record_takes_the_fastest_visits_judged_figures():
-    record = TestRecord("t", samples=[234.0], throughput=234.0, latency_ms=1000 / 234.0, flops_per_sample=8e9,
-                        device_name="NVIDIA H200", dtype="fp32")
+    record = TestRecord("t", device_name="NVIDIA H200", dtype="fp32")
+    own = MeasuredFigures(samples=[234.0], throughput=234.0, latency_ms=1000 / 234.0, flops_per_sample=8e9)
     taken = [_visit("pytest", 234.0), _visit("visit worker 1", 280.0, 5.0)]
-    fastest_visit_onto(record, taken, work_per_sample=1.0)
+    put_measured(record, fastest_visit(record, own, taken, work_per_sample=1.0))
     assert record.samples == list(taken[1].samples) and record.throughput == pytest.approx(280.0)
     assert record.rounds == 3 and record.latency_ms == pytest.approx(1000 / 280.0)
     assert record.achieved_tflops == pytest.approx(280.0 * 8e9 / 1e12)
     assert record.details["visits"]["judged"] == 1
-    decode = TestRecord("d", samples=[100.0], throughput=100.0, latency_ms=10.0)
-    fastest_visit_onto(decode, [_visit("pytest", 100.0, 0, 10.0), _visit("visit worker 1", 120.0, 1, 8.3)], 1.0)
+    decode = TestRecord("d")
+    own = MeasuredFigures(samples=[100.0], throughput=100.0, latency_ms=10.0)
+    put_measured(decode, fastest_visit(decode, own, [_visit("pytest", 100.0, 0, 10.0),
+                                                     _visit("visit worker 1", 120.0, 1, 8.3)], 1.0))
     assert decode.latency_ms == 8.3  # a decode window's judged latency is the fastest visit's own ITL p50
 
 

@@ -11,6 +11,10 @@ cannot hide a circle or a heavy dependency.
   know: :class:`hwregress.plugin.families.protocol.FamilyTraits`); :data:`FAMILY_NAMES_ALLOWED` aside;
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
+- a record's fields are written only by its assembler (:data:`RECORD_ASSEMBLER`): the families, the judge and the
+  plugin build frozen stages and hand them to it; every other write of an attribute of a record field's name (an
+  assignment, ``setattr``, a mutation such as ``.update`` or ``[key] =``) outside a class's own ``self`` is one of
+  :data:`NOT_RECORDS`;
 - a record's verdict is set in one function (:data:`VERDICT_SETTER`): the judge and the A/B family return what they
   concluded, the plugin settles the verdict with pytest's outcome of the test; the other ``.verdict`` assignments
   are :data:`VERDICT_BUILDERS`, the builders of values that are not records;
@@ -28,6 +32,7 @@ cannot hide a circle or a heavy dependency.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -40,6 +45,8 @@ from typing import Any
 
 import pytest
 from support.project import REPO
+
+from hwregress.store.results import TestRecord
 
 SRC = REPO / "src"
 PACKAGE = SRC / "hwregress"
@@ -71,7 +78,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 FAMILY_NAMES_ALLOWED = {"report"}
 # the one function that sets a test record's verdict (issue 40), and the assignments to a ``verdict`` attribute that
 # build other values: (module, function, the assigned object's name)
-VERDICT_SETTER = ("hwregress.plugin.record", "finish", "record")
+VERDICT_SETTER = ("hwregress.store.assembly", "put_outcome", "record")
 VERDICT_BUILDERS = {("hwregress.judge.compare", "judge", "judgement"),  # the judge's _Judging, frozen by done()
                     ("hwregress.judge.compare", "_judge_throughput", "judgement"),
                     ("hwregress.judge.compare", "_judge_environment", "judgement"),
@@ -80,6 +87,18 @@ VERDICT_BUILDERS = {("hwregress.judge.compare", "judge", "judgement"),  # the ju
                     ("hwregress.judge.session", "_update_baseline", "concluding"),
                     ("hwregress.judge.session_compare", "compare_records", "row"),  # a row of two sessions' table
                     ("hwregress.plugin.record", "__init__", "self")}  # HwSkip: the verdict a skip carries
+# the module that writes a test record's fields (issue 40), and the other objects whose attributes share a record
+# field's name: (module, the written object's expression)
+RECORD_ASSEMBLER = "hwregress.store.assembly"
+NOT_RECORDS = {("hwregress.judge.compare", "judgement"),  # the judge's _Judging, frozen by done()
+               ("hwregress.judge.session", "concluding"),  # the session's _Concluding, likewise
+               ("hwregress.judge.session_compare", "row"),  # a row of two sessions' table
+               ("hwregress.measure.window", "measurement"),  # a window's Measurement, before it is returned
+               ("hwregress.measure.llm.window", "measurement"),
+               ("hwregress.measure.profiling", "result"),  # the profiler's operator tables
+               ("hwregress.measure.precision.torchao_calls", "inductor_config"),  # torch._inductor.config
+               ("hwregress.store.baselines", "current"),  # a baseline entry
+               ("hwregress.plugin.record", "report")}  # pytest's report: setattr of the record's JSON
 INIT_MAY_IMPORT = {"hwregress.workloads", "hwregress.plugin", "hwregress.report", "hwregress.cli"}
 # modules whose documented purpose is to hand on names defined elsewhere: the workloads API a plugin imports
 FACES = {"hwregress.workloads"}
@@ -347,6 +366,61 @@ def test_a_records_verdict_is_set_in_one_function():
 ])
 def test_an_assignment_to_a_verdict_is_found(source, sites):
     assert verdict_assignments("m", source) == sites
+
+
+RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(TestRecord))
+_MUTATORS = frozenset({"update", "append", "extend", "insert", "setdefault", "pop", "popitem", "remove", "clear"})
+
+
+def record_writes(module: str, source: str) -> set[tuple[str, str]]:
+    """Every write in ``source`` of an attribute named as a :class:`~hwregress.store.results.TestRecord` field, on any
+    object but ``self``: an assignment (``x.unit = ...``, ``x.a, x.b = ...``, ``x.details[k] = ...``, ``+=``), a
+    mutation (``x.details.update(...)``, ``x.samples.append(...)``) and a ``setattr`` of such a name or of a name
+    not written out (``setattr(x, name, ...)``); as (module, the written object's expression)."""
+    found = set()
+
+    def written(node: ast.AST) -> list[ast.AST]:
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            heads = node.targets if isinstance(node, ast.Assign) else [node.target]
+            flat = [t for head in heads for t in (head.elts if isinstance(head, ast.Tuple) else [head])]
+            return [t.value if isinstance(t, ast.Subscript) else t for t in flat]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            return [node.func.value]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and len(node.args) > 1:
+            name = node.args[1]
+            return [ast.Attribute(value=node.args[0], attr=name.value if isinstance(name, ast.Constant)
+                                  else next(iter(RECORD_FIELDS)))]
+        return []
+
+    for node in ast.walk(ast.parse(source)):
+        for target in written(node):
+            if isinstance(target, ast.Attribute) and target.attr in RECORD_FIELDS \
+                    and ast.unparse(target.value) != "self":
+                found.add((module, ast.unparse(target.value)))
+    return found
+
+
+def test_only_the_assembler_writes_a_records_fields():
+    found = {site for module, path in modules().items()
+             for site in record_writes(module, path.read_text(encoding="utf-8"))}
+    assert {site for site in found if site[0] != RECORD_ASSEMBLER} == NOT_RECORDS
+    assert (RECORD_ASSEMBLER, "record") in found
+
+
+@pytest.mark.parametrize(("source", "sites"), [
+    ("def f(record):\n    record.unit = 'x'", {("m", "record")}),
+    ("def f(record):\n    record.rounds, record.steps_per_round = 1, 2", {("m", "record")}),
+    ("def f(r):\n    r.details['worker'] = 'gw0'", {("m", "r")}),
+    ("def f(bench):\n    bench.record.details.update(a=1)", {("m", "bench.record")}),
+    ("def f(r):\n    r.samples.append(1.0)\n    r.latency_ms += 1", {("m", "r")}),
+    ("def f(r, name):\n    setattr(r, name, 1)", {("m", "r")}),
+    ("def f(r):\n    setattr(r, 'throughput', 1)", {("m", "r")}),
+    ("class A:\n    def __init__(self):\n        self.samples = []", set()),  # a class's own attributes
+    ("def f(r):\n    r.unknown_field = 1\n    x = r.unit\n    setattr(r, 'other', 1)", set()),
+])
+def test_a_write_of_a_record_field_is_found(source, sites):
+    assert record_writes("m", source) == sites
 
 
 def test_only_the_plugin_and_the_suite_import_pytest():

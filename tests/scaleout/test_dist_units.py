@@ -283,35 +283,29 @@ def test_a_step_that_spends_more_of_its_time_in_collectives_is_named_as_the_caus
 
 
 def test_the_energy_per_sample_counts_each_device_once():
-    from hwregress.plugin.families.jobs import fill_telemetry
-    from hwregress.store.results import TestRecord
+    from hwregress.plugin.families.jobs import rank_telemetry
 
     def rank(device, energy):
         return {"device": device, "telemetry": {"energy_j": energy}, "health": {"other_cpu_fraction": 0.0},
                 "work_per_step": 8, "steps_per_round": 2, "round_seconds": [1.0] * 5, "work_per_sample": 1}
 
-    data_parallel = TestRecord("t")
-    fill_telemetry(data_parallel, [rank("cuda:0", 100.0), rank("cuda:1", 60.0)])
+    data_parallel = rank_telemetry([rank("cuda:0", 100.0), rank("cuda:1", 60.0)])
     assert data_parallel.energy_j_per_sample == pytest.approx(160.0 / 160)  # 2 ranks x 8 x 2 steps x 5 rounds
-    colocated = TestRecord("t")
-    fill_telemetry(colocated, [rank("cuda:0", 100.0), rank("cuda:0", 100.0)])  # one device, read by both
+    colocated = rank_telemetry([rank("cuda:0", 100.0), rank("cuda:0", 100.0)])  # one device, read by both
     assert colocated.energy_j_per_sample == pytest.approx(100.0 / 160)
-    unknown = TestRecord("t")
-    fill_telemetry(unknown, [rank("cpu", None), rank("cpu", None)])
+    unknown = rank_telemetry([rank("cpu", None), rank("cpu", None)])
     assert unknown.energy_j_per_sample is None and unknown.health == {"other_cpu_fraction": 0.0}
 
 
 def test_a_cpu_job_whose_rank_was_noisy_is_not_stable():
     # the window facts were written after the energy figures, which a CPU job (no energy counter) returned before:
     # a CPU scaling or co-located record was then judged as stable however noisy its ranks were
-    from hwregress.plugin.families.jobs import fill_samples
-    from hwregress.store.results import TestRecord
+    from hwregress.plugin.families.jobs import rank_figures
 
     def rank(stable, extended):
         return {"device": "cpu", "telemetry": {}, "health": {}, "stable": stable, "extended_rounds": extended,
                 "warmup_steps": 3, "steps_per_round": 2, "peak_memory_bytes": 100}
 
-    record = TestRecord("t")
-    fill_samples(record, [10.0, 11.0, 9.0], [rank(True, 0), rank(False, 4)])
+    record = rank_figures([10.0, 11.0, 9.0], [rank(True, 0), rank(False, 4)])
     assert record.stable is False
     assert record.details["extended_rounds"] == 4 and record.details["warmup_steps"] == 3

@@ -34,7 +34,7 @@ from hwregress.plugin.families import registry
 from hwregress.plugin.families.protocol import FamilyTraits
 from hwregress.plugin.families.registry import cases
 from hwregress.plugin.matrix import Selection, case_id
-from hwregress.plugin.record import HwSkip
+from hwregress.plugin.record import HwFail, HwSkip
 from hwregress.spark import batch, engine, predictor, stream
 from hwregress.spark import master as spark_master
 from hwregress.spark.settings import DEFAULT_STREAM_SECONDS, SparkSettings
@@ -898,9 +898,9 @@ def test_a_cuda_out_of_memory_in_a_batch_worker_is_an_oom_naming_the_batch_and_d
     with pytest.raises(HwSkip) as skipped:
         bench.measure(record, "cuda:1", "mobilenet_v3_small", "batch", 256, "fp32")
     assert skipped.value.verdict == Verdict.OOM
-    assert record.message.startswith("out of memory at batch 256 on cuda:1 in a Spark Python worker (master local[1])")
-    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" in record.message
-    assert str(skipped.value.msg) == record.message
+    message = skipped.value.msg  # the record's message (plugin/record.py: finish)
+    assert message.startswith("out of memory at batch 256 on cuda:1 in a Spark Python worker (master local[1])")
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" in message
 
 
 def test_a_cuda_out_of_memory_in_a_stream_worker_is_an_oom(monkeypatch, tmp_path):
@@ -916,7 +916,8 @@ def test_a_cuda_out_of_memory_in_a_stream_worker_is_an_oom(monkeypatch, tmp_path
     with pytest.raises(HwSkip) as skipped:
         bench.measure(record, "cuda:0", "mobilenet_v3_small", "stream", 256, "fp32")
     assert skipped.value.verdict == Verdict.OOM
-    assert record.message.startswith("out of memory at batch 256 on cuda:0 in a Spark Python worker (master local[1])")
+    assert skipped.value.msg.startswith("out of memory at batch 256 on cuda:0 in a Spark Python worker (master "
+                                        "local[1])")
 
 
 def test_a_query_that_fails_while_the_driver_polls_it_is_reported_with_its_error_not_as_stopped_by_itself():
@@ -958,9 +959,9 @@ def test_a_worker_bug_or_a_driver_heap_exhaustion_still_fails(monkeypatch, tmp_p
 
     monkeypatch.setattr(batch, "run_batch", worker_fails)
     record = _record("cuda:0", "batch")
-    with pytest.raises(pytest.fail.Exception):
+    with pytest.raises(HwFail) as failed:
         bench.measure(record, "cuda:0", "mobilenet_v3_small", "batch", 256, "fp32")
-    assert record.message.startswith("Spark batch inference failed: PythonException")
+    assert failed.value.message.startswith("Spark batch inference failed: PythonException")
 
 
 def test_an_out_of_memory_of_the_plain_torch_reference_in_the_driver_is_an_oom(monkeypatch, tmp_path):
@@ -974,5 +975,5 @@ def test_an_out_of_memory_of_the_plain_torch_reference_in_the_driver_is_an_oom(m
     with pytest.raises(HwSkip) as skipped:
         bench.measure(record, "cuda:0", "mobilenet_v3_small", "batch", 256, "fp32")
     assert skipped.value.verdict == Verdict.OOM
-    assert record.message.startswith("out of memory at batch 256 on cuda:0 in the driver process: OutOfMemoryError: "
-                                     "CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert skipped.value.msg.startswith("out of memory at batch 256 on cuda:0 in the driver process: "
+                                        "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")

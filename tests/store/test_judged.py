@@ -8,8 +8,9 @@ import dataclasses
 import pytest
 
 from hwregress.judge.compare import Judgement, Measured, Tolerances, judge
+from hwregress.store.assembly import put_judged
 from hwregress.store.figures import CompileComparison, CompileFigures, ReachFigures
-from hwregress.store.judged import RECORD_FIELDS, JudgedFigures, write_judged
+from hwregress.store.judged import RECORD_FIELDS, JudgedFigures
 from hwregress.store.metrics import METRICS
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
@@ -24,7 +25,7 @@ def test_every_judged_figure_lands_on_the_record_field_of_its_name():
                             identity_changes=("gpu_name: a -> b",),
                             compile_vs_baseline=CompileComparison(compared=True, ratio=1.5))
     record = TestRecord("t")
-    write_judged(record, figures)
+    put_judged(record, figures)
     assert {name: getattr(record, name) for name in RECORD_FIELDS} == {
         name: getattr(figures, name) for name in RECORD_FIELDS}
     assert record.env_changes == ["torch 2.4.0 -> 2.5.0"] and record.identity_changes == ["gpu_name: a -> b"]
@@ -37,9 +38,9 @@ def test_the_record_fields_are_the_records_own():
 
 def test_a_second_judgement_leaves_nothing_of_the_first_on_the_record():
     record = TestRecord("t", compile=CompileFigures(compile_s=3.0))
-    write_judged(record, JudgedFigures(ratio=0.5, baseline_latency_ms=9.0, env_changes=("x",),
+    put_judged(record, JudgedFigures(ratio=0.5, baseline_latency_ms=9.0, env_changes=("x",),
                                        compile_vs_baseline=CompileComparison(compared=False)))
-    write_judged(record, JudgedFigures())
+    put_judged(record, JudgedFigures())
     assert all(getattr(record, name) is None for name in RECORD_FIELDS)
     assert record.env_changes == [] and record.identity_changes == []
     assert record.compile == CompileFigures(compile_s=3.0)  # the compile figures stay, their comparison goes

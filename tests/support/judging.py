@@ -4,7 +4,7 @@ self-tests of :mod:`hwregress.judge.session` that read the record afterwards."""
 from __future__ import annotations
 
 from hwregress.judge.session import BenchSession
-from hwregress.store.judged import write_conclusion
+from hwregress.store.assembly import put_conclusion
 from hwregress.store.results import TestRecord
 
 
@@ -13,6 +13,6 @@ def conclude_onto(session: BenchSession, record: TestRecord, key: str,
     """Conclude ``record`` against entry ``key`` and put the conclusion on it, its verdict included (what
     :func:`hwregress.plugin.record.finish` settles for a test that ends with its conclusion); returns its failures."""
     conclusion = session.conclude(record, key, extra_failures)
-    write_conclusion(record, conclusion)
+    put_conclusion(record, conclusion)
     record.verdict = conclusion.verdict
     return list(conclusion.failures)

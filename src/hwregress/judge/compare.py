@@ -66,7 +66,7 @@ class Judgement:
         figures: what the judgement found (:class:`hwregress.store.judged.JudgedFigures`: the ratio, threshold,
             p-value and the level it was judged at, the memory ratio, the baseline entry's figures, the environment
             and identity changes, the compile time against the baseline's and what each judged figure's verdict
-            could catch); a record takes them through :func:`hwregress.store.judged.write_judged`.
+            could catch); a record takes them through :func:`hwregress.store.assembly.put_judged`.
     """
 
     verdict: Verdict = Verdict.PASS

@@ -73,7 +73,7 @@ class BenchSession:
 
     def conclude(self, record: TestRecord, key: str, extra_failures: list[str] | None = None) -> Conclusion:
         """Judge ``record`` against its baseline, diagnose a regression, and apply the update policy; returns what it
-        concluded (the record takes it through :func:`hwregress.store.judged.write_conclusion`; nothing is written
+        concluded (the record takes it through :func:`hwregress.store.assembly.put_conclusion`; nothing is written
         onto ``record`` here).
 
         A figure no hardware can reach (:func:`hwregress.judge.evidence.physics_of`) makes the record ``invalid``

@@ -20,10 +20,11 @@ from hwregress.plugin.context import RoundDriver
 from hwregress.plugin.families import registry
 from hwregress.plugin.families.ab_window import skip_outside_ab
 from hwregress.plugin.parametrize import settings
-from hwregress.plugin.record import CONCLUSION_KEY, RECORD_KEY
+from hwregress.plugin.record import CONCLUSION_KEY, RECORD_KEY, fail_with
 from hwregress.plugin.xdist import holding_devices, is_worker
+from hwregress.store.assembly import put_conclusion
 from hwregress.store.baseline_file import BaselineError
-from hwregress.store.judged import Conclusion, write_conclusion
+from hwregress.store.judged import Conclusion
 from hwregress.store.results import TestRecord
 
 SESSION_KEY = pytest.StashKey[BenchSession]()
@@ -63,8 +64,8 @@ class HwBench:
                             device=device, device_name=info.name, model=model, mode=mode, batch_size=batch_size,
                             dtype=dtype, environment=environment_fingerprint(device, self.settings.cudnn_benchmark),
                             device_facts=info.facts, identity=device_identity(device), measures_roof=traits.roof,
-                            latency_judged=mode in traits.judged_latency_modes)
-        record.details["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
+                            latency_judged=mode in traits.judged_latency_modes,
+                            details={"worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})
         self.item.stash[RECORD_KEY] = record
         return record
 
@@ -124,19 +125,18 @@ class HwBench:
         try:
             conclusion = self.session.conclude(record, key, extra_failures)
         except BaselineError as error:
-            record.message = str(error)
-            pytest.fail(str(error), pytrace=False)
+            fail_with(str(error))
         return self.settle(record, conclusion)
 
     def settle(self, record: TestRecord, conclusion: Conclusion) -> TestRecord:
-        """Put ``conclusion`` on ``record`` (all but the verdict: :func:`hwregress.store.judged.write_conclusion`) and
+        """Put ``conclusion`` on ``record`` (all but the verdict: :func:`hwregress.store.assembly.put_conclusion`) and
         keep it for the test's report, where the verdict is settled with pytest's outcome
         (:func:`hwregress.plugin.record.finish`).
 
         Raises:
             pytest's failure: the conclusion has failures (their sentences, one a line).
         """
-        write_conclusion(record, conclusion)
+        put_conclusion(record, conclusion)
         self.item.stash[CONCLUSION_KEY] = conclusion
         if conclusion.failures:
             pytest.fail("\n".join(conclusion.failures), pytrace=False)

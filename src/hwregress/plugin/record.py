@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from hwregress.store.assembly import put_outcome
 from hwregress.store.judged import Conclusion
 from hwregress.store.metrics import METRICS
 from hwregress.store.results import TestRecord
@@ -42,11 +43,26 @@ class HwSkip(pytest.skip.Exception):  # type: ignore[misc,name-defined]
     def __init__(self, verdict: Verdict, reason: str) -> None:
         super().__init__(msg=reason)
         self.verdict = verdict
+        self.reason = reason  # the record's message (pytest's report names the class before it)
 
 
 def skip_with(verdict: Verdict, reason: str) -> NoReturn:
-    """Skip the running test with ``verdict`` (``unsupported``, ``oom``) and ``reason``."""
+    """Skip the running test with ``verdict`` (``unsupported``, ``oom``) and ``reason`` (the record's message)."""
     raise HwSkip(verdict, reason)
+
+
+class HwFail(pytest.fail.Exception):  # type: ignore[misc,name-defined]
+    """A failure whose whole text is the record's message (pytest's report keeps the last line of a long one)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(msg=message, pytrace=False)
+        self.message = message
+
+
+def fail_with(message: str) -> NoReturn:
+    """Fail the running test with ``message``, its record's message in full (a rank's dumped stack, a compile error's
+    first lines), without a traceback."""
+    raise HwFail(message)
 
 
 def is_hardware_test(item: pytest.Item) -> bool:
@@ -74,21 +90,14 @@ def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestRe
         return
     first = RECORD_KEY not in item.stash
     record = item.stash.setdefault(RECORD_KEY, record_from_params(item, family))
-    record.outcome = report.outcome
-    if record.duration_s is None and report.when != "teardown":
-        record.duration_s = report.duration  # the phase that concluded it, as pytest timed it
     conclusion = item.stash.get(CONCLUSION_KEY, None)
     concluded = conclusion.verdict if conclusion is not None else None
-    if report.when != "teardown":  # a teardown's failure adds to the message of a verdict already settled
-        exception = call.excinfo.value if call.excinfo is not None else None
-        record.verdict = settled_verdict(report, exception, concluded, Verdict.PASS if first else record.verdict)
-    if report.when == "teardown":
-        record.message = " | ".join(filter(None, [record.message, f"teardown failed: {failure_reason(item, report)}"]))
-    elif report.skipped:
-        record.message = record.message or _short_reason(report)
-    elif report.failed and concluded not in _FAILING_VERDICTS:
-        reason = failure_reason(item, report)
-        record.message = " | ".join(filter(None, [reason if reason not in record.message else "", record.message]))
+    exception = call.excinfo.value if call.excinfo is not None else None
+    verdict = None  # a teardown's failure adds to the message of a verdict already settled
+    if report.when != "teardown":
+        verdict = settled_verdict(report, exception, concluded, Verdict.PASS if first else record.verdict)
+    put_outcome(record, report.outcome, verdict, _settled_message(item, report, record.message, exception, concluded),
+                None if report.when == "teardown" else report.duration)  # the phase that concluded it, pytest's time
     setattr(report, REPORT_ATTRIBUTE, plain_json(record))
     if report.when != "teardown":
         item.user_properties.extend(junit_properties(record))
@@ -106,6 +115,25 @@ def settled_verdict(report: pytest.TestReport, exception: BaseException | None, 
     if report.failed:
         return concluded if concluded in _FAILING_VERDICTS else Verdict.FAILED
     return concluded if concluded is not None else unjudged
+
+
+def _settled_message(item: pytest.Item, report: pytest.TestReport, message: str, exception: BaseException | None,
+                     concluded: Verdict | None) -> str:
+    """The record's message once pytest's outcome is known: a teardown's failure added to ``message`` (the judge's
+    sentences, or empty); a :class:`HwFail`'s whole text first; a skip's reason where the judge said nothing; a failure
+    the judge did not conclude put first, unless ``message`` says it already."""
+    if report.when == "teardown":
+        return " | ".join(filter(None, [message, f"teardown failed: {failure_reason(item, report)}"]))
+    if isinstance(exception, HwFail):
+        return " | ".join(filter(None, [exception.message, message]))
+    if isinstance(exception, HwSkip):
+        return message or exception.reason
+    if report.skipped:
+        return message or _short_reason(report)
+    if report.failed and concluded not in _FAILING_VERDICTS:
+        reason = failure_reason(item, report)
+        return " | ".join(filter(None, [reason if reason not in message else "", message]))
+    return message
 
 
 def _concludes(report: pytest.TestReport) -> bool:

@@ -354,8 +354,8 @@ class ReachFigures(Figures):
 # --- reading files of schema version 1 and 2 ---------------------------------------------------------------------
 
 WINDOW_SUB_RECORDS = ("looks",)
-"""The sub-record fields the timed window fills, whatever the family (:func:`hwregress.measure.record.fill_measurement`,
-a job's ranks through :func:`hwregress.plugin.families.jobs.fill_samples`); declared by no family either."""
+"""The sub-record fields the timed window fills, whatever the family (:func:`hwregress.measure.record.window_figures`,
+a job's ranks through :func:`hwregress.plugin.families.jobs.rank_figures`); declared by no family either."""
 
 LEGACY_COMPILE_KEYS = {"compile_s": "compile_s", "compile_setup_s": "setup_s", "compile_backend": "backend",
                        "frames_compiled": "frames_compiled", "compile_cache": "cache",

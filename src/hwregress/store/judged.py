@@ -3,10 +3,8 @@
 The judge (:func:`hwregress.judge.compare.judge`) returns its figures (:class:`JudgedFigures`) inside its
 ``Judgement``; the session (:meth:`hwregress.judge.session.BenchSession.conclude`) and the A/B family return a
 :class:`Conclusion` (the verdict, the sentences, the figures and what became of the baseline entry); neither writes
-onto a record. :func:`write_judged` is where a record takes the figures: every judged field, so that a figure the
-judgement did not produce reads None (a record judged a second time, as ``report compare`` may, keeps nothing of the
-first); :func:`write_conclusion` puts the rest of a conclusion beside them. The verdict is not written here: the
-plugin settles it once, from the conclusion and pytest's outcome of the test (:func:`hwregress.plugin.record.finish`).
+onto a record: the assembler does (:func:`hwregress.store.assembly.put_judged`,
+:func:`hwregress.store.assembly.put_conclusion`).
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hwregress.store.figures import CompileComparison, CompileFigures, ReachFigures
-from hwregress.store.results import TestRecord
+from hwregress.store.figures import CompileComparison, ReachFigures
 from hwregress.store.verdicts import Verdict
 
 
@@ -69,21 +66,6 @@ RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JudgedFigures)
                       if f.name not in ("env_changes", "identity_changes", "compile_vs_baseline"))
 
 
-def write_judged(record: TestRecord, figures: JudgedFigures) -> None:
-    """Put ``figures`` on ``record``: each judged field (None where not judged), the environment and identity changes,
-    and ``record.compile.vs_baseline`` (made where the record has no compile figures yet; cleared where not
-    compared)."""
-    for name in RECORD_FIELDS:
-        setattr(record, name, getattr(figures, name))
-    record.env_changes = list(figures.env_changes)
-    record.identity_changes = list(figures.identity_changes)
-    if figures.compile_vs_baseline is not None:
-        record.compile = record.compile or CompileFigures()
-        record.compile.vs_baseline = figures.compile_vs_baseline
-    elif record.compile is not None:
-        record.compile.vs_baseline = None
-
-
 @dataclass(frozen=True)
 class Conclusion:
     """What judging one test concluded, the baseline lifecycle applied; built once, never changed.
@@ -112,13 +94,3 @@ class Conclusion:
     def message(self) -> str:
         """The record's message: the failures, then the notes, joined by `` | ``."""
         return " | ".join((*self.failures, *self.notes))
-
-
-def write_conclusion(record: TestRecord, conclusion: Conclusion) -> None:
-    """Put ``conclusion`` on ``record``, all but its verdict: the judged figures (:func:`write_judged`), the message,
-    the baseline action, when the baseline entry was recorded and the diagnosis."""
-    write_judged(record, conclusion.figures)
-    record.message = conclusion.message
-    record.baseline_action = conclusion.baseline_action
-    record.baseline_recorded_at = conclusion.baseline_recorded_at
-    record.diagnosis = list(conclusion.diagnosis)

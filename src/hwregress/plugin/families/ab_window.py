@@ -12,8 +12,6 @@ import statistics
 from dataclasses import asdict
 from typing import NoReturn
 
-import pytest
-
 from hwregress.ab.processes import kept_processes
 from hwregress.ab.protocol import Case
 from hwregress.ab.session import ABResult, run_ab
@@ -21,9 +19,11 @@ from hwregress.ab.workers import StackUnusable, WorkerDied, WorkerError, WorkerF
 from hwregress.judge.compare import reach_figures
 from hwregress.plugin.ab_pool import POOL_KEY, WorkerPool
 from hwregress.plugin.context import BenchContext
-from hwregress.plugin.record import skip_with
+from hwregress.plugin.record import fail_with, skip_with
 from hwregress.store.ab_figures import ABFigures, ABPairFigures
+from hwregress.store.assembly import put_measured
 from hwregress.store.judged import Conclusion, JudgedFigures
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -68,8 +68,9 @@ def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case)
     except WorkerError as error:
         failure = _failure(error, pool, device, record)
     if failure is not None:  # outside the except: pytest would print the error a second time, as the failure's context
-        _fail(record, failure)
-    return bench.settle(record, fill_record(record, result, ab.meta()["stacks"], plan.seed, plan.looks))
+        fail_with(failure)
+    measured, conclusion = ab_outcome(result, ab.meta()["stacks"], plan.seed, plan.looks)
+    return bench.settle(put_measured(record, measured), conclusion)
 
 
 def _failure(error: WorkerError, pool: WorkerPool, device: str, record: TestRecord) -> str:
@@ -90,51 +91,44 @@ def _failure(error: WorkerError, pool: WorkerPool, device: str, record: TestReco
         return f"{error}\nthe device's next A/B test starts fresh workers"
     if isinstance(error, WorkerFailed):
         if error.kind == "oom":
-            record.message = str(error)
             skip_with(Verdict.OOM, str(error))
         return f"{error}\n{error.traceback.strip().splitlines()[-1] if error.traceback.strip() else ''}"
     return str(error)
 
 
-def _fail(record: TestRecord, message: str) -> NoReturn:
-    record.message = message
-    pytest.fail(message, pytrace=False)
-
-
-def fill_record(record: TestRecord, result: ABResult, stacks: dict[str, object], seed: int,
-                looks: tuple[int, ...]) -> Conclusion:
-    """Fill ``record`` with what ``result`` measured: the kept pairs' B throughputs as ``samples`` and A's as
-    ``reference_samples`` (samples/s), B's median as ``throughput``, and the whole A/B test in ``record.ab``; returns
-    what it concluded: the verdict, the summary line (a failure where B regressed), and as judged figures the ratio
-    (B/A), the threshold (the A/B threshold, a fraction, as the single-stack verdict's), the level, the p-value of
-    "B slower" and the paired reach."""
+def ab_outcome(result: ABResult, stacks: dict[str, object], seed: int,
+               looks: tuple[int, ...]) -> tuple[MeasuredFigures, Conclusion]:
+    """What ``result`` measured and what it concluded. Measured: the kept pairs' B throughputs as ``samples`` and A's
+    as ``reference_samples`` (samples/s), B's median as ``throughput``, and the whole A/B test as ``ab``. Concluded:
+    the verdict, the summary line (a failure where B regressed), and as judged figures the ratio (B/A), the threshold
+    (the A/B threshold, a fraction, as the single-stack verdict's), the level, the p-value of "B slower" and the
+    paired reach."""
     kept, _ = kept_processes(result.pairs)
     a_values = [pair.a for pair in kept if pair.a is not None]
     b_values = [pair.b for pair in kept if pair.b is not None]
     comparison = result.comparison
     threshold = comparison.threshold if comparison is not None else result.reach.threshold
-    record.unit = "samples/s"
-    record.samples, record.reference_samples = b_values, a_values
-    record.throughput = statistics.median(b_values) if b_values else None
-    record.rounds, record.steps_per_round = len(kept), result.steps
-    record.ab = ABFigures.of({
+    b_throughput = statistics.median(b_values) if b_values else None
+    ab = ABFigures.of({
         **({} if comparison is None else {key: value for key, value in asdict(comparison).items()
                                           if key not in ("pairs", "verdict")}),
         "pairs_kept": len(kept), "looks_planned": list(looks), "looks_taken": list(result.looks),
         "pairs_per_process": result.pairs_per_process, "processes": result.processes, "units": result.units,
         "steps_per_window": result.steps, "seed": seed,
         "a_throughput": statistics.median(a_values) if a_values else None, "threshold": threshold,
-        "b_throughput": record.throughput, "stacks": stacks, "fingerprints": result.fingerprints,
+        "b_throughput": b_throughput, "stacks": stacks, "fingerprints": result.fingerprints,
         "difference": result.difference, "memory": result.memory,
         "reload_s": result.reload_s if result.memory == "reload" else None,
         "pairs": _pairs_with_reasons(result)})
+    measured = MeasuredFigures(unit="samples/s", samples=b_values, reference_samples=a_values, throughput=b_throughput,
+                        rounds=len(kept), steps_per_round=result.steps, ab=ab)
     figures = JudgedFigures(ratio=comparison.ratio if comparison is not None else None,
                             p_value=comparison.p_slower if comparison is not None else None,
                             threshold=threshold, alpha=result.alpha, reach=reach_figures(result.reach))
     summary = (summary_line(result, len(kept)),)
     if result.verdict == Verdict.REGRESSION:
-        return Conclusion(result.verdict, failures=summary, figures=figures)
-    return Conclusion(result.verdict, notes=summary, figures=figures)
+        return measured, Conclusion(result.verdict, failures=summary, figures=figures)
+    return measured, Conclusion(result.verdict, notes=summary, figures=figures)
 
 
 def _pairs_with_reasons(result: ABResult) -> list[ABPairFigures]:

@@ -11,15 +11,17 @@ from hwregress.hardware import interconnect, roofline
 from hwregress.hardware.facts import device_kind
 from hwregress.measure import ceilings
 from hwregress.measure.precision.quantization import QUANTIZED_DTYPES
-from hwregress.measure.record import fill_measurement
+from hwregress.measure.record import window_figures
 from hwregress.plugin.context import BenchContext
-from hwregress.plugin.families.jobs import DistributedJobs, fill_samples
+from hwregress.plugin.families.jobs import DistributedJobs, rank_figures
 from hwregress.plugin.matrix import DISTRIBUTED_KINDS, Selection, leads_its_kind, node_gpus
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.scaleout import collectives
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import AllreduceFigures
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -62,13 +64,13 @@ class Ceiling:
         """Measure roof ``ceiling`` of ``device`` (``gemm``, ``copy``, ``h2d``, ``d2h``, ``p2p``, ``allreduce``) and
         judge it against the baseline; the published figure goes beside it."""
         if ceiling == "allreduce":
-            record = bench.start(self.name, device, ceiling, "roof", 0, dtype)
-            record.unit = "GB/s"
+            record = put_measured(bench.start(self.name, device, ceiling, "roof", 0, dtype),
+                                  MeasuredFigures(unit="GB/s"))
             mode = _allreduce(DistributedJobs(bench), record, device)
             return bench.conclude(record, entry_key(self.name, ceiling, mode, record.batch_size or 0, dtype))
         spec = ceilings.default_spec(ceiling, device)
-        record = bench.start(self.name, device, ceiling, "roof", spec.size, dtype)
-        record.unit = spec.unit
+        record = put_measured(bench.start(self.name, device, ceiling, "roof", spec.size, dtype),
+                              MeasuredFigures(unit=spec.unit))
         reason = ceilings.unsupported_reason(ceiling, device)
         if reason is not None:
             skip_with(Verdict.UNSUPPORTED, reason)
@@ -76,18 +78,9 @@ class Ceiling:
         measurement = ceilings.run_ceiling(spec, device, dtype, bench.timer(device), bench.settings.plan,
                                            bench.settings.telemetry_interval_s, bench.round_driver(),
                                            settled=bench.window_check(record, key))
-        fill_measurement(record, measurement)
-        record.details.update(measurement.facts)
-        if ceiling in interconnect.INTERCONNECT_CEILINGS:
-            _published_link(record, ceiling, device)
-        else:
-            facts = record.device_facts
-            lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"),
-                                          facts.get("mig", False))
-            if lookup.peak is not None:
-                record.details.update(published=lookup.peak.roof(ceiling, dtype), published_source=lookup.peak.source)
-            else:
-                record.details["published_missing"] = lookup.reason
+        published = (_published_link(record, ceiling, device) if ceiling in interconnect.INTERCONNECT_CEILINGS
+                     else _published_peak(record, ceiling, dtype))
+        put_measured(record, window_figures(record, measurement).with_details(**measurement.facts, **published))
         bench.benchmark_extra_info(record)
         return bench.conclude(record, key)
 
@@ -118,17 +111,24 @@ def _gemm_dtypes(selection: Selection, device: str) -> list[str]:
     return list(dict.fromkeys([*defaults, *(d for d in selection.dtypes if d not in QUANTIZED_DTYPES)]))
 
 
-def _published_link(record: TestRecord, name: str, device: str) -> None:
-    """The published bandwidth of the link a bus ceiling crosses (:mod:`hwregress.hardware.interconnect`), and the
-    link."""
+def _published_peak(record: TestRecord, name: str, dtype: str) -> dict[str, Any]:
+    """The details that put the device's published roof ``name`` in ``dtype`` beside the measured one
+    (:func:`hwregress.hardware.roofline.peak_lookup`), or say why there is none."""
+    facts = record.device_facts
+    lookup = roofline.peak_lookup(record.device_name or "", facts.get("multiprocessors"), facts.get("mig", False))
+    if lookup.peak is None:
+        return {"published_missing": lookup.reason}
+    return {"published": lookup.peak.roof(name, dtype), "published_source": lookup.peak.source}
+
+
+def _published_link(record: TestRecord, name: str, device: str) -> dict[str, Any]:
+    """The details that give the published bandwidth of the link a bus ceiling crosses
+    (:mod:`hwregress.hardware.interconnect`), or say why there is none, and the link."""
     roof = interconnect.published_roof(name, device, record.device_name or "")
-    if roof is not None:
-        record.details.update(published=roof[0], published_source=roof[1])
-    else:
-        record.details["published_missing"] = f"no published {name} figure for {record.device_name} on {device}"
+    found: dict[str, Any] = ({"published": roof[0], "published_source": roof[1]} if roof is not None else
+                             {"published_missing": f"no published {name} figure for {record.device_name} on {device}"})
     link = interconnect.pcie_link(device)
-    if link is not None:
-        record.details.update(link.facts())
+    return {**found, **(link.facts() if link is not None else {})}
 
 
 def _allreduce(jobs: DistributedJobs, record: TestRecord, device: str) -> str:
@@ -141,23 +141,21 @@ def _allreduce(jobs: DistributedJobs, record: TestRecord, device: str) -> str:
         skip_with(Verdict.UNSUPPORTED, f"all-reduce needs two ranks; this node has {per_node} selected GPU(s) and "
                                        f"--nnodes is {topology.nnodes} (NCCL cannot put two ranks on one GPU)")
     sizes = collectives.message_sizes(device_kind(device))
-    record.batch_size = sizes[-1]
+    put_measured(record, MeasuredFigures(batch_size=sizes[-1]))
     key = entry_key("ceiling", "allreduce", f"roof-w{world_size}", sizes[-1], record.dtype or "fp32")  # as judged
     spec = dataclasses.replace(jobs.spec("allreduce", device, world_size, per_node, [], 1, "fp32"),
                                message_sizes=sizes, verdict=jobs.bench.window_terms(record, key))
     spec, ranks = jobs.launch(record, spec, joint=True)
-    record.allreduce = AllreduceFigures.of({"world_size": world_size, "nodes": spec.nnodes, "backend": spec.backend,
-                                            "curve": ranks[0]["curve"]})
+    put_measured(record, MeasuredFigures(allreduce=AllreduceFigures.of({
+        "world_size": world_size, "nodes": spec.nnodes, "backend": spec.backend, "curve": ranks[0]["curve"]})))
     jobs.participants_stop_here(record, spec)
-    fill_samples(record, ranks[0]["busbw_samples"], ranks)
-    record.stable = ranks[0].get("stable")  # the sweep's ranks time one collective together: rank 0 speaks for it
     roof = None if topology.multi_node else interconnect.published_roof("allreduce", device, record.device_name or "")
-    if roof is not None:
-        record.details.update(published=roof[0], published_source=roof[1])
-    else:
-        record.details["published_missing"] = ("across nodes the network bounds the bus bandwidth: no published figure"
-                                               if topology.multi_node else
-                                               f"no published link figure for {record.device_name}")
+    published = ({"published": roof[0], "published_source": roof[1]} if roof is not None else
+                 {"published_missing": "across nodes the network bounds the bus bandwidth: no published figure"
+                  if topology.multi_node else f"no published link figure for {record.device_name}"})
+    # the sweep's ranks time one collective together: rank 0 speaks for its stability
+    put_measured(record, dataclasses.replace(rank_figures(ranks[0]["busbw_samples"], ranks),
+                                             stable=ranks[0].get("stable")).with_details(**published))
     return f"roof-w{world_size}"
 
 

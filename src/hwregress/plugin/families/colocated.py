@@ -4,6 +4,7 @@ Opt-in on the CPU (``-m colocated`` or ``--colocate``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -11,12 +12,13 @@ from typing import Any
 from hwregress import workloads
 from hwregress.hardware.facts import device_kind
 from hwregress.plugin.context import BenchContext
-from hwregress.plugin.families.jobs import DistributedJobs, fill_samples
+from hwregress.plugin.families.jobs import DistributedJobs, rank_figures
 from hwregress.plugin.matrix import TRAINING_DTYPES, Selection, batch_sizes_for, smallest
 from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.scaleout import figures
 from hwregress.scaleout.colocation import mps_status
 from hwregress.scaleout.topology import threads_per_rank
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import ColocatedFigures
 from hwregress.store.results import TestRecord
@@ -89,14 +91,14 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, members: li
     together = jobs.launch(record, spec, joint=False)[1]
     lines = figures.colocation_members(together, solo)
     active, detail = mps_status(device, [member.get("health") or {} for member in together])
-    record.unit = workloads.get(members[0]).unit
-    fill_samples(record, figures.aggregate_samples(together), together)
     peaks = [line["peak_memory_bytes"] for line in lines]  # the device held them all at once: their sum
-    record.peak_memory_bytes = sum(peaks) if all(p is not None for p in peaks) else None
-    record.efficiency = statistics.fmean(line["interference"] for line in lines)
-    record.reference_samples = figures.member_throughput_samples(solo[members[0]])
-    record.colocated = ColocatedFigures.of({"processes": len(members), "mps_active": active, "mps_detail": detail,
-                                            "threads_per_process": threads, "members": lines})
+    put_measured(record, dataclasses.replace(
+        rank_figures(figures.aggregate_samples(together), together), unit=workloads.get(members[0]).unit,
+        peak_memory_bytes=sum(peaks) if all(p is not None for p in peaks) else None,
+        efficiency=statistics.fmean(line["interference"] for line in lines),
+        reference_samples=figures.member_throughput_samples(solo[members[0]]),
+        colocated=ColocatedFigures.of({"processes": len(members), "mps_active": active, "mps_detail": detail,
+                                       "threads_per_process": threads, "members": lines})))
 
 
 FAMILY = Colocated()

@@ -18,14 +18,16 @@ from hwregress.hardware.facts import device_kind
 from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import node_gpus
-from hwregress.plugin.record import skip_with
+from hwregress.plugin.record import fail_with, skip_with
 from hwregress.plugin.xdist import holding_devices, session_temp
 from hwregress.scaleout.job import JobSpec
 from hwregress.scaleout.launch import DistributedJobError, RankOutOfMemory, run_job
 from hwregress.scaleout.session_store import NodeMismatch, SessionStore, SessionStoreError
 from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_rank
+from hwregress.store.assembly import put_measured
 from hwregress.store.atomic import safe_file_name
 from hwregress.store.figures import LookFigures
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -107,10 +109,9 @@ class DistributedJobs:
         try:
             return run_job(spec, topology, self._watcher(spec))
         except RankOutOfMemory as error:
-            record.message = str(error)
             skip_with(Verdict.OOM, str(error))
         except DistributedJobError as error:
-            _fail(record, f"{type(error).__name__}: {error}\n(job folder, with every rank's log: {spec.out_dir})")
+            fail_with(f"{type(error).__name__}: {error}\n(job folder, with every rank's log: {spec.out_dir})")
 
     def _run_joint(self, record: TestRecord, spec: JobSpec) -> dict[str, Any]:
         """Run one node's part of a job over several nodes; every node posts its outcome to the session store, and a
@@ -140,60 +141,53 @@ class DistributedJobs:
                             for node, outcome in failed.items())
         text = f"{type(error).__name__}: {error}{elsewhere}"
         if isinstance(error, RankOutOfMemory) or any(o.get("kind") == "oom" for o in failed.values()):
-            record.message = text
             skip_with(Verdict.OOM, text)
-        _fail(record, f"{text}\n(job folder, with this node's rank logs: {spec.out_dir})")
+        fail_with(f"{text}\n(job folder, with this node's rank logs: {spec.out_dir})")
 
     def participants_stop_here(self, record: TestRecord, spec: JobSpec) -> None:
         """On a node other than 0: record the part this node took and end the test (node 0 records the figures)."""
         if self.topology.writes_records:
             return
-        record.details["participant"] = {"node_rank": self.topology.node_rank, "nodes": spec.nnodes,
-                                         "world_size": spec.world_size, "ranks_per_node": spec.ranks_per_node,
-                                         "run_id": spec.run_id}
+        put_measured(record, MeasuredFigures(details={"participant": {
+            "node_rank": self.topology.node_rank, "nodes": spec.nnodes, "world_size": spec.world_size,
+            "ranks_per_node": spec.ranks_per_node, "run_id": spec.run_id}}))
         skip_with(Verdict.SKIPPED, f"node {self.topology.node_rank} took part in job {spec.run_id} (world size "
                                    f"{spec.world_size} over {spec.nnodes} nodes); node 0 records the measurement")
 
 
-def fill_samples(record: TestRecord, samples: list[float], ranks: list[dict[str, Any]]) -> None:
-    """The record's throughput figures from per-round samples, the largest rank's peak memory, and the window's
-    facts: stable when every rank's window was, the most rounds any rank extended by, rank 0's warmup steps, rounds
-    run while a look was undecided and looks."""
+def rank_figures(samples: list[float], ranks: list[dict[str, Any]]) -> MeasuredFigures:
+    """A job's measured figures: the throughput figures from per-round ``samples``, the largest rank's peak memory,
+    and the window's facts: stable when every rank's window was, the most rounds any rank extended by, rank 0's warmup
+    steps, rounds run while a look was undecided and looks; with the telemetry of :func:`rank_telemetry`."""
     summary = summarize(samples)
-    record.samples = samples
-    record.throughput, record.throughput_iqr = summary.median, summary.iqr
-    record.rounds = len(samples)
-    record.steps_per_round = ranks[0].get("steps_per_round")
     peaks = [r["peak_memory_bytes"] for r in ranks if r.get("peak_memory_bytes") is not None]
-    record.peak_memory_bytes = max(peaks) if peaks else None
-    record.stable = all(r.get("stable", True) for r in ranks)
-    record.details.update(extended_rounds=max((r.get("extended_rounds", 0) for r in ranks), default=0),
-                          verdict_rounds=ranks[0].get("verdict_rounds", 0), warmup_steps=ranks[0].get("warmup_steps"))
     looks = ranks[0].get("looks")  # the ranks took every look's decision together: rank 0's looks are the job's
-    record.looks = LookFigures.of(looks) if looks else None
-    fill_telemetry(record, ranks)
+    telemetry = rank_telemetry(ranks)
+    return dataclasses.replace(
+        telemetry, samples=samples, throughput=summary.median, throughput_iqr=summary.iqr, rounds=len(samples),
+        steps_per_round=ranks[0].get("steps_per_round"), peak_memory_bytes=max(peaks) if peaks else None,
+        stable=all(r.get("stable", True) for r in ranks), looks=LookFigures.of(looks) if looks else None,
+        details={"extended_rounds": max((r.get("extended_rounds", 0) for r in ranks), default=0),
+                 "verdict_rounds": ranks[0].get("verdict_rounds", 0), "warmup_steps": ranks[0].get("warmup_steps"),
+                 **telemetry.details})
 
 
-def fill_telemetry(record: TestRecord, ranks: list[dict[str, Any]]) -> None:
+def rank_telemetry(ranks: list[dict[str, Any]]) -> MeasuredFigures:
     """Rank 0's window telemetry and host health (the job's own processes excluded), and the energy of the job's
     devices over the window per sample of the job (J), where every device reported its energy (co-located processes
     share one device: its energy counts once)."""
     first = ranks[0]
-    record.telemetry = first.get("telemetry") or {}
-    record.health = dict(first.get("health") or {})
-    record.throttled = bool(record.telemetry.get("throttle_reasons"))
-    record.details["telemetry_series"] = first.get("telemetry_series") or {}
+    telemetry = first.get("telemetry") or {}
+    measured = MeasuredFigures(telemetry=telemetry, health=first.get("health") or {},
+                        throttled=bool(telemetry.get("throttle_reasons")),
+                        details={"telemetry_series": first.get("telemetry_series") or {}})
     energies = list({r.get("device"): (r.get("telemetry") or {}).get("energy_j") for r in ranks}.values())
     if not (energies and all(energies)):
-        return  # no energy counter (CPUs), or a job without a training window (the all-reduce sweep)
+        return measured  # no energy counter (CPUs), or a job without a training window (the all-reduce sweep)
     window_samples = sum(r["work_per_step"] * r["steps_per_round"] * len(r["round_seconds"])
                          / r.get("work_per_sample", 1)
                          for r in ranks)
-    if window_samples:
-        record.energy_j_per_sample = sum(energies) / window_samples
-        record.samples_per_joule = window_samples / sum(energies)
-
-
-def _fail(record: TestRecord, message: str) -> NoReturn:
-    record.message = message
-    pytest.fail(message, pytrace=False)
+    if not window_samples:
+        return measured
+    return dataclasses.replace(measured, energy_j_per_sample=sum(energies) / window_samples,
+                               samples_per_joule=window_samples / sum(energies))

@@ -4,8 +4,6 @@ in a test (out of memory: ``oom``; a compile failure: a failed record with the e
 
 from __future__ import annotations
 
-import pytest
-
 from hwregress import workloads
 from hwregress.measure.compilation import CompileFailed
 from hwregress.measure.out_of_memory import OutOfMemory
@@ -13,9 +11,11 @@ from hwregress.measure.precision.quantization import QuantizationUnsupported
 from hwregress.measure.timing import TimingPlan, VerdictCheck
 from hwregress.measure.window import Measurement, RunOptions, run_model
 from hwregress.plugin.context import BenchContext, RoundDriver
-from hwregress.plugin.record import skip_with
+from hwregress.plugin.record import fail_with, skip_with
+from hwregress.store.assembly import put_measured
 from hwregress.store.atomic import safe_file_name
 from hwregress.store.figures import CompileFigures
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -25,13 +25,13 @@ def model_window(bench: BenchContext, record: TestRecord, model: str, device: st
                  profile_steps: int | None = None, context: int | None = None, compiler: str = "eager",
                  memory_format: str = "contiguous", settled: VerdictCheck | None = None) -> Measurement:
     """Run ``model``'s window (:func:`hwregress.measure.window.run_model`) with the session's plan (or ``plan``),
-    telemetry, profile steps (or ``profile_steps``) and trace; an out-of-memory skips the test as ``oom`` and a compile
-    failure fails it, both with the error on ``record``."""
+    telemetry, profile steps (or ``profile_steps``) and trace (its path on ``record``); an out-of-memory skips the test
+    as ``oom`` and a compile failure fails it (its first lines on ``record``), both with the error as the message."""
     settings = bench.settings
     trace = None
     if settings.trace:
         trace = settings.report_dir / "traces" / f"{safe_file_name(record.test_id, 150)}-{device.replace(':', '')}.json"
-        record.trace_path = str(trace)
+        put_measured(record, MeasuredFigures(trace_path=str(trace)))
     options = RunOptions(plan or settings.plan, settings.telemetry_interval_s,
                          settings.profile_steps if profile_steps is None else profile_steps, trace, round_driver,
                          cudnn_benchmark=settings.cudnn_benchmark, compiler=compiler, memory_format=memory_format,
@@ -39,12 +39,10 @@ def model_window(bench: BenchContext, record: TestRecord, model: str, device: st
     try:
         return run_model(workloads.get(model), device, mode, batch_size, dtype, bench.timer(device), options, context)
     except OutOfMemory as error:
-        record.message = str(error)
         skip_with(Verdict.OOM, str(error))
     except QuantizationUnsupported as error:
-        record.message = str(error)
         skip_with(Verdict.UNSUPPORTED, str(error))
     except CompileFailed as error:  # a failed record with the error's first lines; the session goes on
-        record.message = str(error)
-        record.compile = CompileFigures(backend=error.backend, error=list(error.first_lines))
-        pytest.fail(str(error), pytrace=False)
+        failed = CompileFigures(backend=error.backend, error=list(error.first_lines))
+        put_measured(record, MeasuredFigures(compile=failed))
+        fail_with(str(error))

@@ -20,7 +20,9 @@ from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection, models_for
 from hwregress.plugin.record import skip_with
 from hwregress.plugin.tier_costs import Cost, CostModel
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -46,20 +48,18 @@ class OutputParity:
     def measure(self, bench: BenchContext, *, device: str, workload: str, dtype: str) -> TestRecord:
         """Compare ``workload``'s outputs on ``device`` in ``dtype`` with the CPU fp32 reference."""
         record = bench.start(self.name, device, workload, "infer", parity.PARITY_SAMPLES, dtype)
-        record.unit = "top-1 agreement"
+        put_measured(record, MeasuredFigures(unit="top-1 agreement"))
         references = bench.config.stash.setdefault(CPU_REFERENCES_KEY, parity.CpuReferences())
         try:
             result = parity.output_parity(workloads.get(workload), device, dtype, references=references)
         except OutOfMemory as error:  # as throughput ends it: the session goes on
-            record.message = str(error)
             skip_with(Verdict.OOM, str(error))
         except QuantizationUnsupported as error:
-            record.message = str(error)
             skip_with(Verdict.UNSUPPORTED, str(error))
-        record.accuracy = result.top1_agreement
-        record.details.update(relative_error=result.relative_error, max_abs_error=result.max_abs_error,
-                              tolerance=result.tolerance, decisive_agreement=result.decisive_agreement,
-                              nonfinite_logits=result.nonfinite, reference_nonfinite_logits=result.reference_nonfinite)
+        put_measured(record, MeasuredFigures(accuracy=result.top1_agreement, details={
+            "relative_error": result.relative_error, "max_abs_error": result.max_abs_error,
+            "tolerance": result.tolerance, "decisive_agreement": result.decisive_agreement,
+            "nonfinite_logits": result.nonfinite, "reference_nonfinite_logits": result.reference_nonfinite}))
         failure = result.failure(device, dtype)
         failures = [f"{record.test_id}: {failure}"] if failure else []
         return bench.conclude(record, entry_key(self.name, workload, "infer", parity.PARITY_SAMPLES, dtype), failures)

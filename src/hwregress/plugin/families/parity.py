@@ -11,7 +11,9 @@ from hwregress.measure import parity
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection
 from hwregress.plugin.tier_costs import Cost, CostModel
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 
 
@@ -33,17 +35,18 @@ class Parity:
         """Train the digits CNN on ``device``; judge accuracy against the baseline and, off the CPU, against
         ``cpu_accuracy()``, the CPU's accuracy in this session."""
         record = bench.start(self.name, device, "digits_cnn", "train", parity.DIGITS_BATCH, dtype)
-        record.unit = "accuracy"
+        put_measured(record, MeasuredFigures(unit="accuracy"))
         started = time.perf_counter()
-        record.accuracy = parity.train_digits(device, dtype)
-        record.duration_s = time.perf_counter() - started
+        accuracy = parity.train_digits(device, dtype)
+        put_measured(record, MeasuredFigures(accuracy=accuracy, duration_s=time.perf_counter() - started))
         failures = []
         if not device.startswith("cpu"):
-            record.reference_accuracy = cpu_accuracy()
+            reference = cpu_accuracy()
+            put_measured(record, MeasuredFigures(reference_accuracy=reference))
             margin = bench.session.policy.tolerances.device_accuracy_margin
-            if abs(record.accuracy - record.reference_accuracy) > margin:
-                failures.append(f"{record.test_id}: digits accuracy {record.accuracy:.4f} on {device} differs from the "
-                                f"CPU's {record.reference_accuracy:.4f} by more than {margin:.3f}")
+            if abs(accuracy - reference) > margin:
+                failures.append(f"{record.test_id}: digits accuracy {accuracy:.4f} on {device} differs from the "
+                                f"CPU's {reference:.4f} by more than {margin:.3f}")
         return bench.conclude(record, entry_key(self.name, "digits_cnn", "train", parity.DIGITS_BATCH, dtype),
                               failures)
 

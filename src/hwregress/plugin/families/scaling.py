@@ -13,7 +13,7 @@ from hwregress import workloads
 from hwregress.hardware.facts import device_kind
 from hwregress.measure import host_reference
 from hwregress.plugin.context import BenchContext
-from hwregress.plugin.families.jobs import DistributedJobs, fill_samples
+from hwregress.plugin.families.jobs import DistributedJobs, rank_figures
 from hwregress.plugin.matrix import (
     DISTRIBUTED_KINDS,
     TRAINING_DTYPES,
@@ -26,8 +26,10 @@ from hwregress.plugin.matrix import (
 from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.plugin.xdist import session_temp
 from hwregress.scaleout import figures
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import ScalingFigures
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.summary import summarize
 
@@ -102,7 +104,7 @@ def world_sizes_for(selection: Selection, device: str) -> list[int]:
 def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str, world_size: int, batch_size: int,
              dtype: str) -> str:
     """Measure DDP training at ``world_size`` ranks and fill ``record``; returns the baseline entry's mode."""
-    record.unit = workloads.get(model).unit
+    put_measured(record, MeasuredFigures(unit=workloads.get(model).unit))
     per_node = jobs.ranks_per_node_of(world_size, device)
     nodes = f"-n{jobs.topology.nnodes}" if jobs.topology.multi_node else ""
     mode = f"train-w{world_size}{nodes}"
@@ -110,21 +112,22 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str,
     spec = dataclasses.replace(jobs.spec("scaling", device, world_size, per_node, [model], batch_size, dtype),
                                verdict=jobs.bench.window_terms(record, key))
     spec, ranks = jobs.launch(record, spec, joint=True)
-    scaling = record.scaling = ScalingFigures.of(figures.scaling_details(ranks, spec.nnodes, spec.backend))
+    details = figures.scaling_details(ranks, spec.nnodes, spec.backend)
+    put_measured(record, MeasuredFigures(scaling=ScalingFigures.of(details)))  # a node other than 0 records its part
     jobs.participants_stop_here(record, spec)
     samples = figures.global_throughput_samples(ranks)
-    fill_samples(record, samples, ranks)
-    record.latency_ms = scaling.step_ms
+    job = dataclasses.replace(rank_figures(samples, ranks), latency_ms=ScalingFigures.of(details).step_ms)
+    put_measured(record, job)  # a reference job that fails leaves this job's figures on the record
     if world_size == 1 and not jobs.topology.multi_node:
         _offer_reference(jobs, device, model, batch_size, dtype, samples)
         reference = samples
     else:
         reference = _reference(jobs, record, device, model, batch_size, dtype)
     reference_median = summarize(reference).median
-    record.efficiency = figures.efficiency(record.throughput or 0.0, world_size, reference_median)
-    record.reference_samples = reference
-    scaling.update(efficiency=record.efficiency, reference_throughput=reference_median,
-                   per_device_throughput=(record.throughput or 0.0) / world_size)
+    efficiency = figures.efficiency(job.throughput or 0.0, world_size, reference_median)
+    put_measured(record, MeasuredFigures(efficiency=efficiency, reference_samples=reference, scaling=ScalingFigures.of({
+        **details, "efficiency": efficiency, "reference_throughput": reference_median,
+        "per_device_throughput": (job.throughput or 0.0) / world_size})))
     return mode
 
 

@@ -9,9 +9,10 @@ install command; a session that does not start fails the test with Spark's error
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
@@ -24,13 +25,15 @@ from hwregress.plugin import progress
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection, numeric
 from hwregress.plugin.options import source_of
-from hwregress.plugin.record import skip_with
+from hwregress.plugin.record import fail_with, skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.spark import batch, engine, stream
 from hwregress.spark.predictor import PredictSpec, pixel_statistics
 from hwregress.spark.settings import SparkSettings, shared_gpu_warning
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import SparkFigures
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import relative_iqr, summarize
@@ -145,14 +148,15 @@ class SparkBench:
         """Measure ``pipeline`` (``batch`` or ``stream``) and fill ``record``; returns the failures the family adds
         to the baseline's judgement (disagreement with plain torch, images lost or predicted twice)."""
         running = self._engine(device)
-        record.unit = "samples/s"
-        record.environment.update(engine.fingerprint(running.description))
+        engine_facts = {**running.description, "batch_size": batch_size}
+        put_measured(record, MeasuredFigures(unit="samples/s", environment=engine.fingerprint(running.description),
+                                      spark=SparkFigures.of(engine_facts)))  # a failed pipeline keeps its engine's
         mean, std = pixel_statistics()
         spec = PredictSpec(model, device, dtype, tuple(self.bench.settings.workload_modules), mean, std)
-        facts = record.spark = SparkFigures.of({**running.description, "batch_size": batch_size})
-        if pipeline == "batch":
-            return self._batch(record, running, spec, batch_size, facts)
-        return self._stream(record, running, spec, batch_size, facts)
+        run = self._batch if pipeline == "batch" else self._stream
+        measured, pipeline_facts, failures = run(record, running, spec, batch_size)
+        put_measured(record, dataclasses.replace(measured, spark=SparkFigures.of({**engine_facts, **pipeline_facts})))
+        return failures
 
     def _engine(self, device: str) -> SparkEngine:
         """This process's session for a test on ``device``; one started for another device kind's default master
@@ -172,8 +176,9 @@ class SparkBench:
         return stash[ENGINE_KEY]
 
     # -- batch -----------------------------------------------------------------------------------------------------
-    def _batch(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
-               facts: SparkFigures) -> list[str]:
+    def _batch(self, record: TestRecord, running: SparkEngine, spec: PredictSpec,
+               batch_size: int) -> tuple[MeasuredFigures, dict[str, Any], list[str]]:
+        """The batch pipeline's figures, its facts for ``record.spark`` and its failures (parity with plain torch)."""
         device = spec.device
         tolerance = parity.tolerance_for(workloads.get(spec.model), spec.dtype)  # relative, as the output parity tests
         plan = batch.BatchSpec(spec, batch_size, self.settings.rows_for(device),
@@ -183,26 +188,26 @@ class SparkBench:
             result = batch.run_batch(running.session, plan, on_timed=lambda: sampler)
         except Exception as error:  # Py4J, Spark's PythonException and worker errors share no base class
             _out_of_memory(record, error, running)
-            _fail(record, f"Spark batch inference failed: {_first_lines(error)}")
-        _fill_samples(record, result.spark_samples, sampler)
-        record.rounds, record.steps_per_round = len(result.spark_samples), result.rows // batch_size
-        record.stable = batch_stable(result.spark_samples, plan.plan.max_rel_iqr)
+            fail_with(f"Spark batch inference failed: {_first_lines(error)}")
+        window = _window_figures(result.spark_samples, sampler, result.rows * len(result.spark_samples))
         torch_median = summarize(result.torch_samples).median
-        record.efficiency = (record.throughput or 0.0) / torch_median if torch_median else None
-        record.reference_samples = result.torch_samples
-        record.accuracy = result.agreement
-        _energy(record, sampler, result.rows * len(result.spark_samples))
-        facts.update(pipeline="batch", rows=result.rows, partitions=result.partitions, first_pass_s=result.first_pass_s,
+        efficiency = (window.throughput or 0.0) / torch_median if torch_median else None
+        measured = dataclasses.replace(window, steps_per_round=result.rows // batch_size,
+                                       stable=batch_stable(result.spark_samples, plan.plan.max_rel_iqr),
+                                       efficiency=efficiency, reference_samples=result.torch_samples,
+                                       accuracy=result.agreement)
+        facts = dict(pipeline="batch", rows=result.rows, partitions=result.partitions, first_pass_s=result.first_pass_s,
                      passes=len(result.spark_samples), torch_throughput=torch_median,
                      torch_samples=result.torch_samples,
-                     overhead_ratio=record.efficiency, agreement=result.agreement,
+                     overhead_ratio=efficiency, agreement=result.agreement,
                      max_logit_difference=result.max_logit_difference, logit_tolerance=tolerance,
                      disagreements=result.disagreements, distinct_classes=result.distinct_classes)
-        return _parity_failures(record, result, tolerance)
+        return measured, facts, _parity_failures(record, result, tolerance)
 
     # -- stream ----------------------------------------------------------------------------------------------------
-    def _stream(self, record: TestRecord, running: SparkEngine, spec: PredictSpec, batch_size: int,
-                facts: SparkFigures) -> list[str]:
+    def _stream(self, record: TestRecord, running: SparkEngine, spec: PredictSpec,
+                batch_size: int) -> tuple[MeasuredFigures, dict[str, Any], list[str]]:
+        """The stream's figures, its facts for ``record.spark`` and its failures (not exactly once)."""
         device = spec.device
         folder = session_temp(self.bench.request) / "hwregress-spark-streams" / f"{time.time_ns():x}"
         lines = progress.live_lines(self.bench.config, record.test_id.rpartition("::")[2])
@@ -215,15 +220,14 @@ class SparkBench:
                 result = stream.run_stream(running.session, plan)
         except stream.StreamFailed as error:
             _out_of_memory(record, error, running)
-            _fail(record, f"StreamFailed: {error} (stream folder: {folder})")
+            fail_with(f"StreamFailed: {error} (stream folder: {folder})")
         except Exception as error:  # the query did not start: Spark's own error
             _out_of_memory(record, error, running)
-            _fail(record, f"Spark streaming failed: {_first_lines(error)} (stream folder: {folder})")
-        _fill_samples(record, result.output_rates, sampler)
+            fail_with(f"Spark streaming failed: {_first_lines(error)} (stream folder: {folder})")
         percentiles = result.latency_percentiles()
-        record.latency_ms = percentiles["p50"]
-        _energy(record, sampler, result.produced)
-        facts.update(pipeline="stream", rate=plan.rate, images=plan.images, warmup_images=plan.warmup_images,
+        measured = dataclasses.replace(_window_figures(result.output_rates, sampler, result.produced),
+                                       latency_ms=percentiles["p50"])
+        facts = dict(pipeline="stream", rate=plan.rate, images=plan.images, warmup_images=plan.warmup_images,
                      produced=result.produced, predicted=result.predicted, lost=len(result.lost),
                      duplicated=len(result.duplicated), unexpected=len(result.unexpected),
                      exactly_once=result.exactly_once, offered_rate=result.offered_rate,
@@ -233,10 +237,11 @@ class SparkBench:
                      process_rate=statistics.median(result.process_rates) if result.process_rates else None,
                      restarts=result.restarts, warmup_s=result.warmup_s, sink="parquet", checkpoint=True)
         if result.exactly_once:
-            return []
-        return [f"{record.test_id}: not exactly once: {result.produced} images written, {result.predicted} predicted; "
-                f"lost {_ids(result.lost)}, predicted twice {_ids(result.duplicated)}, never written "
-                f"{_ids(result.unexpected)} (stream folder: {folder})"]
+            return measured, facts, []
+        return measured, facts, [
+            f"{record.test_id}: not exactly once: {result.produced} images written, {result.predicted} predicted; "
+            f"lost {_ids(result.lost)}, predicted twice {_ids(result.duplicated)}, never written "
+            f"{_ids(result.unexpected)} (stream folder: {folder})"]
 
 
 def _parity_failures(record: TestRecord, result: batch.BatchResult, tolerance: float) -> list[str]:
@@ -264,28 +269,17 @@ def batch_stable(samples: list[float], max_rel_iqr: float) -> bool:
     return relative_iqr(samples) <= max_rel_iqr
 
 
-def _fill_samples(record: TestRecord, samples: list[float], sampler: TelemetrySampler) -> None:
-    """Throughput figures from per-round samples (images/s) and the window's telemetry and host health."""
+def _window_figures(samples: list[float], sampler: TelemetrySampler, images: int) -> MeasuredFigures:
+    """Throughput figures from per-round samples (images/s), the window's telemetry and host health, and the energy
+    per image over the window (J) where the device reports its energy (GPUs)."""
     summary = summarize(samples)
-    record.samples = samples
-    record.throughput, record.throughput_iqr = summary.median, summary.iqr
-    record.rounds = len(samples)
-    record.telemetry = sampler.summary()
-    record.health = sampler.health
-    record.throttled = bool(record.telemetry.get("throttle_reasons"))
-    record.details["telemetry_series"] = sampler.compact_series()
-
-
-def _energy(record: TestRecord, sampler: TelemetrySampler, images: int) -> None:
-    """Energy per image over the window (J), where the device reports its energy (GPUs)."""
-    if sampler.energy_j and images:
-        record.energy_j_per_sample = sampler.energy_j / images
-        record.samples_per_joule = images / sampler.energy_j
-
-
-def _fail(record: TestRecord, message: str) -> NoReturn:
-    record.message = message
-    pytest.fail(message, pytrace=False)
+    telemetry = sampler.summary()
+    energy = sampler.energy_j if sampler.energy_j and images else None
+    return MeasuredFigures(samples=samples, throughput=summary.median, throughput_iqr=summary.iqr, rounds=len(samples),
+                    telemetry=telemetry, health=sampler.health, throttled=bool(telemetry.get("throttle_reasons")),
+                    details={"telemetry_series": sampler.compact_series()},
+                    energy_j_per_sample=energy / images if energy else None,
+                    samples_per_joule=images / energy if energy else None)
 
 
 def _out_of_memory(record: TestRecord, error: BaseException, running: SparkEngine) -> None:
@@ -301,8 +295,7 @@ def _out_of_memory(record: TestRecord, error: BaseException, running: SparkEngin
             line, where = f"{type(cause).__name__}: {str(cause).strip()}", "in the driver process"
         else:
             continue
-        record.message = f"out of memory at batch {record.batch_size} on {record.device} {where}: {line[:600]}"
-        skip_with(Verdict.OOM, record.message)
+        skip_with(Verdict.OOM, f"out of memory at batch {record.batch_size} on {record.device} {where}: {line[:600]}")
 
 
 def _chain(error: BaseException) -> list[BaseException]:

@@ -10,13 +10,15 @@ from hwregress import workloads
 from hwregress.hardware.facts import device_kind
 from hwregress.hardware.identity import device_identity
 from hwregress.measure import host_reference
-from hwregress.measure.record import fill_measurement
+from hwregress.measure.record import window_figures
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.model_window import model_window
 from hwregress.plugin.matrix import Selection, batch_sizes_for, models_for, numeric
 from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.plugin.xdist import session_temp
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.summary import summarize
 
@@ -44,16 +46,17 @@ class Speedup:
         """Measure ``workload`` training (``mode``, as its cases give it) on ``device`` and on the CPU in this session;
         judge the speedup."""
         record = bench.start(self.name, device, workload, mode, batch_size, dtype)
-        record.identity.update(device_identity("cpu"))  # the speedup depends on the host CPU too
+        # the speedup depends on the host CPU too
+        put_measured(record, MeasuredFigures(identity=device_identity("cpu")))
         key = entry_key(self.name, workload, mode, batch_size, dtype)
-        gpu = model_window(bench, record, workload, device, mode, batch_size, dtype, bench.round_driver(),
-                           profile_steps=0, settled=bench.window_check(record, key))
-        fill_measurement(record, gpu)
+        gpu = window_figures(record, model_window(bench, record, workload, device, mode, batch_size, dtype,
+                                                  bench.round_driver(), profile_steps=0,
+                                                  settled=bench.window_check(record, key)))
+        put_measured(record, gpu)  # a CPU side that fails leaves the GPU's window on the record
         cpu_samples = _cpu_reference(bench, record, workload, mode, batch_size, dtype)
         cpu_median = summarize(cpu_samples).median
-        record.speedup = record.throughput / cpu_median if record.throughput else None
-        record.details["cpu_throughput"] = cpu_median
-        record.reference_samples = cpu_samples
+        put_measured(record, MeasuredFigures(speedup=gpu.throughput / cpu_median if gpu.throughput else None,
+                                      details={"cpu_throughput": cpu_median}, reference_samples=cpu_samples))
         return bench.conclude(record, key)
 
     def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:

@@ -9,8 +9,6 @@ import math
 import os
 from typing import Any
 
-import pytest
-
 from hwregress import workloads
 from hwregress.ab.protocol import Case
 from hwregress.ab.workers import WorkerFailed
@@ -21,7 +19,7 @@ from hwregress.measure.llm.window import run_llm
 from hwregress.measure.out_of_memory import OutOfMemory
 from hwregress.measure.precision.numerics import LLM_MODES, STEP_MODES
 from hwregress.measure.precision.quantization import QuantizationUnsupported
-from hwregress.measure.record import fastest_visit_onto, fill_measurement
+from hwregress.measure.record import fastest_visit, window_figures
 from hwregress.measure.timing import TimingPlan, VerdictCheck
 from hwregress.measure.visits import HOST_FACTS, Visit
 from hwregress.measure.window import batch_probe
@@ -38,12 +36,14 @@ from hwregress.plugin.matrix import (
     modes_for,
     variant_suffix,
 )
-from hwregress.plugin.record import skip_with
+from hwregress.plugin.record import fail_with, skip_with
 from hwregress.plugin.tier_costs import Cost, CostModel, not_estimated
 from hwregress.plugin.visits import VISITS_KEY, visit_case
 from hwregress.plugin.visits import now as visit_clock
+from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import LlmFigures
+from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -84,29 +84,28 @@ class Throughput:
         inputs and weights in ``memory_format``) and judge throughput and peak memory against the baseline."""
         record = bench.start(self.name, device, workload, mode, batch_size, dtype)
         model = workloads.get(workload)
-        record.unit = model.unit
-        record.details.update(compiler=compiler, memory_format=memory_format,
-                              **({"context": context} if context else {}))
+        variant = {"compiler": compiler, "memory_format": memory_format, **({"context": context} if context else {})}
+        put_measured(record, MeasuredFigures(unit=model.unit, details=variant))
         mode_key = (f"{mode}-ctx{context}" if context else mode) + variant_suffix(
             {"compiler": compiler, "memory_format": memory_format})
         key = entry_key(self.name, workload, mode_key, batch_size, dtype)
         if bench.settings.ab is not None:
             return _ab(bench, record, workload, device, mode, batch_size, dtype, context, compiler, memory_format)
         if batch_size == MAX_BATCH:
-            batch_size = record.batch_size = _max_batch(record, workload, device, mode, dtype, context, memory_format)
+            batch_size = _max_batch(record, workload, device, mode, dtype, context, memory_format)
         count = bench.config.stash[VISITS_KEY].count(self.name, {
             "device": device, "mode": mode, "batch_size": batch_size, "compiler": compiler,
             "memory_format": memory_format}) if VISITS_KEY in bench.config.stash else 1
         if count > 1:
             _visited(bench, record, workload, device, mode, batch_size, dtype, context, count)
         elif mode in LLM_MODES:  # its rounds are generations, not pytest-benchmark rounds: that table leaves them out
-            _llm(bench, record, workload, device, mode, batch_size, dtype, context or model.seq_len or 1,
-                 bench.settings.plan, bench.window_check(record, key))
+            put_measured(record, _llm(bench, record, workload, device, mode, batch_size, dtype,
+                                      context or model.seq_len or 1, bench.settings.plan,
+                                      bench.window_check(record, key)))
         else:
-            fill_measurement(record, model_window(bench, record, workload, device, mode, batch_size, dtype,
-                                                  bench.round_driver(), context=context, compiler=compiler,
-                                                  memory_format=memory_format,
-                                                  settled=bench.window_check(record, key)))
+            put_measured(record, window_figures(record, model_window(
+                bench, record, workload, device, mode, batch_size, dtype, bench.round_driver(), context=context,
+                compiler=compiler, memory_format=memory_format, settled=bench.window_check(record, key))))
             bench.benchmark_extra_info(record)
         return bench.conclude(record, key)
 
@@ -138,17 +137,17 @@ def _ab(bench: BenchContext, record: TestRecord, workload: str, device: str, mod
 
 def _max_batch(record: TestRecord, model: str, device: str, mode: str, dtype: str, context: int | None,
                memory_format: str) -> int:
-    """The largest power-of-two batch that fits (:mod:`hwregress.measure.batch_search`); the search is in the record,
-    and the baseline of ``bsmax`` keeps the batch it found."""
+    """The largest power-of-two batch that fits (:mod:`hwregress.measure.batch_search`), the record's batch from now
+    on; the search is in the record, and the baseline of ``bsmax`` keeps the batch it found."""
     limit = MAX_BATCH_LIMIT.get(device_kind(device), MAX_BATCH_LIMIT["cpu"])
     try:
         found = find_max_batch(batch_probe(workloads.get(model), device, mode, dtype, context, memory_format),
                                device, limit=limit)
     except OutOfMemory as error:
-        record.message = str(error)
         skip_with(Verdict.OOM, str(error))
-    record.details["max_batch"] = {"batch_size": found.batch_size, "first_oom": found.first_oom,
-                                   "tried": list(found.tried), "limit": found.limit}
+    put_measured(record, MeasuredFigures(batch_size=found.batch_size, details={"max_batch": {
+        "batch_size": found.batch_size, "first_oom": found.first_oom, "tried": list(found.tried),
+        "limit": found.limit}}))
     return found.batch_size
 
 
@@ -163,45 +162,44 @@ def _visited(bench: BenchContext, record: TestRecord, model: str, device: str, m
     started = visit_clock()
     if mode in LLM_MODES:
         context = context or workload.seq_len or 1
-        _llm(bench, record, model, device, mode, batch_size, dtype, context, fixed, None)
+        measured = _llm(bench, record, model, device, mode, batch_size, dtype, context, fixed, None)
     else:
-        fill_measurement(record, model_window(bench, record, model, device, mode, batch_size, dtype,
-                                              bench.round_driver(), plan=fixed, context=context))
-    own = Visit("pytest", os.getpid(), started, list(record.samples),
-                record.latency_ms if mode == "decode" else None,
-                {key: record.health.get(key) for key in HOST_FACTS if key in record.health})
+        measured = window_figures(record, model_window(bench, record, model, device, mode, batch_size, dtype,
+                                                       bench.round_driver(), plan=fixed, context=context))
+    put_measured(record, measured)  # a failed visit leaves the test's own window on its record
+    own = Visit("pytest", os.getpid(), started, list(measured.samples),
+                measured.latency_ms if mode == "decode" else None,
+                {key: measured.health.get(key) for key in HOST_FACTS if key in measured.health})
     session_visits = bench.config.stash[VISITS_KEY]
     try:
         others = session_visits.visits_of(record.test_id, visit_case(session_visits, device, model, mode, batch_size,
                                                                      dtype, context), count)
     except WorkerFailed as error:
-        record.message = f"a visit of this window failed: {error}"
+        message = f"a visit of this window failed: {error}"
         if error.kind == "oom":
-            skip_with(Verdict.OOM, record.message)
-        pytest.fail(record.message, pytrace=False)
+            skip_with(Verdict.OOM, message)
+        fail_with(message)
     taken = sorted([own, *others], key=lambda visit: visit.started_s)
-    fastest_visit_onto(record, taken, workload.work_per_sample(context))
+    put_measured(record, fastest_visit(record, measured, taken, workload.work_per_sample(context)))
 
 
 def _llm(bench: BenchContext, record: TestRecord, model: str, device: str, mode: str, batch_size: int, dtype: str,
-         context: int, plan: TimingPlan, settled: VerdictCheck | None) -> None:
-    """A prefill or decode window (:mod:`hwregress.measure.llm.window`) of ``plan``: prompt tokens/s (prefill) or the
-    decode steps' tokens/s with the inter-token latency p50 as the judged latency (decode); the serving figures in
-    ``record.llm``. Its looks judge with ``settled`` (None: no looks)."""
+         context: int, plan: TimingPlan, settled: VerdictCheck | None) -> MeasuredFigures:
+    """A prefill or decode window's figures (:mod:`hwregress.measure.llm.window`) of ``plan``: prompt tokens/s
+    (prefill) or the decode steps' tokens/s with the inter-token latency p50 as the judged latency (decode); the
+    serving figures in ``llm``. Its looks judge with ``settled`` (None: no looks)."""
     settings = bench.settings
     try:
         result = run_llm(workloads.get(model), device, mode, batch_size, dtype, context, plan,
                          settings.telemetry_interval_s, profile=settings.profile_steps > 0, settled=settled)
     except OutOfMemory as error:
-        record.message = str(error)
         skip_with(Verdict.OOM, str(error))
     except QuantizationUnsupported as error:
-        record.message = str(error)
         skip_with(Verdict.UNSUPPORTED, str(error))
-    fill_measurement(record, result.measurement)
-    record.llm = LlmFigures.of(result.latency)
-    if mode == "decode":
-        record.latency_ms = result.latency["itl_p50_ms"]  # one decode step, judged (judged_latency_modes)
+    measured = dataclasses.replace(window_figures(record, result.measurement), llm=LlmFigures.of(result.latency))
+    if mode == "decode":  # one decode step, judged (judged_latency_modes)
+        measured = dataclasses.replace(measured, latency_ms=result.latency["itl_p50_ms"])
+    return measured
 
 
 FAMILY = Throughput()
