@@ -8,7 +8,7 @@ cannot hide a circle or a heavy dependency.
 - ``judge/``, ``store/``, ``report/`` and ``cli/`` reach neither torch nor pytest, however indirectly;
 - only ``plugin/`` and the shipped suite import pytest;
 - no room below ``plugin/`` tells records apart by their family's name (a family declares what the judge needs to
-  know: :class:`hwregress.plugin.families.protocol.FamilyTraits`); :data:`FAMILY_NAMES_ALLOWED` aside;
+  know: :class:`hwregress.plugin.families.protocol.FamilyTraits`, and the report view of its records);
 - a room's ``__init__`` imports nothing (``workloads`` and the hook modules ``plugin``, ``report``, ``cli`` aside), so
   reading one torch-free module never loads a torch-using sibling;
 - a record's fields are written only by its assembler (:data:`RECORD_ASSEMBLER`): the families, the judge and the
@@ -73,9 +73,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab"},
     "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
 }
-# the rooms below plugin/ that may still test a family's name: the report's family views (a family names its view, the
-# view picks its records by family), until the views take what the families declare (issue 40)
-FAMILY_NAMES_ALLOWED = {"report"}
+# the rooms below plugin/ that may still test a family's name: none (the report's views pick their records by the view
+# a family declares, TestRecord.view)
+FAMILY_NAMES_ALLOWED: set[str] = set()
 # the one function that sets a test record's verdict (issue 40), and the assignments to a ``verdict`` attribute that
 # build other values: (module, function, the assigned object's name)
 VERDICT_SETTER = ("hwregress.store.assembly", "put_outcome", "record")

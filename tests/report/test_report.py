@@ -472,7 +472,7 @@ def test_a_family_view_is_found_by_name_and_an_unknown_name_lists_the_views():
     from hwregress.report import family_views
 
     assert family_views.names() == ["parity", "ceilings", "scaleout", "spark"]
-    assert family_views.get("spark").families == ("spark",)
+    assert family_views.get("spark").reads == ("spark",)
     with pytest.raises(KeyError, match="unknown report view 'echo'; the views: parity, ceilings, scaleout, spark"):
         family_views.get("echo")
 

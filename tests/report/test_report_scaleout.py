@@ -3,6 +3,7 @@ table, the new ceiling sizes, and pages that stay whole whatever these records' 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from hypothesis import given, settings
@@ -95,6 +96,16 @@ def test_scaling_table_and_charts_show_each_world_size():
             >= {"measured: 4, 320", "ideal (W x T(1)): 4, 400", "ideal (W x T(1)): 2, 200"})
     assert set(_tooltips(efficiency_chart)) >= {"measured: 2, 0.9", "measured: 4, 0.8", "ideal (1.0): 4, 1"}
     assert re.findall(r'class="tick"[^>]*>([^<]*)<', throughput_chart)[:3] == ["1", "2", "4"]  # a tick per world size
+
+
+def test_the_section_reads_the_view_a_record_carries_not_its_familys_name():
+    # a family of a plugin's own that declares the scaling view shows there; a scaling record whose family declared
+    # no view does not
+    mine = dataclasses.replace(scaling_record(2, 180.0, 0.9), family="my-ddp", view="scaling")
+    rows = table_rows(_section(_page([scaling_record(1, 100.0, 1.0), mine])), "scaling")
+    assert [row[6] for row in rows] == ["1", "2"]
+    unviewed = dataclasses.replace(scaling_record(4, 320.0, 0.8), view=None)
+    assert '<section id="scaleout">' not in _page([unviewed])
 
 
 def test_allreduce_chart_draws_bus_and_algorithm_bandwidth_and_the_published_level():

@@ -218,3 +218,19 @@ def test_the_report_shows_each_sub_record():
     for shown in ("gloo", "busbw", "tiny_mlp_member", "local[7]", "123.5", "KV cache bfloat16",
                   "31.5", "8.125", "Compiled with inductor", "24.62", "Baseline compile 20.5 s"):
         assert shown in html, shown
+
+
+@pytest.mark.parametrize(("family", "view"), [("throughput", "models"), ("output-parity", "parity"),
+                                              ("ceiling", "ceilings"), ("colocated", "colocation"),
+                                              ("my-plugins-family", None)])
+def test_a_record_without_a_view_reads_its_familys(family, view):
+    assert TestRecord("t", family=family).view == view  # built in Python
+    written = TestRecord("t", family=family).to_json()
+    del written["view"]  # a record of schema version <= 6, or a journal line of an older hwregress
+    assert TestRecord.from_json(written).view == view
+
+
+def test_a_view_given_or_none_given_is_kept():
+    assert TestRecord("t", family="scaling", view=None).view is None
+    for view in (None, "spark", "a-view-of-my-own"):
+        assert TestRecord.from_json({"test_id": "t", "family": "scaling", "view": view}).view == view

@@ -126,4 +126,5 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
     outcome = yield
-    record.finish(item, call, outcome.get_result(), registry.family_of(item))
+    family = registry.family_of(item)
+    record.finish(item, call, outcome.get_result(), family, registry.get(family).view if family else None)

@@ -62,7 +62,8 @@ class HwBench:
         traits = registry.traits(family)
         record = TestRecord(test_id=self.item.nodeid, family=family, hardware_key=info.hardware_key,
                             device=device, device_name=info.name, model=model, mode=mode, batch_size=batch_size,
-                            dtype=dtype, environment=environment_fingerprint(device, self.settings.cudnn_benchmark),
+                            dtype=dtype, view=registry.get(family).view,
+                            environment=environment_fingerprint(device, self.settings.cudnn_benchmark),
                             device_facts=info.facts, identity=device_identity(device), measures_roof=traits.roof,
                             latency_judged=mode in traits.judged_latency_modes,
                             details={"worker": os.environ.get("PYTEST_XDIST_WORKER", "main")})

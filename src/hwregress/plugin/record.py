@@ -72,24 +72,26 @@ def is_hardware_test(item: pytest.Item) -> bool:
     return callspec is not None and "device" in callspec.params and "hwbench" in getattr(item, "fixturenames", ())
 
 
-def record_from_params(item: pytest.Item, family: str | None) -> TestRecord:
-    """The record of a test of ``family`` that ended before ``hwbench`` could build one (a skip in a fixture)."""
+def record_from_params(item: pytest.Item, family: str | None, view: str | None) -> TestRecord:
+    """The record of a test of ``family`` (its records' report ``view``) that ended before ``hwbench`` could build one
+    (a skip in a fixture)."""
     params: dict[str, Any] = item.callspec.params  # type: ignore[attr-defined]
-    named = {"family": family} if family else {}  # else TestRecord's default family
+    named = {"family": family, "view": view} if family else {}  # else TestRecord's default family and view
     return TestRecord(test_id=item.nodeid, **named, device=params.get("device"),
                       model=params.get("workload") or params.get("members") or params.get("ceiling"),
                       mode=params.get("mode"),
                       batch_size=params.get("batch_size"), dtype=params.get("dtype"))
 
 
-def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport, family: str | None) -> None:
+def finish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport, family: str | None,
+           view: str | None) -> None:
     """Settle the record's outcome and verdict from ``report`` and attach it (see the module docstring); ``family``:
-    the test's (:func:`hwregress.plugin.families.registry.family_of`), for a test that ended before it had a
-    record."""
+    the test's (:func:`hwregress.plugin.families.registry.family_of`) and ``view`` its records' report view, for a
+    test that ended before it had a record."""
     if not is_hardware_test(item) or not _concludes(report):
         return
     first = RECORD_KEY not in item.stash
-    record = item.stash.setdefault(RECORD_KEY, record_from_params(item, family))
+    record = item.stash.setdefault(RECORD_KEY, record_from_params(item, family, view))
     conclusion = item.stash.get(CONCLUSION_KEY, None)
     concluded = conclusion.verdict if conclusion is not None else None
     exception = call.excinfo.value if call.excinfo is not None else None

@@ -20,11 +20,11 @@ from hwregress import __version__
 from hwregress.hardware import roofline
 from hwregress.report import charts
 from hwregress.report.ab_view import ab_context
-from hwregress.report.family_views import views_context
+from hwregress.report.family_views import MODELS_VIEW, views_context
 from hwregress.report.history_view import HistorySection
 from hwregress.report.reach_view import reach_cells, tolerance_by_kind
 from hwregress.report.regressed_chart import top_context
-from hwregress.report.scaleout_view import COLOCATED_FAMILY, SCALING_FAMILY
+from hwregress.report.scaleout_view import COLOCATION_VIEW, SCALING_VIEW
 from hwregress.report.template_cache import bytecode_cache
 from hwregress.store.atomic import atomic_write_text
 from hwregress.store.result_files import archive_copy
@@ -206,7 +206,7 @@ def _by_batch_charts(records: list[TestRecord], field: str, label: str, scale: f
     baselines: dict[tuple[str, str, str], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         value = getattr(r, field)
-        if r.family == "throughput" and value is not None and isinstance(r.batch_size, int) and r.batch_size:
+        if r.view == MODELS_VIEW and value is not None and isinstance(r.batch_size, int) and r.batch_size:
             key = (r.device or "", r.mode or "", r.unit if by_unit else "")
             groups[key][_variant_label(r)].append((r.batch_size, value * scale))
             baseline = getattr(r, baseline_field) if baseline_field else None
@@ -232,17 +232,17 @@ def _speedup_chart(records: list[TestRecord]) -> Any:
     bars = [(f"{r.model} {r.device} bs{r.batch_size}", r.speedup) for r in records if r.speedup]
     if not bars:  # same-session throughput of GPU vs CPU for identical settings
         cpu = {(r.model, r.mode, r.batch_size, r.dtype): r.throughput for r in records
-               if r.family == "throughput" and r.device == "cpu" and r.throughput}
+               if r.view == MODELS_VIEW and r.device == "cpu" and r.throughput}
         bars = [(f"{r.model} {r.mode} bs{r.batch_size} {r.device}",
                  r.throughput / cpu[(r.model, r.mode, r.batch_size, r.dtype)])
-                for r in records if r.family == "throughput" and r.device != "cpu" and r.throughput
+                for r in records if r.view == MODELS_VIEW and r.device != "cpu" and r.throughput
                 and (r.model, r.mode, r.batch_size, r.dtype) in cpu]
     return charts.bar_chart(bars, "speedup over the CPU (same session)", "x CPU throughput")
 
 
 def _roofline_charts(records: list[TestRecord]) -> list[Any]:
     # a scaling or co-location record's figures add up several devices or processes: not one device's roofline
-    records = [r for r in records if r.family not in (SCALING_FAMILY, COLOCATED_FAMILY)]
+    records = [r for r in records if r.view not in (SCALING_VIEW, COLOCATION_VIEW)]
     out = []
     devices = sorted({r.device for r in records if r.arithmetic_intensity and r.achieved_tflops and r.device})
     for device in devices:

@@ -26,6 +26,7 @@ from hwregress.judge.evidence import roof_name
 from hwregress.judge.fleet import fleet_baseline
 from hwregress.report import _environment
 from hwregress.store.fleet_queries import latest_figures
+from hwregress.store.legacy_records import derive_legacy_traits
 from hwregress.store.metrics import BY_NAME
 
 # the metrics the page shows, and which way is better
@@ -183,13 +184,21 @@ def _findings(latest: Mapping[tuple[str, str], Mapping[str, tuple[Mapping[str, A
         if metric != "throughput":
             continue
         for host, (figure, _) in by_host.items():
-            if figure.get("family") == "ceiling" and str(figure.get("model")) in COMPONENTS:
+            measures_roof = _measures_roof(figure)
+            if measures_roof and str(figure.get("model")) in COMPONENTS:
                 roof = roof_name(figure["model"], figure.get("dtype"), figure.get("unit"))
                 micro.setdefault(host, {})[roof] = float(figure["median"])
-            elif figure.get("family") != "ceiling" and figure.get("model"):
+            elif not measures_roof and figure.get("model"):
                 models.setdefault(host, {})[test_id] = float(figure["median"])
                 names[test_id] = str(figure["model"])
     return defective_hosts(micro, models, names)
+
+
+def _measures_roof(figure: Mapping[str, Any]) -> bool:
+    """Whether a fleet store's figure row is a device roof: its rows keep no family traits (a format of before
+    results.json's version 6), so they read it as an old record does, from the family
+    (:func:`hwregress.store.legacy_records.derive_legacy_traits`)."""
+    return bool(derive_legacy_traits({"family": figure.get("family"), "mode": figure.get("mode")})["measures_roof"])
 
 
 def _session_line(session: Mapping[str, Any], figures: int) -> SessionLine:

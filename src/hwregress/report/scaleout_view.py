@@ -31,8 +31,8 @@ from hwregress.report.record_values import mapping, number, sort_key, text
 from hwregress.store.figures import AllreduceFigures, ColocatedFigures, ScalingFigures
 from hwregress.store.results import TestRecord
 
-SCALING_FAMILY = "scaling"
-COLOCATED_FAMILY = "colocated"
+SCALING_VIEW = "scaling"  # the record views of data-parallel scaling and of co-located processes (TestRecord.view)
+COLOCATION_VIEW = "colocation"
 IDEAL_SERIES = "ideal (W x T(1))"
 
 
@@ -83,9 +83,9 @@ def scaleout_context(records: Sequence[TestRecord]) -> dict[str, Any]:
     ``scaling_charts`` (list of SVG Markup: per group a throughput and an efficiency chart over world size),
     ``scaling_rows`` (list of :class:`ScalingRow`), ``allreduce_charts`` (list of SVG Markup: GB/s over
     message bytes), ``colocation_rows`` (list of :class:`ColocationRow`) and ``has_scaleout``."""
-    scaling = [r for r in records if r.family == SCALING_FAMILY]
+    scaling = [r for r in records if r.view == SCALING_VIEW]
     allreduce = [r for r in records if r.measures_roof and r.model == "allreduce"]
-    colocated = [r for r in records if r.family == COLOCATED_FAMILY]
+    colocated = [r for r in records if r.view == COLOCATION_VIEW]
     context: dict[str, Any] = {
         "scaling_charts": scaling_charts(scaling),
         "scaling_rows": sorted((scaling_row(r) for r in scaling), key=_scaling_order),

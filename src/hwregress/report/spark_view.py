@@ -33,7 +33,7 @@ from hwregress.report.record_values import mapping, number, sort_key, text
 from hwregress.store.figures import SparkFigures
 from hwregress.store.results import TestRecord
 
-SPARK_FAMILY = "spark"
+SPARK_VIEW = "spark"  # the record view of a Spark pipeline (TestRecord.view)
 CDF_SERIES = "fraction of images"
 PERCENTILES = ("p50", "p90", "p99")
 
@@ -120,7 +120,7 @@ def spark_context(records: Sequence[TestRecord]) -> dict[str, Any]:
 
 def is_spark(record: TestRecord) -> bool:
     """A Spark test that recorded its engine facts (a skipped one records none and is left out)."""
-    return record.family == SPARK_FAMILY and record.spark is not None
+    return record.view == SPARK_VIEW and record.spark is not None
 
 
 def pipeline(record: TestRecord) -> str | None:

@@ -10,15 +10,21 @@ from typing import Any
 # how versions <= 5 told a roof and a judged latency: by the family's name (and mode)
 LEGACY_ROOF_FAMILIES = ("ceiling",)
 LEGACY_LATENCY_JUDGED = (("spark", "stream"), ("throughput", "decode"))
+# the report view of each family's records, as versions <= 6 chose it by the family's name (a family not listed: none)
+LEGACY_VIEWS = {"throughput": "models", "parity": "parity", "output-parity": "parity", "ceiling": "ceilings",
+                "scaling": "scaling", "colocated": "colocation", "spark": "spark"}
 
 
 def derive_legacy_traits(item: dict[str, Any]) -> dict[str, Any]:
     """Give a record JSON without ``measures_roof`` or ``latency_judged`` (schema versions <= 5, a journal line of an
     older hwregress) the value its family and mode had then (:data:`LEGACY_ROOF_FAMILIES`,
-    :data:`LEGACY_LATENCY_JUDGED`), in place; returns ``item``. A record that has them is left as it is."""
+    :data:`LEGACY_LATENCY_JUDGED`), and one without ``view`` (versions <= 6) its family's view
+    (:data:`LEGACY_VIEWS`), in place; returns ``item``. A record that has them is left as it is. The fleet store's
+    figure rows carry none of them and read them alike (:mod:`hwregress.report.fleet_view`)."""
     family = item.get("family") or "throughput"  # the field's default, as TestRecord reads a record without one
     item.setdefault("measures_roof", family in LEGACY_ROOF_FAMILIES)
     item.setdefault("latency_judged", (family, item.get("mode")) in LEGACY_LATENCY_JUDGED)
+    item.setdefault("view", LEGACY_VIEWS.get(family))
     return item
 
 

@@ -8,6 +8,10 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **7** (hwregress 0.7): the report view that shows a record beyond the generic tables travels with it, as its family
+  declares it, so that the report tells no family by its name: ``view`` (``models``, ``parity``, ``ceilings``,
+  ``scaling``, ``colocation``, ``spark``, or null: none). A record without it (versions 1 to 6, a journal line of an
+  older hwregress) reads its family's view of then (:func:`hwregress.store.legacy_records.derive_legacy_traits`).
 - **6** (hwregress 0.6): what the judge needs to know of a record's family travels with the record, so that every
   reader judges it alike and nothing below the plugin tests a family's name: ``measures_roof`` (its throughput is a
   device roof named by ``model``) and ``latency_judged`` (its ``latency_ms`` is a judged figure), both booleans, set
@@ -70,13 +74,15 @@ from hwregress.store.figures import (
     doc,
     migrate_legacy_details,
 )
-from hwregress.store.legacy_records import derive_legacy_traits, type_legacy_details
+from hwregress.store.legacy_records import LEGACY_VIEWS, derive_legacy_traits, type_legacy_details
 from hwregress.store.metrics import REACH_FIELDS
 from hwregress.store.sub_records import SUB_RECORDS
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
-RESULTS_SCHEMA_VERSION = 6
-READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5, 6)
+FAMILY_VIEW = "<the family's>"
+"""``TestRecord.view``'s default: a record built without a view takes its family's (None given: it has none)."""
+RESULTS_SCHEMA_VERSION = 7
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 
 @dataclass
@@ -121,6 +127,9 @@ class TestRecord:
                                "latency judged: a decode window's, a stream's)", False)
     measures_roof: bool = doc("whether throughput is a device roof (GEMM TFLOP/s, copy GB/s, ...) named by model, as "
                               "the ceiling family measures: the roof physics checks and diagnoses take", False)
+    view: str | None = doc("the report view that shows the record beyond the generic tables, as its family declares it "
+                           "(report/family_views.py): models (the charts over batch size and of the GPU over the CPU), "
+                           "parity, ceilings, scaling, colocation, spark; null: none", FAMILY_VIEW)
     peak_memory_bytes: int | None = doc("peak device memory (CUDA allocator) or process RSS (CPU), bytes")
     accuracy: float | None = doc("fraction: parity accuracy, top-1 agreement")
     reference_accuracy: float | None = doc("fraction: the CPU's accuracy in the same session (parity off the CPU)")
@@ -195,6 +204,10 @@ class TestRecord:
     speedup_reach: ReachFigures | None = doc("what the speedup verdict could catch (null: not judged)")
     ab: ABFigures | None = doc("B against A in an interleaved A/B session (--ab-python, --ab-env; docs/ab.md); null "
                                "outside one")
+
+    def __post_init__(self) -> None:
+        if self.view == FAMILY_VIEW:  # built without a view: its family's, as hwregress's families declare them
+            self.view = LEGACY_VIEWS.get(self.family)
 
     def reaches(self) -> list[ReachFigures]:
         """The reach of each judged figure, the throughput's first (the one a test's MDS is quoted by where it

@@ -34,7 +34,7 @@ class Colocated:
     marker_help = "training processes sharing one device (opt-in: --colocate or -m colocated)"
     requires: frozenset[str] = frozenset()
     sub_records = ("colocated",)
-    view = "scaleout"
+    view = "colocation"  # in the report's scale-out section
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
         """Every device (the CPU when asked for) x process group x the smallest numeric train batch of its first model

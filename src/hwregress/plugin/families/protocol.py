@@ -89,8 +89,9 @@ class Family(Protocol):
             ``workload``, ``output-parity``).
         sub_records: the :class:`hwregress.store.results.TestRecord` fields of typed figures
             (:mod:`hwregress.store.figures`) its measurement fills, empty for none.
-        view: the name of its report view (:mod:`hwregress.report.family_views`), None: the records show in the
-            report's generic tables only.
+        view: the report view of its records (``TestRecord.view``, :func:`hwregress.report.family_views.record_views`:
+            ``models``, ``parity``, ``ceilings``, ``scaling``, ``colocation``, ``spark``), None: the records show in
+            the report's generic tables only.
     """
 
     name: str

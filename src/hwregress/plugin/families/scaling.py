@@ -46,7 +46,7 @@ class Scaling:
     marker_help = "data-parallel training over world sizes (opt-in: --world-sizes or -m scaling)"
     requires: frozenset[str] = frozenset()
     sub_records = ("scaling",)
-    view = "scaleout"
+    view = "scaling"  # in the report's scale-out section
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
         """Device kinds with a process-group backend (the CPU when asked for), one job set per kind over every GPU of

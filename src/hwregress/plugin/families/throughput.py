@@ -56,7 +56,7 @@ class Throughput:
     marker_help = "a timed benchmark asserted against the baseline's throughput and peak memory"
     requires: frozenset[str] = frozenset()
     sub_records = ("llm", "compile", "ab")  # ab: in an A/B session (plugin/families/ab_window.py)
-    view = None  # the report's charts over batch size and its roofline are the session's own
+    view = "models"  # the report's charts over batch size and of the GPU over the CPU (report/family_views.py)
     # a decode window's latency_ms is its inter-token latency p50 (one decode step), judged beside its tokens/s
     judged_latency_modes = frozenset({"decode"})
     host_evidence = True
