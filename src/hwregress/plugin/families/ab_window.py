@@ -121,7 +121,7 @@ def ab_outcome(result: ABResult, stacks: dict[str, object], seed: int,
         "reload_s": result.reload_s if result.memory == "reload" else None,
         "pairs": _pairs_with_reasons(result)})
     measured = MeasuredFigures(unit="samples/s", samples=b_values, reference_samples=a_values, throughput=b_throughput,
-                        rounds=len(kept), steps_per_round=result.steps, ab=ab)
+                               rounds=len(kept), steps_per_round=result.steps, ab=ab)
     figures = JudgedFigures(ratio=comparison.ratio if comparison is not None else None,
                             p_value=comparison.p_slower if comparison is not None else None,
                             threshold=threshold, alpha=result.alpha, reach=reach_figures(result.reach))

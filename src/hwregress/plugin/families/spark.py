@@ -149,8 +149,9 @@ class SparkBench:
         to the baseline's judgement (disagreement with plain torch, images lost or predicted twice)."""
         running = self._engine(device)
         engine_facts = {**running.description, "batch_size": batch_size}
+        # a pipeline that fails keeps its engine's facts
         put_measured(record, MeasuredFigures(unit="samples/s", environment=engine.fingerprint(running.description),
-                                      spark=SparkFigures.of(engine_facts)))  # a failed pipeline keeps its engine's
+                                             spark=SparkFigures.of(engine_facts)))
         mean, std = pixel_statistics()
         spec = PredictSpec(model, device, dtype, tuple(self.bench.settings.workload_modules), mean, std)
         run = self._batch if pipeline == "batch" else self._stream
@@ -276,10 +277,11 @@ def _window_figures(samples: list[float], sampler: TelemetrySampler, images: int
     telemetry = sampler.summary()
     energy = sampler.energy_j if sampler.energy_j and images else None
     return MeasuredFigures(samples=samples, throughput=summary.median, throughput_iqr=summary.iqr, rounds=len(samples),
-                    telemetry=telemetry, health=sampler.health, throttled=bool(telemetry.get("throttle_reasons")),
-                    details={"telemetry_series": sampler.compact_series()},
-                    energy_j_per_sample=energy / images if energy else None,
-                    samples_per_joule=images / energy if energy else None)
+                           telemetry=telemetry, health=sampler.health,
+                           throttled=bool(telemetry.get("throttle_reasons")),
+                           details={"telemetry_series": sampler.compact_series()},
+                           energy_j_per_sample=energy / images if energy else None,
+                           samples_per_joule=images / energy if energy else None)
 
 
 def _out_of_memory(record: TestRecord, error: BaseException, running: SparkEngine) -> None:

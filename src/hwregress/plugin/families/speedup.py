@@ -56,7 +56,7 @@ class Speedup:
         cpu_samples = _cpu_reference(bench, record, workload, mode, batch_size, dtype)
         cpu_median = summarize(cpu_samples).median
         put_measured(record, MeasuredFigures(speedup=gpu.throughput / cpu_median if gpu.throughput else None,
-                                      details={"cpu_throughput": cpu_median}, reference_samples=cpu_samples))
+                                             details={"cpu_throughput": cpu_median}, reference_samples=cpu_samples))
         return bench.conclude(record, key)
 
     def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
