@@ -39,6 +39,7 @@ from hwregress.plugin.families import (
 )
 from hwregress.plugin.families.protocol import Family, FamilyTraits, missing_members, traits_of
 from hwregress.plugin.matrix import Selection
+from hwregress.report.family_views import record_views
 
 ENTRY_POINT_GROUP = "hwregress.families"
 BUILT_IN = (throughput.FAMILY, parity.FAMILY, output_parity.FAMILY, speedup.FAMILY, ceiling.FAMILY, scaling.FAMILY,
@@ -62,7 +63,8 @@ def register(family: Family, *, replace: bool = False) -> Family:
         FamilyError: ``family`` lacks a member of the protocol, its name is not one part of a baseline key, its marker
             is not a Python name, its name is taken (unless ``replace``: the new object takes the old one's place), or
             another family has its marker and the same ``requires`` (no test could tell them apart), or a trait it
-            declares is of the wrong type (:func:`hwregress.plugin.families.protocol.traits_of`).
+            declares is of the wrong type (:func:`hwregress.plugin.families.protocol.traits_of`), or its view is none
+            the report reads (:func:`hwregress.report.family_views.record_views`).
     """
     missing = missing_members(family)
     if missing:
@@ -77,6 +79,9 @@ def register(family: Family, *, replace: bool = False) -> Family:
         raise FamilyError(f"{where}: the name must be letters, digits, '_', '.' or '-' (it starts baseline keys)")
     if not isinstance(family.marker, str) or not family.marker.isidentifier():
         raise FamilyError(f"{where}: marker {family.marker!r} is not a Python name (@pytest.mark.<marker>)")
+    if family.view is not None and family.view not in record_views():
+        raise FamilyError(f"{where}: view {family.view!r} is no view the report reads; use one of "
+                          f"{', '.join(sorted(record_views()))}, or None for the generic tables only")
     taken = _REGISTERED.get(family.name)
     if taken is family:
         return family
