@@ -961,7 +961,7 @@ def test_a_worker_bug_or_a_driver_heap_exhaustion_still_fails(monkeypatch, tmp_p
     record = _record("cuda:0", "batch")
     with pytest.raises(HwFail) as failed:
         bench.measure(record, "cuda:0", "mobilenet_v3_small", "batch", 256, "fp32")
-    assert failed.value.message.startswith("Spark batch inference failed: PythonException")
+    assert failed.value.msg.startswith("Spark batch inference failed: PythonException")
 
 
 def test_an_out_of_memory_of_the_plain_torch_reference_in_the_driver_is_an_oom(monkeypatch, tmp_path):

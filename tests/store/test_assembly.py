@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from hwregress.store.assembly import put_conclusion, put_measured, put_outcome
 from hwregress.store.figures import CompileFigures, LlmFigures
 from hwregress.store.judged import Conclusion, JudgedFigures
-from hwregress.store.measured import MEASURED_FIELDS, MERGED_FIELDS, SEQUENCE_FIELDS, MeasuredFigures
+from hwregress.store.measured import (
+    MEASURED_FIELDS,
+    MERGED_FIELDS,
+    SEQUENCE_FIELDS,
+    MeasuredFigures,
+    energy_figures,
+)
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -88,3 +94,8 @@ def test_a_duration_the_family_measured_is_kept():
     record = put_measured(TestRecord("t"), MeasuredFigures(duration_s=12.5))
     put_outcome(record, "passed", Verdict.PASS, "", 13.0)
     assert record.duration_s == 12.5
+
+
+def test_energy_figures_need_energy_and_samples():
+    assert energy_figures(20.0, 10) == {"energy_j_per_sample": 2.0, "samples_per_joule": 0.5}
+    assert energy_figures(None, 10) == energy_figures(0.0, 10) == energy_figures(20.0, 0) == {}

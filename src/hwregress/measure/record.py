@@ -13,7 +13,7 @@ from hwregress.measure import visits
 from hwregress.measure.visits import Visit
 from hwregress.measure.window import Measurement
 from hwregress.store.figures import CompileFigures
-from hwregress.store.measured import MeasuredFigures
+from hwregress.store.measured import MeasuredFigures, energy_figures
 from hwregress.store.results import TestRecord
 from hwregress.summary import summarize
 
@@ -27,7 +27,6 @@ def window_figures(record: TestRecord, measurement: Measurement) -> MeasuredFigu
     timing = measurement.timing
     window_samples = measurement.window_work / measurement.work_per_sample
     samples_per_s = summary.median / measurement.work_per_sample
-    energy = measurement.telemetry.get("energy_j")
     profile = measurement.profile
     return MeasuredFigures(
         samples=samples, throughput=summary.median, throughput_iqr=summary.iqr, rounds=len(samples),
@@ -35,12 +34,11 @@ def window_figures(record: TestRecord, measurement: Measurement) -> MeasuredFigu
         peak_memory_bytes=measurement.peak_memory_bytes, stable=timing.stable, looks=timing.looks,
         telemetry=measurement.telemetry, health=measurement.health,
         throttled=bool(measurement.telemetry.get("throttle_reasons")),
-        energy_j_per_sample=energy / window_samples if energy else None,
-        samples_per_joule=window_samples / energy if energy else None,
         top_ops=profile.top_device_ops if profile else (), top_cpu_ops=profile.top_cpu_ops if profile else (),
         op_categories=profile.categories if profile else {},
         compile=_compile_figures(measurement),
         details=_window_details(measurement, samples_per_s),
+        **energy_figures(measurement.telemetry.get("energy_j"), window_samples),
         **_roofline_figures(record, measurement, samples_per_s))
 
 

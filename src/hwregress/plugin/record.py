@@ -41,9 +41,8 @@ class HwSkip(pytest.skip.Exception):  # type: ignore[misc,name-defined]
     """A skip whose verdict travels with it (``unsupported``, ``oom``) instead of being parsed from its text."""
 
     def __init__(self, verdict: Verdict, reason: str) -> None:
-        super().__init__(msg=reason)
+        super().__init__(msg=reason)  # msg: the record's message (pytest's report names the class before it)
         self.verdict = verdict
-        self.reason = reason  # the record's message (pytest's report names the class before it)
 
 
 def skip_with(verdict: Verdict, reason: str) -> NoReturn:
@@ -52,11 +51,11 @@ def skip_with(verdict: Verdict, reason: str) -> NoReturn:
 
 
 class HwFail(pytest.fail.Exception):  # type: ignore[misc,name-defined]
-    """A failure whose whole text is the record's message (pytest's report keeps the last line of a long one)."""
+    """A failure whose whole text, ``msg``, is the record's message (pytest's report keeps the last line of a long
+    one)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(msg=message, pytrace=False)
-        self.message = message
 
 
 def fail_with(message: str) -> NoReturn:
@@ -127,9 +126,9 @@ def _settled_message(item: pytest.Item, report: pytest.TestReport, message: str,
     if report.when == "teardown":
         return " | ".join(filter(None, [message, f"teardown failed: {failure_reason(item, report)}"]))
     if isinstance(exception, HwFail):
-        return " | ".join(filter(None, [exception.message, message]))
+        return " | ".join(filter(None, [exception.msg, message]))
     if isinstance(exception, HwSkip):
-        return message or exception.reason
+        return message or exception.msg
     if report.skipped:
         return message or _short_reason(report)
     if report.failed and concluded not in _FAILING_VERDICTS:

@@ -91,6 +91,15 @@ class MeasuredFigures:
         return dataclasses.replace(self, details={**self.details, **facts})
 
 
+def energy_figures(energy_j: float | None, samples: float) -> dict[str, float]:
+    """``energy_j_per_sample`` (J) and ``samples_per_joule`` of a window whose devices took ``energy_j`` joules for
+    ``samples`` samples, as :class:`MeasuredFigures` fields; none where no energy was reported (None or 0: a CPU) or
+    the window had no samples."""
+    if not energy_j or not samples:
+        return {}
+    return {"energy_j_per_sample": energy_j / samples, "samples_per_joule": samples / energy_j}
+
+
 SEQUENCE_FIELDS = ("samples", "reference_samples", "top_ops", "top_cpu_ops")
 MAPPING_FIELDS = ("telemetry", "health", "op_categories", "details", "environment", "identity")
 MERGED_FIELDS = ("details", "environment", "identity")

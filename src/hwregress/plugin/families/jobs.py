@@ -27,7 +27,7 @@ from hwregress.scaleout.topology import Topology, ranks_per_node, threads_per_ra
 from hwregress.store.assembly import put_measured
 from hwregress.store.atomic import safe_file_name
 from hwregress.store.figures import LookFigures
-from hwregress.store.measured import MeasuredFigures
+from hwregress.store.measured import MeasuredFigures, energy_figures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
@@ -84,8 +84,8 @@ class DistributedJobs:
         spec = dataclasses.replace(spec, run_id=run_id, out_dir=str(folder))
         with holding_devices(self.bench.request, [d for d in spec.devices if d != record.device]):
             if not together:
-                return spec, self._run(record, spec, Topology())["ranks"]
-            return spec, self._run_joint(record, spec)["ranks"]
+                return spec, self._run(spec, Topology())["ranks"]
+            return spec, self._run_joint(spec)["ranks"]
 
     def _check_in(self, spec: JobSpec) -> str:
         lines = progress.live_lines(self.bench.config, self.bench.item.name)
@@ -104,7 +104,7 @@ class DistributedJobs:
                 pytest.fail(f"SessionStoreError: {error}", pytrace=False)
         return stash[SESSION_STORE_KEY]
 
-    def _run(self, record: TestRecord, spec: JobSpec, topology: Topology) -> dict[str, Any]:
+    def _run(self, spec: JobSpec, topology: Topology) -> dict[str, Any]:
         """Run ``spec``; a rank out of memory skips the test as ``oom``, any other failure fails it with the rank."""
         try:
             return run_job(spec, topology, self._watcher(spec))
@@ -113,7 +113,7 @@ class DistributedJobs:
         except DistributedJobError as error:
             fail_with(f"{type(error).__name__}: {error}\n(job folder, with every rank's log: {spec.out_dir})")
 
-    def _run_joint(self, record: TestRecord, spec: JobSpec) -> dict[str, Any]:
+    def _run_joint(self, spec: JobSpec) -> dict[str, Any]:
         """Run one node's part of a job over several nodes; every node posts its outcome to the session store, and a
         failure on node 0 (which writes the record) names what the other nodes saw: their own ranks' errors, an
         out-of-memory there makes the test ``oom``."""
@@ -124,7 +124,7 @@ class DistributedJobs:
             kind = "oom" if isinstance(error, RankOutOfMemory) else type(error).__name__
             store.report_outcome({"ok": False, "kind": kind, "error": str(error)[:4000]})
             remote = store.other_outcomes(wait_s=min(10.0, spec.timeout_s)) if self.topology.writes_records else {}
-            self._judge_failure(record, spec, error, remote)
+            self._judge_failure(spec, error, remote)
         store.report_outcome({"ok": True, "kind": None, "error": ""})
         return result
 
@@ -133,7 +133,7 @@ class DistributedJobs:
         lines = progress.live_lines(self.bench.config, self.bench.item.name)
         return None if lines is None else lines.job(spec.ranks_per_node, spec.nnodes)
 
-    def _judge_failure(self, record: TestRecord, spec: JobSpec, error: DistributedJobError,
+    def _judge_failure(self, spec: JobSpec, error: DistributedJobError,
                        remote: dict[int, dict[str, Any]]) -> NoReturn:
         """Fail (or ``oom``) the test with this node's error and the other nodes' outcomes."""
         failed = {node: outcome for node, outcome in sorted(remote.items()) if not outcome.get("ok")}
@@ -187,7 +187,4 @@ def rank_telemetry(ranks: list[dict[str, Any]]) -> MeasuredFigures:
     window_samples = sum(r["work_per_step"] * r["steps_per_round"] * len(r["round_seconds"])
                          / r.get("work_per_sample", 1)
                          for r in ranks)
-    if not window_samples:
-        return measured
-    return dataclasses.replace(measured, energy_j_per_sample=sum(energies) / window_samples,
-                               samples_per_joule=window_samples / sum(energies))
+    return dataclasses.replace(measured, **energy_figures(sum(energies), window_samples))

@@ -112,11 +112,11 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str,
     spec = dataclasses.replace(jobs.spec("scaling", device, world_size, per_node, [model], batch_size, dtype),
                                verdict=jobs.bench.window_terms(record, key))
     spec, ranks = jobs.launch(record, spec, joint=True)
-    details = figures.scaling_details(ranks, spec.nnodes, spec.backend)
-    put_measured(record, MeasuredFigures(scaling=ScalingFigures.of(details)))  # a node other than 0 records its part
+    scaling = ScalingFigures.of(figures.scaling_details(ranks, spec.nnodes, spec.backend))
+    put_measured(record, MeasuredFigures(scaling=scaling))  # a node other than 0 records its part
     jobs.participants_stop_here(record, spec)
     samples = figures.global_throughput_samples(ranks)
-    job = dataclasses.replace(rank_figures(samples, ranks), latency_ms=ScalingFigures.of(details).step_ms)
+    job = dataclasses.replace(rank_figures(samples, ranks), latency_ms=scaling.step_ms)
     put_measured(record, job)  # a reference job that fails leaves this job's figures on the record
     if world_size == 1 and not jobs.topology.multi_node:
         _offer_reference(jobs, device, model, batch_size, dtype, samples)
@@ -125,9 +125,9 @@ def _measure(jobs: DistributedJobs, record: TestRecord, device: str, model: str,
         reference = _reference(jobs, record, device, model, batch_size, dtype)
     reference_median = summarize(reference).median
     efficiency = figures.efficiency(job.throughput or 0.0, world_size, reference_median)
-    put_measured(record, MeasuredFigures(efficiency=efficiency, reference_samples=reference, scaling=ScalingFigures.of({
-        **details, "efficiency": efficiency, "reference_throughput": reference_median,
-        "per_device_throughput": (job.throughput or 0.0) / world_size})))
+    scaling = dataclasses.replace(scaling, efficiency=efficiency, reference_throughput=reference_median,
+                                  per_device_throughput=(job.throughput or 0.0) / world_size)
+    put_measured(record, MeasuredFigures(efficiency=efficiency, reference_samples=reference, scaling=scaling))
     return mode
 
 

@@ -33,7 +33,7 @@ from hwregress.spark.settings import SparkSettings, shared_gpu_warning
 from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
 from hwregress.store.figures import SparkFigures
-from hwregress.store.measured import MeasuredFigures
+from hwregress.store.measured import MeasuredFigures, energy_figures
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import relative_iqr, summarize
@@ -275,13 +275,11 @@ def _window_figures(samples: list[float], sampler: TelemetrySampler, images: int
     per image over the window (J) where the device reports its energy (GPUs)."""
     summary = summarize(samples)
     telemetry = sampler.summary()
-    energy = sampler.energy_j if sampler.energy_j and images else None
     return MeasuredFigures(samples=samples, throughput=summary.median, throughput_iqr=summary.iqr, rounds=len(samples),
                            telemetry=telemetry, health=sampler.health,
                            throttled=bool(telemetry.get("throttle_reasons")),
                            details={"telemetry_series": sampler.compact_series()},
-                           energy_j_per_sample=energy / images if energy else None,
-                           samples_per_joule=images / energy if energy else None)
+                           **energy_figures(sampler.energy_j, images))
 
 
 def _out_of_memory(record: TestRecord, error: BaseException, running: SparkEngine) -> None:
