@@ -38,8 +38,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hwregress.judge import window_verdict
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
 from hwregress.judge.lifecycle import make_entry
+from hwregress.judge.tolerances import Tolerances
 from hwregress.measure.timing import TimingPlan, in_work_units, measure
 from hwregress.measure.visits import Visit, fastest
 from hwregress.store.results import TestRecord

@@ -303,7 +303,7 @@ def _entry(level: float, sessions: int, cpu: bool) -> dict:
 
 def test_diff_judges_with_the_tests_rule_provisional_cap_and_cpu_tolerance():
     from hwregress.cli.baselines import diff_row
-    from hwregress.judge.compare import Tolerances
+    from hwregress.judge.tolerances import Tolerances
 
     tolerances = Tolerances()
     # a CPU baseline of one session: provisional, only a change beyond the 25% cap counts

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 from support.judging import conclude_onto
 
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
+from hwregress.judge.tolerances import Tolerances
 
 ENV = {"torch": "2.13.0", "cuda": None, "cudnn": None, "driver": None, "python": "3.11.7"}
 BASE = {"samples": [100.0, 101, 99, 100.5, 99.5, 100, 100.2, 99.8], "peak_memory_bytes": 1000 * 2**20,

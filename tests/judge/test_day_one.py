@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from support.judging import conclude_onto
 from support.store_results import push_as_other_hosts, results_document
 
-from hwregress.judge.compare import Tolerances, memory_limits
 from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.session import BenchSession, Policy
+from hwregress.judge.tolerances import Tolerances, memory_limits
 from hwregress.store.baselines import BaselineStore
 from hwregress.store.database import open_store
 from hwregress.store.fleet_queries import latest_medians

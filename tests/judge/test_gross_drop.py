@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from support.judging import conclude_onto
 
 from hwregress.judge import stats
-from hwregress.judge.compare import Tolerances
 from hwregress.judge.session import BenchSession, Policy
+from hwregress.judge.tolerances import Tolerances
 from hwregress.judge.window_verdict import look_decision, window_check
 from hwregress.measure.timing import Timing, TimingPlan, in_work_units, measure
 from hwregress.store.baselines import BaselineStore

@@ -8,8 +8,9 @@ import json
 import pytest
 from support.judging import conclude_onto
 
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
 from hwregress.judge.session import BenchSession, Policy
+from hwregress.judge.tolerances import Tolerances
 from hwregress.store.baselines import BaselineStore
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict

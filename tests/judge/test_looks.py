@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
 from hwregress.judge import stats
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
 from hwregress.judge.looks import look_alpha
 from hwregress.judge.reach import reach
+from hwregress.judge.tolerances import Tolerances
 from hwregress.judge.window_verdict import look_decision, window_check
 from hwregress.measure.timing import TimingPlan, in_work_units, measure
 from hwregress.store.figures import LookFigures

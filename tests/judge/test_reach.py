@@ -13,9 +13,10 @@ import pytest
 from scipy import stats as scipy_stats
 
 from hwregress.judge import stats
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
 from hwregress.judge.lifecycle import session_quantiles
 from hwregress.judge.reach import POWER, _both, reach, reach_of, smallest_p, threshold_reach, threshold_reach_of
+from hwregress.judge.tolerances import Tolerances
 from hwregress.store.assembly import put_judged
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict

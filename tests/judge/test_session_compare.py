@@ -16,7 +16,6 @@ from synthetic import MACHINES, synthetic_session, synthetic_test_id, write_sess
 
 from hwregress.cli import main
 from hwregress.judge import stats
-from hwregress.judge.compare import Tolerances
 from hwregress.judge.session_compare import (
     NOT_COMPARED,
     compare_records,
@@ -24,6 +23,7 @@ from hwregress.judge.session_compare import (
     throughput_change,
     tolerances_for,
 )
+from hwregress.judge.tolerances import Tolerances
 from hwregress.report.compare_view import render_compare
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import Verdict

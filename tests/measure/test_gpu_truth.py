@@ -27,7 +27,8 @@ from hwregress.hardware.devices import environment_fingerprint
 from hwregress.hardware.facts import PERFORMANCE_RELEVANT, fingerprint_changes
 from hwregress.hardware.nvml import NvmlDevice, pci_bus_id
 from hwregress.judge import evidence
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
+from hwregress.judge.tolerances import Tolerances
 from hwregress.measure import host_reference, out_of_memory, parity, profiling
 from hwregress.measure import window as bench
 from hwregress.measure.memory import PeakMemoryMeter

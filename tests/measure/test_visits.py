@@ -18,8 +18,9 @@ from hwregress.ab.protocol import Case, ProtocolError, decode_request
 from hwregress.ab.stacks import Stack
 from hwregress.ab.worker import visit_window
 from hwregress.ab.workers import StackWorker, WorkerFailed
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
 from hwregress.judge.lifecycle import make_entry
+from hwregress.judge.tolerances import Tolerances
 from hwregress.measure import visits
 from hwregress.measure.record import fastest_visit
 from hwregress.measure.visits import Visit

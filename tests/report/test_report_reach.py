@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 from support.html_checks import table_cells
 
-from hwregress.judge.compare import Tolerances
+from hwregress.judge.tolerances import Tolerances
 from hwregress.report import render
 from hwregress.store.figures import ReachFigures
 from hwregress.store.results import SessionResults, TestRecord

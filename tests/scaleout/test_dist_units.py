@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
+from hwregress.judge.tolerances import Tolerances
 from hwregress.scaleout import figures
 from hwregress.scaleout.collectives import bus_bandwidth_gbps, message_sizes
 from hwregress.scaleout.comm_profile import communication_share, is_communication, union_us

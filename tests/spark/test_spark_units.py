@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 from support.project import REPO
 
 from hwregress import workloads
-from hwregress.judge.compare import Measured, Tolerances, judge
+from hwregress.judge.compare import Measured, judge
 from hwregress.judge.lifecycle import HISTORY_LENGTH, make_entry
 from hwregress.judge.session import _measured
+from hwregress.judge.tolerances import Tolerances
 from hwregress.measure import out_of_memory as hw_oom
 from hwregress.measure.timing import TimingPlan
 from hwregress.plugin import progress

@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from hwregress.judge.compare import Judgement, Measured, Tolerances, judge
+from hwregress.judge.compare import Judgement, Measured, judge
+from hwregress.judge.tolerances import Tolerances
 from hwregress.store.assembly import put_judged
 from hwregress.store.figures import CompileComparison, CompileFigures, ReachFigures
 from hwregress.store.judged import RECORD_FIELDS, JudgedFigures

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from hwregress.cli.common import CliError, fmt, fraction, is_results_file, load_results, report_errors
-from hwregress.judge.compare import Tolerances, is_cpu_entry, starting_tolerance
 from hwregress.judge.stats import compare
+from hwregress.judge.tolerances import Tolerances, is_cpu_entry, starting_tolerance
 from hwregress.store import results as results_module
 from hwregress.store.baseline_file import BaselineError, BaselineFile, entry_key, load_file
 from hwregress.store.baselines import BaselineStore
@@ -94,8 +94,8 @@ class DiffRow:
 def diff_row(key: str, a: dict[str, Any], b: dict[str, Any], tolerance: float | None,
              tolerances: Tolerances) -> DiffRow:
     """Compare entry ``b`` against reference entry ``a`` with the rule the tests use: the starting tolerance
-    of :func:`hwregress.judge.compare.starting_tolerance` (``tolerance`` when given, else A's device default, raised to
-    the cap while A holds fewer than three sessions), then, with samples on both sides, ``stats.compare(b samples,
+    of :func:`hwregress.judge.tolerances.starting_tolerance` (``tolerance`` when given, else A's device default, raised
+    to the cap while A holds fewer than three sessions), then, with samples on both sides, ``stats.compare(b samples,
     a samples, ..., history=a's history)``; otherwise medians compare by ratio against that tolerance,
     accuracies by ``tolerances.accuracy_margin``."""
     median_a, median_b = _median(a), _median(b)

@@ -12,47 +12,11 @@ from hwregress.judge import stats
 from hwregress.judge.compile_time import compile_time_figures
 from hwregress.judge.looks import look_alpha
 from hwregress.judge.reach import Reach, reach, threshold_reach
-from hwregress.store.figures import LookFigures, ReachFigures
+from hwregress.judge.tolerances import Tolerances, memory_limits, starting_tolerance
+from hwregress.store.figures import DeclaredFigures, LookFigures, ReachFigures
 from hwregress.store.judged import JudgedFigures
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
-
-# Sessions a baseline must hold before thresholds tighten below the cap: one session says nothing about how far
-# the next process's median may move (2-core development VM: up to 28% between processes, 2-5% within one).
-MIN_SESSIONS = 3
-
-
-@dataclass(frozen=True)
-class Tolerances:
-    """What counts as a change.
-
-    Attributes:
-        throughput: relative throughput loss tolerated on accelerators (fraction); the noise bound may raise it.
-        cpu_throughput: the same on the CPU, where processes move more between sessions (measured on the 2-core
-            development VM, three sessions recorded then three unchanged ones: session medians 6-11% below the
-            baseline's while each baseline's own history varied 1-3%).
-        max_threshold: no noise or history bound raises the throughput threshold past this (fraction).
-        memory: relative peak-memory growth tolerated where the peak is exact (the CUDA caching allocator's), fraction.
-        sampled_memory: the same where the peak is sampled RSS growth (CPU, MPS), which moves between unchanged
-            sessions (the 2-core VM, one day: alexnet train bs8 768 or 921 MiB, +20%; resnet18 train 441 to 558 MiB).
-        memory_slack_bytes: absolute growth tolerated on top, for RSS-sampled (CPU, MPS) memory only: the
-            CUDA allocator's peak is exact, and a slack there would let a small model grow 2-6x unseen.
-        accuracy_margin: absolute accuracy drop tolerated against the baseline (fraction).
-        device_accuracy_margin: |accuracy on device - accuracy on CPU| tolerated (fraction).
-        alpha: significance level of the Mann-Whitney test.
-        z: standard errors of baseline noise that the threshold must exceed.
-    """
-
-    throughput: float = 0.05
-    cpu_throughput: float = 0.15
-    max_threshold: float = 0.25
-    memory: float = 0.10
-    sampled_memory: float = 0.25
-    memory_slack_bytes: int = 64 * 2**20
-    accuracy_margin: float = 0.02
-    device_accuracy_margin: float = 0.03
-    alpha: float = 0.01
-    z: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +82,7 @@ class Measured:
     compile_s: float | None = None  # a compiled model's compile time (s) and the cache state it was measured in
     compile_cache: str | None = None
     looks: LookFigures | None = None  # the planned looks at the window and those taken (None: no baseline steered it)
+    declared: Sequence[DeclaredFigures] = ()  # the figures of metrics a project declares (hwregress.store.metrics)
     visits: int = 1  # the windows the judged figure is the fastest of (hwregress.measure.visits)
 
 
@@ -147,7 +112,9 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     drift between the recorded sessions (capped at ``max_threshold``). Latency (where the record's
     ``latency_judged``): fails when current > baseline latency (the median of its recorded sessions) * (1 + threshold),
     the threshold the throughput comparison's, widened by the latency's drift between the recorded sessions (capped
-    likewise).
+    likewise). A metric a project declares (``measured.declared``, :func:`hwregress.store.metrics.register`): the same
+    threshold rule against the entry's ``metrics`` (the median of its ``metric_history``), in the metric's direction
+    (lower is better: fails above the baseline x (1 + threshold); higher: below x (1 - threshold)).
     Compile time is compared, never judged, and only with a baseline compile time of the same cache state
     (:func:`hwregress.judge.compile_time.compare_compile`). Each judged figure's reach (its minimum detectable
     slowdown, :mod:`hwregress.judge.reach`) is computed where it is judged, with the same threshold, cap and alpha (the
@@ -173,6 +140,7 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
     _judge_speedup(measured, baseline, tolerances, judgement)
     _judge_efficiency(measured, baseline, tolerances, judgement)
     _judge_latency(measured, baseline, tolerances, judgement)
+    _judge_declared(measured, baseline, tolerances, judgement)
     if measured.compile_s is not None:
         comparison, notes = compile_time_figures(measured.compile_s, measured.compile_cache, baseline)
         judgement.figures["compile_vs_baseline"] = comparison
@@ -186,29 +154,6 @@ def judge(measured: Measured, baseline: Mapping[str, Any] | None, tolerances: To
                                                      Verdict.UNSTABLE):
         judgement.verdict = Verdict.REGRESSION
     return judgement.done()
-
-
-def starting_tolerance(baseline: Mapping[str, Any], on_cpu: bool, tolerances: Tolerances,
-                       given: float | None = None) -> tuple[float, str | None]:
-    """The tolerance a throughput comparison against ``baseline`` starts from, before the noise and history
-    bounds raise it: ``given`` (a user's explicit figure) else the device's (``tolerances.cpu_throughput`` on
-    the CPU, ``tolerances.throughput`` elsewhere), raised to ``tolerances.max_threshold`` while the baseline holds
-    fewer than :data:`MIN_SESSIONS` sessions (the drift between sessions is not known yet: only a gross change
-    counts). Returns it with the note that says it is provisional (None when it is not). The tests and
-    ``baselines diff`` both judge through this one rule."""
-    sessions = len(baseline.get("history") or ()) or 1
-    tolerance = given if given is not None else tolerances.cpu_throughput if on_cpu else tolerances.throughput
-    if sessions >= MIN_SESSIONS:
-        return tolerance, None
-    return max(tolerance, tolerances.max_threshold), (
-        f"provisional threshold: the baseline holds {sessions} session(s); until {MIN_SESSIONS} are recorded "
-        "(--update-baselines) only changes beyond --max-threshold count")
-
-
-def is_cpu_entry(entry: Mapping[str, Any]) -> bool:
-    """Whether a baselines entry was recorded on a CPU: its hardware identity describes a CPU and no GPU."""
-    identity = entry.get("identity") or {}
-    return isinstance(identity, Mapping) and "cpu_brand" in identity and "gpu_name" not in identity
 
 
 def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
@@ -259,15 +204,6 @@ def _judge_throughput(measured: Measured, baseline: Mapping[str, Any], tolerance
     elif looks is None and not measured.stable:
         judgement.verdict = Verdict.UNSTABLE
         judgement.notes.append("the window stayed noisy after extending its rounds; the verdict is not trustworthy")
-
-
-def memory_limits(exact: bool, tolerances: Tolerances) -> tuple[float, float]:
-    """``(tolerance, slack bytes)`` of a peak-memory ceiling, ``base x (1 + tolerance) + slack``: an exact peak (the
-    CUDA caching allocator's) gets ``tolerances.memory`` and no slack, a sampled RSS peak (CPU, MPS)
-    ``tolerances.sampled_memory`` and ``tolerances.memory_slack_bytes``."""
-    if exact:
-        return tolerances.memory, 0.0
-    return tolerances.sampled_memory, float(tolerances.memory_slack_bytes)
 
 
 def _judge_memory(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
@@ -342,18 +278,51 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
     if measured.latency_ms is None or not base_latency:
         return
     judgement.figures["baseline_latency_ms"] = base_latency
-    threshold = judgement.figures.get("threshold")
-    if threshold is None:  # no throughput was judged: the tolerance a throughput comparison would start from
-        threshold = starting_tolerance(baseline, measured.on_cpu, tolerances)[0]
     history = baseline.get("latency_history") or ()
-    drift = stats.history_bound(history)
-    threshold = max(threshold, min(drift, tolerances.max_threshold))
+    threshold = _drift_threshold(judgement, baseline, measured.on_cpu, tolerances, history)
     judgement.figures["latency_reach"] = reach_figures(threshold_reach("latency", measured.samples, history, threshold))
     if measured.latency_ms > base_latency * (1 + threshold):
         judgement.failures.append(
             f"{measured.test_id}: latency p50 {measured.latency_ms:.1f} ms > baseline {base_latency:.1f} ms "
             f"x (1 + {threshold:.1%})"
         )
+
+
+def _judge_declared(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
+                    judgement: _Judging) -> None:
+    """Each declared metric with a value here and in the entry, by the threshold rule (see :func:`judge`)."""
+    base_values = baseline.get("metrics") or {}
+    histories = baseline.get("metric_history") or {}
+    judged = []
+    for figure in measured.declared:
+        base = base_values.get(figure.metric)
+        if figure.value is None or not base:
+            continue
+        history = histories.get(figure.metric) or ()
+        threshold = _drift_threshold(judgement, baseline, measured.on_cpu, tolerances, history)
+        lower = figure.direction == "lower"
+        found = threshold_reach(figure.metric or "", measured.samples, history, threshold,
+                                direction=figure.direction)
+        judged.append(DeclaredFigures(metric=figure.metric, baseline=base, threshold=threshold,
+                                      reach=reach_figures(found)))
+        limit = base * (1 + threshold) if lower else base * (1 - threshold)
+        if (figure.value > limit) if lower else (figure.value < limit):
+            judgement.failures.append(
+                f"{measured.test_id}: {figure.label or figure.metric} {figure.value:.4g} {figure.unit} "
+                f"{'>' if lower else '<'} baseline {base:.4g} {figure.unit} x (1 {'+' if lower else '-'} "
+                f"{threshold:.1%})")
+    judgement.figures["declared"] = tuple(judged)
+
+
+def _drift_threshold(judgement: _Judging, baseline: Mapping[str, Any], on_cpu: bool, tolerances: Tolerances,
+                     history: Sequence[float]) -> float:
+    """The threshold of a figure judged against the median of its recorded sessions (``history``): the throughput
+    comparison's threshold (where none was judged: the tolerance one would start from), widened by the figure's drift
+    between those sessions, capped at ``max_threshold``."""
+    threshold = judgement.figures.get("threshold")
+    if threshold is None:
+        threshold = starting_tolerance(baseline, on_cpu, tolerances)[0]
+    return max(threshold, min(stats.history_bound(history), tolerances.max_threshold))
 
 
 def reach_figures(found: Reach) -> ReachFigures:

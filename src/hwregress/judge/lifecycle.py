@@ -107,7 +107,24 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         entry.update(_pooled_latency(record.latency_ms, earlier))
     if record.compile is not None and record.compile.compile_s is not None:
         entry.update(_pooled_compile(record.compile.compile_s, record.compile.cache, earlier))
+    declared = {figure.metric: figure.value for figure in record.declared
+                if figure.metric and figure.value is not None and math.isfinite(figure.value) and figure.value > 0}
+    if declared:
+        entry.update(_pooled_declared(declared, earlier))
     return entry
+
+
+def _pooled_declared(values: dict[str, float], previous: dict[str, Any]) -> dict[str, Any]:
+    """The declared metrics' values (:func:`hwregress.store.metrics.register`; name -> value in the metric's unit),
+    each pooled as a judged latency is: the entry keeps the last :data:`HISTORY_LENGTH` sessions' values per metric
+    (``metric_history``) and judges against their median (``metrics``). A metric this session did not measure keeps
+    its history."""
+    earlier = previous.get("metric_history") if isinstance(previous.get("metric_history"), dict) else {}
+    histories = {name: list(history) for name, history in earlier.items() if isinstance(history, list)}
+    for name, value in values.items():
+        histories[name] = [*histories.get(name, []), value][-HISTORY_LENGTH:]
+    return {"metrics": {name: float(np.median(history)) for name, history in histories.items() if history},
+            "metric_history": histories}
 
 
 def _pooled_compile(compile_s: float, cache: str | None, previous: dict[str, Any]) -> dict[str, Any]:

@@ -198,58 +198,63 @@ def reach_of(n: int, m: int, within: float, baseline_spread: float, between: flo
 
 
 def threshold_reach(figure: str, current: Sequence[float], history: Sequence[float], threshold: float,
-                    reference: Sequence[float] = (), power: float = POWER) -> Reach:
+                    reference: Sequence[float] = (), power: float = POWER, direction: str | None = None) -> Reach:
     """The :class:`Reach` of a threshold rule (module doc) on ``figure`` (``latency``, ``efficiency`` or
     ``speedup``): ``current`` is the window's per-round throughput (its spread stands for the figure's own noise),
     ``history`` the figure's recorded session values whose median the baseline's figure is (empty for a speedup: one
     session), ``reference`` the same-session reference's per-round throughput the figure divides by (empty for a
     latency; fewer than 2 rounds: its noise is not counted, as the judge's threshold does not count it), under the
-    verdict's ``threshold`` (fraction). Fewer than 2 rounds now: no MDS, ``why_none`` says so.
+    verdict's ``threshold`` (fraction). Fewer than 2 rounds now: no MDS, ``why_none`` says so. A metric a project
+    declares (:func:`hwregress.store.metrics.register`) gives its ``direction`` (``higher`` or ``lower`` is better) and
+    may have any name; a built-in figure's direction is its own.
 
     Raises:
-        ValueError: an unknown figure, ``power`` outside (0, 1), a threshold outside [0, 1), or a history value
-            that is not finite and > 0.
+        ValueError: an unknown figure without a direction, a direction not ``higher`` or ``lower``, ``power`` outside
+            (0, 1), a threshold outside [0, 1), or a history value that is not finite and > 0.
     """
     recent = since_last_change(history) if history else []
     between = robust_spread(recent) if len(recent) >= MIN_HISTORY else 0.0
     sessions = max(len(history), 1)
     counted = len(reference) >= 2
     if len(current) < 2:
-        _check_figure(figure, threshold, power)
+        _check_figure(figure, threshold, power, direction)
         return Reach(None, power, None, 0.0, between, (len(current), len(reference)),
                      why_none=f"{len(current)} round(s): the {figure}'s own noise is not known; run more rounds",
                      threshold=threshold, sessions=sessions,
                      reference_within=robust_spread(reference) if counted else None, figure=figure)
     return threshold_reach_of(figure, len(current), robust_spread(current), between, sessions, threshold,
-                              len(reference) if counted else 0, robust_spread(reference) if counted else None, power)
+                              len(reference) if counted else 0, robust_spread(reference) if counted else None, power,
+                              direction)
 
 
 def threshold_reach_of(figure: str, n: int, within: float, between: float, sessions: int, threshold: float,
                        reference_rounds: int = 0, reference_within: float | None = None,
-                       power: float = POWER) -> Reach:
+                       power: float = POWER, direction: str | None = None) -> Reach:
     """The :class:`Reach` of a threshold rule on ``figure`` for a window of ``n`` rounds of relative spread
     ``within``, a same-session reference of ``reference_rounds`` rounds of relative spread ``reference_within``
     (0 rounds or None: none), and a baseline figure that is the median of ``sessions`` sessions whose levels spread
-    by ``between`` (relative standard deviations), under ``threshold`` (fraction); see the module doc.
+    by ``between`` (relative standard deviations), under ``threshold`` (fraction); see the module doc. ``direction``:
+    as :func:`threshold_reach`'s.
 
     Raises:
-        ValueError: an unknown figure, ``power`` outside (0, 1), a threshold outside [0, 1), fewer than 1 round or
-            session, or a negative spread.
+        ValueError: an unknown figure without a direction, a bad direction, ``power`` outside (0, 1), a threshold
+            outside [0, 1), fewer than 1 round or session, or a negative spread.
     """
-    _check_figure(figure, threshold, power)
+    _check_figure(figure, threshold, power, direction)
+    lower_is_better = figure in LOWER_IS_BETTER if direction is None else direction == "lower"
     if n < 1 or sessions < 1 or reference_rounds < 0 or min(within, between, reference_within or 0.0) < 0:
         raise ValueError(f"need >= 1 round and session and spreads >= 0, got {n}, {sessions}, {within}, "
                          f"{between}, {reference_within}")
     own = within**2 / n + ((reference_within or 0.0) ** 2 / reference_rounds if reference_rounds else 0.0)
     sd = math.sqrt((between**2 + MEDIAN_VARIANCE * own) * (1.0 + median_of_k_variance(sessions)))
-    tau = math.log1p(threshold) if figure in LOWER_IS_BETTER else -math.log1p(-threshold)
+    tau = math.log1p(threshold) if lower_is_better else -math.log1p(-threshold)
     shift = tau + float(special.ndtri(power)) * sd
     made = Reach(None, power, None, within, between, (n, reference_rounds), threshold=threshold, sessions=sessions,
                  reference_within=reference_within if reference_rounds else None, figure=figure)
     if shift > MAX_SHIFT:
         return replace(made, why_none=f"no change of the {figure} up to 99% is caught with {power:.0%} probability "
                                       "here")
-    return replace(made, mds=math.expm1(shift) if figure in LOWER_IS_BETTER else -math.expm1(-shift))
+    return replace(made, mds=math.expm1(shift) if lower_is_better else -math.expm1(-shift))
 
 
 def _check_probabilities(power: float, alpha: float) -> None:
@@ -257,8 +262,10 @@ def _check_probabilities(power: float, alpha: float) -> None:
         raise ValueError(f"power and alpha must be in (0, 1), got {power} and {alpha}")
 
 
-def _check_figure(figure: str, threshold: float, power: float) -> None:
-    if figure not in FIGURES[1:]:
+def _check_figure(figure: str, threshold: float, power: float, direction: str | None = None) -> None:
+    if direction is not None and direction not in ("higher", "lower"):
+        raise ValueError(f"the {figure}'s direction must be 'higher' or 'lower', got {direction!r}")
+    if direction is None and figure not in FIGURES[1:]:
         raise ValueError(f"a threshold rule judges one of {', '.join(FIGURES[1:])}, got {figure!r}")
     if not (0 < power < 1 and 0 <= threshold < 1):
         raise ValueError(f"power must be in (0, 1) and the threshold in [0, 1), got {power} and {threshold}")

@@ -11,9 +11,10 @@ from typing import Any
 
 from hwregress.hardware.facts import device_kind
 from hwregress.judge import evidence, lifecycle
-from hwregress.judge.compare import NO_BASELINE, Measured, Tolerances, judge, memory_limits
+from hwregress.judge.compare import NO_BASELINE, Measured, judge
 from hwregress.judge.day_one import FleetJudge
 from hwregress.judge.diagnosis import diagnose
+from hwregress.judge.tolerances import Tolerances, memory_limits
 from hwregress.store.baseline_file import BaselineError, BaselineFile
 from hwregress.store.baselines import BaselineStore
 from hwregress.store.judged import Conclusion, JudgedFigures
@@ -26,7 +27,7 @@ class Policy:
     """Session-wide decisions.
 
     Attributes:
-        tolerances: see :class:`hwregress.judge.compare.Tolerances`.
+        tolerances: see :class:`hwregress.judge.tolerances.Tolerances`.
         update_mode: None, ``all``, ``missing``, ``force`` or ``reset`` (``--update-baselines``).
         require_baselines: a test without a baseline fails.
         strict_env: an environment change against the baseline fails the test.
@@ -150,7 +151,7 @@ class BenchSession:
 
     def _day_one_memory(self, record: TestRecord, concluding: _Concluding) -> None:
         """``record``'s peak memory under its fleet's ceiling, with its own baseline's tolerances
-        (:func:`hwregress.judge.compare.memory_limits`); a peak above it is a regression."""
+        (:func:`hwregress.judge.tolerances.memory_limits`); a peak above it is a regression."""
         assert self.fleet is not None
         tolerance, slack = memory_limits(device_kind(record.device or "cpu") == "cuda", self.policy.tolerances)
         ceiling = self.fleet.memory_ceiling(record, tolerance, slack)
@@ -242,4 +243,4 @@ def _measured(record: TestRecord) -> Measured:
                     latency_ms=record.latency_ms if record.latency_judged else None,
                     compile_s=record.compile.compile_s if record.compile else None,
                     compile_cache=record.compile.cache if record.compile else None, looks=record.looks,
-                    visits=lifecycle.visit_count(record))
+                    declared=tuple(record.declared), visits=lifecycle.visit_count(record))

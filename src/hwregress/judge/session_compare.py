@@ -10,7 +10,7 @@ efficiency are judged as the tests judge them, and the environment and hardware 
 lines.
 
 A is one session, so the threshold is provisional exactly as for a baseline of fewer than
-:data:`hwregress.judge.compare.MIN_SESSIONS` sessions: the cap ``max_threshold`` (25% by default), since one session
+:data:`hwregress.judge.tolerances.MIN_SESSIONS` sessions: the cap ``max_threshold`` (25% by default), since one session
 says nothing about how far the next one may move (docs/measured.md, 'Noise between sessions'). A smaller
 ``max_threshold`` asks for a tighter comparison where the machines are known to be quiet.
 
@@ -28,11 +28,12 @@ from typing import Any
 
 from hwregress.hardware.facts import device_kind, fingerprint_changes
 from hwregress.judge import evidence, lifecycle, stats
-from hwregress.judge.compare import Judgement, Tolerances, judge, starting_tolerance
+from hwregress.judge.compare import Judgement, judge
 from hwregress.judge.diagnosis import TELEMETRY_RULES
 from hwregress.judge.session import (
     _measured as measured_from_record,  # the gate's view of a record, as the session builds it
 )
+from hwregress.judge.tolerances import Tolerances, starting_tolerance
 from hwregress.store.results import SessionResults, TestRecord
 from hwregress.store.verdicts import NOT_MEASURED, Verdict
 
@@ -140,7 +141,7 @@ def reference_entry(record: TestRecord) -> dict[str, Any]:
 
 def throughput_change(a: TestRecord, b: TestRecord, tolerances: Tolerances) -> stats.Comparison | None:
     """B's per-round throughput samples against A's with the gate's rule: the starting tolerance of
-    :func:`hwregress.judge.compare.starting_tolerance` for an entry of one session (so the cap), then
+    :func:`hwregress.judge.tolerances.starting_tolerance` for an entry of one session (so the cap), then
     :func:`hwregress.judge.stats.compare` (units of the samples, higher is better). None without samples on both sides
     or when they cannot be compared (non-finite or non-positive figures)."""
     if not a.samples or not b.samples:

@@ -11,8 +11,8 @@ from typing import Any
 
 from hwregress.hardware.facts import identity_changes
 from hwregress.judge import stats
-from hwregress.judge.compare import Tolerances, starting_tolerance
 from hwregress.judge.looks import look_alpha
+from hwregress.judge.tolerances import Tolerances, starting_tolerance
 from hwregress.store.verdicts import Verdict
 
 LookCheck = Callable[[list[float], int, int], "Verdict | None"]

@@ -20,7 +20,7 @@ import pytest
 
 from hwregress.store.assembly import put_outcome
 from hwregress.store.judged import Conclusion
-from hwregress.store.metrics import METRICS
+from hwregress.store.metrics import BY_NAME, METRICS, figures_of
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -154,10 +154,14 @@ def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
     and ratio to its baseline (:data:`hwregress.store.metrics.METRICS`: throughput, latency in ms, peak memory in
     bytes, accuracy, efficiency, speedup; the throughput's and the memory's ratios), the throughput's threshold, and the
     minimum detectable slowdown of the test's headline reach (:meth:`TestRecord.headline_reach`, a fraction) or the
-    sentence saying why it has none; a value that is None is left out."""
+    sentence saying why it has none, then each declared metric's value (``hwregress.declared.<metric>``, in its unit)
+    and ratio to its baseline (``hwregress.declared.<metric>.ratio``); a value that is None is left out."""
     headline = record.headline_reach()
     values = {name: getattr(record, name) for name in RECORD_PROPERTIES}
     values.update(mds=headline.mds if headline else None, mds_why_none=headline.why_none if headline else None)
+    for figure in figures_of(record):
+        if figure.metric not in BY_NAME:  # declared: its value and its ratio to the baseline's
+            values.update({f"declared.{figure.metric}": figure.value, f"declared.{figure.metric}.ratio": figure.ratio})
     return [(f"hwregress.{name}", _junit_value(value)) for name, value in values.items() if value is not None]
 
 

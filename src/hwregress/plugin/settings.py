@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from hwregress.hardware.devices import parse_device_list, visible_devices
-from hwregress.judge.compare import Tolerances
 from hwregress.judge.lifecycle import UPDATE_MODES
 from hwregress.judge.session import Policy
+from hwregress.judge.tolerances import Tolerances
 from hwregress.measure.timing import TimingPlan
 from hwregress.plugin import tiers
 from hwregress.plugin.ab_settings import ABSettings, ab_settings

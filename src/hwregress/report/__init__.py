@@ -289,8 +289,8 @@ def render_merge(sessions: Iterable[SessionResults], history: HistorySection | N
     V100 table, for whatever hardware the user has), judged against it with the gate's statistics
     (:func:`hwregress.judge.session_compare.throughput_change`); ``history`` adds trend charts, one series per hardware
     key."""
-    from hwregress.judge.compare import Tolerances
     from hwregress.judge.session_compare import throughput_change
+    from hwregress.judge.tolerances import Tolerances
 
     sessions = list(sessions)
     labels = [machine_label(s) for s in sessions]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwregress.store.figures import ReachFigures
-from hwregress.store.metrics import BY_NAME
+from hwregress.store.metrics import BY_NAME, Figure, figures_of
 from hwregress.store.results import TestRecord
 
 MIN_SESSIONS_KNOWN = 3  # recorded sessions below which the between-session spread is not known (judge.stats)
@@ -65,24 +65,27 @@ class ReachSummary:
 
 def reach_cells(record: TestRecord) -> list[ReachCell]:
     """The "catches ≥" entries of ``record``, one per judged figure, the throughput's first."""
-    return [_cell(found) for found in record.reaches()]
+    return [_cell(figure) for figure in figures_of(record) if isinstance(figure.reach, ReachFigures)]
 
 
-def _cell(found: ReachFigures) -> ReachCell:
-    metric = BY_NAME.get(found.figure or "")
-    label, sign = (metric.label, metric.slowdown_sign) if metric is not None else (found.figure or "", "")
+def _cell(figure: Figure) -> ReachCell:
+    found, label, sign = figure.reach, figure.label, figure.slowdown_sign
     if found.mds is None:
         return ReachCell(" ".join(filter(None, [label, "none"])), found.why_none, found.why_none or "")
-    return ReachCell(" ".join(filter(None, [label, f"{sign}{found.mds:.1%}"])), None, describe(found))
+    return ReachCell(" ".join(filter(None, [label, f"{sign}{found.mds:.1%}"])), None,
+                     describe(found, figure.direction, label))
 
 
-def describe(found: ReachFigures) -> str:
+def describe(found: ReachFigures, direction: str | None = None, label: str | None = None) -> str:
     """The figures behind one reach in words, e.g. ``"a throughput 8.1% lower is caught with 90% probability
     (threshold 5.0%, Mann-Whitney α 0.01; within-session spread 3.0% over 10 rounds, between sessions 2.0% over 3
-    sessions)"``."""
-    figure = found.figure or "figure"
-    change = (f"{found.mds:.1%} longer" if figure == "latency" else f"{found.mds:.1%} lower") \
-        if found.mds is not None else "?"
+    sessions)"``. ``direction`` (``lower``: a slowdown raises the figure) and ``label`` (how it is named) default to the
+    built-in figure's."""
+    metric = BY_NAME.get(found.figure or "")
+    figure = label or (metric.label if metric is not None and metric.label else found.figure) or "figure"
+    lower = (direction or (metric.direction if metric is not None else "higher")) == "lower"
+    grown = "longer" if figure == "latency" else "higher"
+    change = f"{found.mds:.1%} {grown if lower else 'lower'}" if found.mds is not None else "?"
     rule = f"threshold {_pct(found.threshold)}" + (f", Mann–Whitney α {found.alpha:.2g}" if found.alpha else "")
     rounds = found.rounds[0] if found.rounds else "?"
     between = (f"between sessions {_pct(found.between)} over {found.sessions} sessions"
@@ -116,7 +119,7 @@ def reach_summary(records: Sequence[TestRecord]) -> ReachSummary:
 def tolerance_by_kind(tolerances: Mapping[str, Any], records: Sequence[TestRecord]) -> str:
     """The throughput tolerance each device kind of ``records`` was judged with, e.g. ``"15.0% on the CPU, 5.0% on
     cuda"`` (``tolerances`` as the session's meta holds them: ``cpu_throughput`` on the CPU, ``throughput``
-    elsewhere: :func:`hwregress.judge.compare.starting_tolerance`); both when no record names a device."""
+    elsewhere: :func:`hwregress.judge.tolerances.starting_tolerance`); both when no record names a device."""
     accelerator = tolerances.get("throughput")
     cpu = tolerances.get("cpu_throughput", accelerator)
     kinds = sorted({(r.device or "").split(":")[0] for r in records if r.device}, key=lambda k: (k != "cpu", k))

@@ -16,11 +16,14 @@ outside this module.
 
 from __future__ import annotations
 
+import dataclasses
 import types
+from collections.abc import Mapping
 
-from hwregress.store.figures import CompileFigures
+from hwregress.store.figures import CompileFigures, DeclaredFigures
 from hwregress.store.judged import RECORD_FIELDS, Conclusion, JudgedFigures
 from hwregress.store.measured import MEASURED_FIELDS, MERGED_FIELDS, SEQUENCE_FIELDS, MeasuredFigures
+from hwregress.store.metrics import declared
 from hwregress.store.results import TestRecord
 from hwregress.store.verdicts import Verdict
 
@@ -28,10 +31,18 @@ from hwregress.store.verdicts import Verdict
 def put_measured(record: TestRecord, measured: MeasuredFigures) -> TestRecord:
     """Put what a window measured on ``record`` and return it: every figure ``measured`` holds (a None or an empty
     sequence leaves the record's own value: the batch size and unit it started with, a field another stage filled),
-    sequences as lists and mappings as dicts; ``details``, ``environment`` and ``identity`` add to the record's."""
+    sequences as lists and mappings as dicts; ``details``, ``environment`` and ``identity`` add to the record's, and
+    each declared metric's value becomes its :class:`~hwregress.store.figures.DeclaredFigures`.
+
+    Raises:
+        MetricError: a declared value of a metric no one declared (:func:`hwregress.store.metrics.register`).
+        TypeError: a declared value that is not a number.
+    """
     for name in MEASURED_FIELDS:
         value = getattr(measured, name)
-        if name in MERGED_FIELDS:
+        if name == "declared":
+            _put_declared(record, value)
+        elif name in MERGED_FIELDS:
             getattr(record, name).update(value)
         elif name in SEQUENCE_FIELDS:
             if value:
@@ -41,12 +52,33 @@ def put_measured(record: TestRecord, measured: MeasuredFigures) -> TestRecord:
     return record
 
 
+def _put_declared(record: TestRecord, values: Mapping[str, float]) -> None:
+    """The record's declared figures with ``values`` (metric name -> value) put in: each a
+    :class:`~hwregress.store.figures.DeclaredFigures` with its metric's unit, direction and label, replacing one of
+    the same metric.
+
+    Raises:
+        MetricError: a name no :func:`hwregress.store.metrics.register` declared in this process.
+        TypeError: a value that is not a real number (the message names the metric and the value).
+    """
+    for name, value in values.items():
+        metric = declared(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"the value of the declared metric {name!r} must be a number in {metric.unit}, found "
+                            f"{value!r}")
+        figure = DeclaredFigures(metric=name, value=float(value), unit=metric.unit, direction=metric.direction,
+                                 label=metric.label or name)
+        record.declared = [*(d for d in record.declared if d.metric != name), figure]
+
+
 def put_judged(record: TestRecord, figures: JudgedFigures) -> None:
     """Put ``figures`` on ``record``: each judged field (None where not judged, so that a record judged a second time
     keeps nothing of the first), the environment and identity changes, and ``record.compile.vs_baseline`` (made where
     the record has no compile figures yet; cleared where not compared)."""
     for name in RECORD_FIELDS:
         setattr(record, name, getattr(figures, name))
+    judged = {figure.metric: figure for figure in figures.declared}
+    record.declared = [_judged_declared(figure, judged.get(figure.metric)) for figure in record.declared]
     record.env_changes = list(figures.env_changes)
     record.identity_changes = list(figures.identity_changes)
     if figures.compile_vs_baseline is not None:
@@ -54,6 +86,13 @@ def put_judged(record: TestRecord, figures: JudgedFigures) -> None:
         record.compile.vs_baseline = figures.compile_vs_baseline
     elif record.compile is not None:
         record.compile.vs_baseline = None
+
+
+def _judged_declared(figure: DeclaredFigures, judged: DeclaredFigures | None) -> DeclaredFigures:
+    """``figure`` with the baseline, threshold and reach of its judgement (all None where it was not judged)."""
+    if judged is None:
+        return dataclasses.replace(figure, baseline=None, threshold=None, reach=None)
+    return dataclasses.replace(figure, baseline=judged.baseline, threshold=judged.threshold, reach=judged.reach)
 
 
 def put_conclusion(record: TestRecord, conclusion: Conclusion) -> None:

@@ -106,7 +106,8 @@ _SAMPLE_FIELDS = ("samples", "history", "efficiency_history", "compile_history")
 _OBJECT_FIELDS = ("environment", "identity", "telemetry_means", "health")
 _LIST_FIELDS = ("top_ops", "throttle_reasons")
 CHECKED_FIELDS: frozenset[str] = frozenset((*_TEXT_FIELDS, *_COUNT_FIELDS, *_FIGURE_FIELDS, *_SAMPLE_FIELDS,
-                                            *_OBJECT_FIELDS, *_LIST_FIELDS, "session_samples"))
+                                            *_OBJECT_FIELDS, *_LIST_FIELDS, "session_samples", "metrics",
+                                            "metric_history"))
 """Every entry key :func:`check_entry` checks; any other key is kept unchecked."""
 
 
@@ -118,7 +119,7 @@ def check_entry(entry: Any) -> str | None:
     ``latency_ms``, ``peak_memory_bytes``, ``accuracy``, ...) finite non-negative numbers or null;
     ``samples`` and ``history`` lists of finite positive numbers; ``session_samples`` a list of such lists;
     ``environment``, ``identity``, ``telemetry_means`` and ``health`` objects; ``top_ops`` and ``throttle_reasons``
-    lists.
+    lists; a declared metric's ``metrics`` value a finite positive number and its ``metric_history`` a list of them.
     Other keys are accepted unchecked (a newer hwregress may add them).
     """
     if not isinstance(entry, dict):
@@ -149,9 +150,28 @@ def check_entry(entry: Any) -> str | None:
     for name in _OBJECT_FIELDS:
         if entry.get(name) is not None and not isinstance(entry[name], dict):
             return f"'{name}' must be an object, found {_json_type(entry[name])}"
+    problem = _check_declared(entry.get("metrics"), entry.get("metric_history"))
+    if problem:
+        return problem
     for name in _LIST_FIELDS:
         if entry.get(name) is not None and not isinstance(entry[name], list):
             return f"'{name}' must be a list, found {_json_type(entry[name])}"
+    return None
+
+
+def _check_declared(values: Any, histories: Any) -> str | None:
+    """What is wrong with a declared metrics' ``metrics`` (name -> finite positive number) and ``metric_history`` (name
+    -> list of them), None when nothing is."""
+    for name, found in (("metrics", values), ("metric_history", histories)):
+        if found is not None and not isinstance(found, dict):
+            return f"'{name}' must be an object of metric names, found {_json_type(found)}"
+    for metric, value in (values or {}).items():
+        if not _is_number(value) or value <= 0:
+            return f"'metrics.{metric}' must be a finite positive number, found {_short(value)}"
+    for metric, history in (histories or {}).items():
+        problem = _check_samples(f"metric_history.{metric}", history)
+        if problem:
+            return problem
     return None
 
 

@@ -351,6 +351,24 @@ class ReachFigures(Figures):
                                "2 rounds, nothing up to 99% caught), else null")
 
 
+@dataclass
+class DeclaredFigures(Figures):
+    """One figure of a metric a project declares (:func:`hwregress.store.metrics.register`): its value, what it was
+    judged against and what its verdict could catch. It carries its unit, direction and label, so that every reader
+    of a results file (the report, a fleet store, ``hwregress report`` without the project's code) shows it alike."""
+
+    metric: str | None = doc("the metric's name, e.g. ttft_p99_ms")
+    value: float | None = doc("this session's value, in unit")
+    unit: str | None = doc("the value's unit, e.g. ms")
+    direction: str | None = doc("which way is better: higher or lower", enum=["higher", "lower", None])
+    label: str | None = doc("how the report names it, e.g. TTFT p99")
+    baseline: float | None = doc("the baseline entry's value (the median of its recorded sessions), in unit; null: "
+                                 "not judged")
+    threshold: float | None = doc("fraction, the change the verdict tolerates (the throughput's threshold widened by "
+                                  "the metric's drift between sessions); null: not judged")
+    reach: ReachFigures | None = doc("what its verdict could catch (null: not judged)")
+
+
 # --- reading files of schema version 1 and 2 ---------------------------------------------------------------------
 
 WINDOW_SUB_RECORDS = ("looks",)

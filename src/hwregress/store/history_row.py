@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypedDict, Union
 
 from hwregress import __version__
+from hwregress.store.metrics import figures_of
 from hwregress.store.results import TestRecord
 from hwregress.summary import summarize
 
@@ -68,6 +69,10 @@ class HistoryRow(_RequiredFields, total=False):
     health: Annotated[dict[str, float], "CPU health probe: other_cpu_fraction, steal_fraction, cpu_freq_mhz"]
     diagnosis: Annotated[list[str], "the first two likely causes of a regression (hwregress.judge.diagnosis)"]
     interrupted: Annotated[bool, "true on the rows of a session that did not run to its end (absent otherwise)"]
+    figures: Annotated[dict[str, float], "the test's judged figures beside the throughput, by metric name (latency, "
+                       "peak_memory, accuracy, efficiency, speedup, and those a project declares: "
+                       "hwregress.store.metrics), each in its metric's unit (absent on rows written before hwregress "
+                       "0.8)"]
     mds: Annotated[float | None, "the minimum detectable slowdown of the session's verdict on the test, a fraction at "
                    "90% power (its headline reach: the throughput's where judged; hwregress.judge.reach); null: not "
                    "judged or no number stated (absent on rows written before hwregress 0.5)"]
@@ -113,6 +118,8 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str, 
         "health": {key: value for key in HEALTH_FIELDS
                    if (value := _finite_or_none((record.health or {}).get(key))) is not None},
         "diagnosis": list(record.diagnosis[:2]),
+        "figures": {figure.metric: figure.value for figure in figures_of(record)
+                    if figure.metric != "throughput" and figure.value is not None},
         **({"interrupted": True} if interrupted else {}),
         "mds": _finite_or_none(headline.mds) if (headline := record.headline_reach()) is not None else None,
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hwregress.store.figures import CompileComparison, ReachFigures
+from hwregress.store.figures import CompileComparison, DeclaredFigures, ReachFigures
 from hwregress.store.verdicts import Verdict
 
 
@@ -38,6 +38,8 @@ class JudgedFigures:
         env_changes: the software fingerprint's differences from the baseline's (``"torch 2.4.0 -> 2.5.0"``).
         identity_changes: the hardware identity's differences from the baseline's.
         compile_vs_baseline: a compiled model's compile time against the baseline's (shown, never judged).
+        declared: the judged figures of the record's declared metrics (:class:`hwregress.store.figures.
+            DeclaredFigures`: their baseline, threshold and reach), one per metric judged.
     """
 
     ratio: float | None = None
@@ -59,11 +61,12 @@ class JudgedFigures:
     env_changes: tuple[str, ...] = ()
     identity_changes: tuple[str, ...] = ()
     compile_vs_baseline: CompileComparison | None = None
+    declared: tuple[DeclaredFigures, ...] = ()
 
 
 # the record fields that take a JudgedFigures field of the same name as it is
 RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(JudgedFigures)
-                      if f.name not in ("env_changes", "identity_changes", "compile_vs_baseline"))
+                      if f.name not in ("env_changes", "identity_changes", "compile_vs_baseline", "declared"))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ judge then reads the assembled record; what it concludes goes on through the sam
 Each field has the name, unit and meaning of the :class:`hwregress.store.results.TestRecord` field it fills (see
 that class for both); None (or an empty sequence or mapping) means "not measured here" and leaves the record's own
 value, so that the identity a test started with (its batch size, its unit) stays unless the family measured
-another. ``details``, ``environment`` and ``identity`` add to the record's mappings of the same name.
+another. ``details``, ``environment`` and ``identity`` add to the record's mappings of the same name. ``declared``
+holds the values of metrics a project declares (:func:`hwregress.store.metrics.register`), by the metric's name, in
+the metric's unit; the assembler makes each the record's :class:`hwregress.store.figures.DeclaredFigures`.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class MeasuredFigures:
     spark: SparkFigures | None = None
     llm: LlmFigures | None = None
     ab: ABFigures | None = None
+    declared: Mapping[str, float] = field(default_factory=dict)
     details: Mapping[str, Any] = field(default_factory=dict)
     environment: Mapping[str, Any] = field(default_factory=dict)
     identity: Mapping[str, Any] = field(default_factory=dict)
@@ -101,7 +104,7 @@ def energy_figures(energy_j: float | None, samples: float) -> dict[str, float]:
 
 
 SEQUENCE_FIELDS = ("samples", "reference_samples", "top_ops", "top_cpu_ops")
-MAPPING_FIELDS = ("telemetry", "health", "op_categories", "details", "environment", "identity")
+MAPPING_FIELDS = ("telemetry", "health", "op_categories", "declared", "details", "environment", "identity")
 MERGED_FIELDS = ("details", "environment", "identity")
 """The fields whose mappings add to the record's own instead of replacing them."""
 MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(MeasuredFigures))

@@ -8,6 +8,9 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **8** (hwregress 0.8): the figures of metrics a project declares (:func:`hwregress.store.metrics.register`) travel
+  with the record as ``declared``, a list of :class:`hwregress.store.figures.DeclaredFigures` (the metric's name,
+  value, unit, direction, label, and where judged its baseline, threshold and reach). Versions 1 to 7 read with none.
 - **7** (hwregress 0.7): the report view that shows a record beyond the generic tables travels with it, as its family
   declares it, so that the report tells no family by its name: ``view`` (``models``, ``parity``, ``ceilings``,
   ``scaling``, ``colocation``, ``spark``, or null: none). A record without it (versions 1 to 6, a journal line of an
@@ -53,19 +56,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import types
-import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from hwregress.store.ab_figures import ABFigures
+from hwregress.store.field_types import type_problem
 from hwregress.store.figures import (
     AllreduceFigures,
     ColocatedFigures,
     CompileFigures,
-    Figures,
+    DeclaredFigures,
     LlmFigures,
     LookFigures,
     ReachFigures,
@@ -76,13 +78,13 @@ from hwregress.store.figures import (
 )
 from hwregress.store.legacy_records import LEGACY_VIEWS, derive_legacy_traits, type_legacy_details
 from hwregress.store.metrics import REACH_FIELDS
-from hwregress.store.sub_records import SUB_RECORDS
+from hwregress.store.sub_records import LIST_SUB_RECORDS, SUB_RECORDS
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
 FAMILY_VIEW = "<the family's>"
 """``TestRecord.view``'s default: a record built without a view takes its family's (None given: it has none)."""
-RESULTS_SCHEMA_VERSION = 7
-READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+RESULTS_SCHEMA_VERSION = 8
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
 @dataclass
@@ -202,6 +204,9 @@ class TestRecord:
     latency_reach: ReachFigures | None = doc("what the judged latency's verdict could catch (null: not judged)")
     efficiency_reach: ReachFigures | None = doc("what the efficiency verdict could catch (null: not judged)")
     speedup_reach: ReachFigures | None = doc("what the speedup verdict could catch (null: not judged)")
+    declared: list[DeclaredFigures] = doc("the figures of the metrics a project declares (hwregress.store.metrics."
+                                          "register), in the order measured: each judged by the threshold rule",
+                                          factory=list)
     ab: ABFigures | None = doc("B against A in an interleaved A/B session (--ab-python, --ab-env; docs/ab.md); null "
                                "outside one")
 
@@ -211,8 +216,9 @@ class TestRecord:
 
     def reaches(self) -> list[ReachFigures]:
         """The reach of each judged figure, the throughput's first (the one a test's MDS is quoted by where it
-        was judged), then latency, efficiency and speedup; empty when nothing was judged."""
-        return [reach for reach in (getattr(self, name) for name in REACH_FIELDS) if reach is not None]
+        was judged), then latency, efficiency, speedup and the declared metrics'; empty when nothing was judged."""
+        built_in = [getattr(self, name) for name in REACH_FIELDS]
+        return [reach for reach in (*built_in, *(figure.reach for figure in self.declared)) if reach is not None]
 
     def headline_reach(self) -> ReachFigures | None:
         """The reach a test's minimum detectable slowdown is quoted by (the report's summary line, JUnit, the job
@@ -237,6 +243,9 @@ class TestRecord:
         for name, kind in SUB_RECORDS.items():
             if isinstance(values.get(name), Mapping):
                 values[name] = kind.from_json(values[name])
+        for name, kind in LIST_SUB_RECORDS.items():
+            if isinstance(values.get(name), list):
+                values[name] = [kind.from_json(item) if isinstance(item, Mapping) else item for item in values[name]]
         if "verdict" in values:
             values["verdict"] = parse_verdict(str(values["verdict"]))
         return cls(**values)
@@ -266,72 +275,7 @@ def record_problem(values: Mapping[str, Any]) -> str | None:
     """The first field of ``values`` (a record's JSON, or ``vars(record)``) whose value does not have the
     type :class:`TestRecord` declares for it, as ``"'throughput' must be float | None, found 'fast'"``; a field of
     a sub-record is named by its path (``'scaling.world_size'``). None when all do. Unknown keys are ignored."""
-    return _problem(values, TestRecord)
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(kind: type) -> dict[str, Any]:
-    if kind not in _HINTS:
-        hints = typing.get_type_hints(kind)
-        hints.pop("__test__", None)
-        _HINTS[kind] = hints
-    return _HINTS[kind]
-
-
-def _problem(values: Mapping[str, Any], kind: type, prefix: str = "") -> str | None:
-    hints = _hints(kind)
-    for name, value in values.items():
-        hint = hints.get(name)
-        if hint is None:
-            continue
-        nested = _sub_record(hint)
-        if nested is not None and isinstance(value, (Mapping, nested)):
-            inner = _problem(value if isinstance(value, Mapping) else vars(value), nested, f"{prefix}{name}.")
-            if inner is not None:
-                return inner
-        elif not _conforms(value, hint):
-            return f"'{prefix}{name}' must be {_hint_name(hint)}, found {json.dumps(value, default=str)[:40]}"
-    return None
-
-
-def _sub_record(hint: Any) -> type[Figures] | None:
-    """The sub-record class of ``X | None`` (or ``X``), None for any other hint."""
-    options = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
-    return next((o for o in options if isinstance(o, type) and issubclass(o, Figures)), None)
-
-
-def _conforms(value: Any, hint: Any, depth: int = 0) -> bool:
-    """Whether a JSON value fits a type hint (one level into lists and dicts; floats may be NaN: a
-    journal keeps what the session measured; an int may be written as an integral float, ``1073741824.0``: JSON has
-    one kind of number, and other writers of a results file do so). A sub-record in a list is checked field by
-    field."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if isinstance(hint, type) and issubclass(hint, Figures):
-        return isinstance(value, hint) or (isinstance(value, Mapping) and _problem(value, hint) is None)
-    if hint is Any or depth > 1:
-        return True
-    if origin in (Union, types.UnionType):
-        return any(_conforms(value, arg, depth) for arg in args)
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        integral = isinstance(value, float) and math.isfinite(value) and value.is_integer()
-        return (isinstance(value, int) and not isinstance(value, bool)) or integral
-    if origin is list:
-        return isinstance(value, list) and all(_conforms(item, args[0], depth + 1) for item in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(_conforms(item, args[1], depth + 1) for item in value.values())
-    if isinstance(hint, type):
-        return isinstance(value, str) if issubclass(hint, str) else isinstance(value, hint)
-    return True
-
-
-def _hint_name(hint: Any) -> str:
-    return str(hint).replace("typing.", "") if not isinstance(hint, type) else hint.__name__
+    return type_problem(values, TestRecord)
 
 
 def _finite(value: Any) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hwregress.store.fleet_store import Store
-from hwregress.store.metrics import METRICS, JudgedMetric
+from hwregress.store.metrics import BY_NAME, METRICS, JudgedMetric
 from hwregress.store.results import RESULTS_SCHEMA_VERSION
 
 CLOSEST = 3  # ids named when a session is not found
@@ -74,7 +74,17 @@ def record_from_figures(figures: Sequence[Mapping[str, Any]], environments: Mapp
         figure = by_metric.get(metric.name)
         if figure is not None:
             record.update(_metric_fields(metric, figure))
+    record["declared"] = [_declared(figure) for figure in figures if figure["metric"] not in BY_NAME]
     return record
+
+
+def _declared(figure: Mapping[str, Any]) -> dict[str, Any]:
+    """A declared metric's sub-record (:class:`hwregress.store.figures.DeclaredFigures`) from its figure row; the row
+    keeps no label: the metric's name stands for it."""
+    reach = {"figure": figure["metric"], "mds": figure["mds"]} if figure["mds"] is not None else None
+    return {"metric": figure["metric"], "value": figure["median"], "unit": figure["unit"],
+            "direction": figure["direction"], "label": figure["metric"], "baseline": figure["baseline_median"],
+            "threshold": figure["threshold"], "reach": reach}
 
 
 def _metric_fields(metric: JudgedMetric, figure: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import parse_time
 from hwregress.store.legacy_records import type_legacy_details
-from hwregress.store.metrics import METRICS, JudgedMetric
+from hwregress.store.metrics import BY_NAME, Figure, figures_of
 from hwregress.store.results import TestRecord, record_problem
 from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
@@ -181,39 +181,38 @@ def environments(meta: Mapping[str, Any], records: Sequence[TestRecord]) -> dict
 
 
 def figure_rows(record: TestRecord) -> list[dict[str, Any]]:
-    """One row per judged metric (:data:`hwregress.store.metrics.METRICS`) the record has a value of (a finite
-    number); the throughput's row carries the per-round samples and their quartiles, the others one value (``median``,
-    ``n`` 1)."""
+    """One row per judged metric the record has a value of (a finite number): its built-in metrics
+    (:data:`hwregress.store.metrics.METRICS`) and declared ones (:func:`hwregress.store.metrics.figures_of`); the
+    throughput's row carries the per-round samples and their quartiles, the others one value (``median``, ``n`` 1)."""
     rows = []
-    for metric in METRICS:
-        samples = _finite_samples(record.samples) if metric.name == "throughput" else []
-        value = _finite(getattr(record, metric.value))
-        if value is None and not samples:
+    for figure in figures_of(record):
+        samples = _finite_samples(record.samples) if figure.metric == "throughput" else []
+        if figure.value is None and not samples:
             continue
         summary = summarize(samples) if samples else None
-        reach = getattr(record, metric.reach) if metric.reach else None
         rows.append({
             "test_id": record.test_id, "hardware_key": record.hardware_key, "device_name": record.device_name,
             "family": record.family, "model": record.model, "mode": record.mode, "batch_size": record.batch_size,
-            "dtype": record.dtype, "device": record.device, "metric": metric.name,
-            "unit": metric.unit or record.unit, "direction": metric.direction, "samples": samples or None,
-            "median": summary.median if summary else value, "q1": summary.q1 if summary else None,
+            "dtype": record.dtype, "device": record.device, "metric": figure.metric,
+            "unit": figure.unit, "direction": figure.direction, "samples": samples or None,
+            "median": summary.median if summary else figure.value, "q1": summary.q1 if summary else None,
             "q3": summary.q3 if summary else None, "n": summary.n if summary else 1,
-            "verdict": str(record.verdict), **_judged(record, metric),
-            "mds": _finite(reach.mds) if isinstance(reach, ReachFigures) else None,
-            "baseline_median": _finite(getattr(record, metric.baseline)),
+            "verdict": str(record.verdict), **_judged(record, figure),
+            "mds": _finite(figure.reach.mds) if isinstance(figure.reach, ReachFigures) else None,
+            "baseline_median": figure.baseline,
             "baseline_recorded_at": record.baseline_recorded_at,
             "identity": dict(record.identity), "diagnosis": list(record.diagnosis),
         })
     return rows
 
 
-def _judged(record: TestRecord, metric: JudgedMetric) -> dict[str, float | None]:
-    """The figure's ratio to its baseline where the record keeps one; the throughput's threshold and p-value."""
-    ratio = _finite(getattr(record, metric.ratio)) if metric.ratio else None
-    if metric.name == "throughput":
-        return {"ratio": ratio, "threshold": _finite(record.threshold), "p_value": _finite(record.p_value)}
-    return {"ratio": ratio, "threshold": None, "p_value": None}
+def _judged(record: TestRecord, figure: Figure) -> dict[str, float | None]:
+    """The figure's ratio to its baseline where the record keeps one; the throughput's threshold and p-value, a
+    declared metric's threshold."""
+    if figure.metric == "throughput":
+        return {"ratio": figure.ratio, "threshold": figure.threshold, "p_value": _finite(record.p_value)}
+    declared = figure.metric not in BY_NAME
+    return {"ratio": figure.ratio, "threshold": figure.threshold if declared else None, "p_value": None}
 
 
 def _finite(value: Any) -> float | None:

@@ -7,6 +7,7 @@ from hwregress.store.figures import (
     AllreduceFigures,
     ColocatedFigures,
     CompileFigures,
+    DeclaredFigures,
     Figures,
     LlmFigures,
     LookFigures,
@@ -20,3 +21,5 @@ SUB_RECORDS: dict[str, type[Figures]] = {
     "llm": LlmFigures, "compile": CompileFigures, "looks": LookFigures, "reach": ReachFigures,
     "latency_reach": ReachFigures, "efficiency_reach": ReachFigures, "speedup_reach": ReachFigures, "ab": ABFigures}
 """The record's sub-record fields by name, each its class."""
+LIST_SUB_RECORDS: dict[str, type[Figures]] = {"declared": DeclaredFigures}
+"""The record's fields that hold a list of sub-records, by name, each its items' class."""
