@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,6 +28,7 @@ from hwregress.store.history_row import row_from_record
 from hwregress.store.measured import MeasuredFigures
 from hwregress.store.metrics import (
     METRICS,
+    RULES,
     JudgedMetric,
     MetricError,
     declared,
@@ -78,8 +81,13 @@ def test_one_name_one_declaration(metrics):
 def test_a_value_of_an_undeclared_metric_names_the_declared_ones_and_the_fix(metrics):
     with pytest.raises(MetricError, match=r"'tpot_ms' is declared.*declared: goodput_rps, ttft_p99_ms.*register"):
         put_measured(TestRecord("t"), MeasuredFigures(declared={"tpot_ms": 3.0}))
-    with pytest.raises(TypeError, match="'ttft_p99_ms' must be a number in ms"):
-        put_measured(TestRecord("t"), MeasuredFigures(declared={"ttft_p99_ms": "fast"}))
+    for bad in ("fast", math.nan, math.inf, True):
+        record = TestRecord("t")
+        with pytest.raises(ValueError, match="'ttft_p99_ms' must be a finite number in ms"):
+            put_measured(record, MeasuredFigures(throughput=5.0, declared={"goodput_rps": 1.0, "ttft_p99_ms": bad}))
+        assert record == TestRecord("t")  # refused before the record changed at all
+    record = put_measured(TestRecord("t"), MeasuredFigures(declared={"ttft_p99_ms": np.float32(41.5)}))
+    assert record.declared[0].value == 41.5 and type(record.declared[0].value) is float
     assert declared("goodput_rps") is GOODPUT
 
 
@@ -109,6 +117,14 @@ def test_the_entry_pools_each_declared_metric_over_its_sessions_and_passes_its_o
     assert entry["metric_history"] == {"ttft_p99_ms": [40.0, 50.0, 44.0], "goodput_rps": [12.0, 10.0, 11.0]}
     assert entry["metrics"] == {"ttft_p99_ms": 44.0, "goodput_rps": 11.0}
     assert check_entry(json.loads(json.dumps(entry))) is None
+
+
+def test_a_session_that_did_not_measure_a_metric_keeps_its_history(metrics):
+    entry = _entry(2)
+    unmeasured = TestRecord("t", device="cpu", hardware_key="cpu-x", unit="samples/s", samples=list(SAMPLES))
+    entry = lifecycle.make_entry(unmeasured, entry)
+    assert entry["metric_history"] == {"ttft_p99_ms": [40.0, 40.0], "goodput_rps": [12.0, 12.0]}
+    assert "metrics" not in lifecycle.make_entry(unmeasured, None)  # nothing declared anywhere: no keys
 
 
 @pytest.mark.parametrize(("change", "says"), [
@@ -188,6 +204,21 @@ def test_history_junit_and_the_reach_cells_read_the_canonical_figure(metrics):
     assert ttft_cell.text.startswith("TTFT p99 +") and "a TTFT p99 " in ttft_cell.title
     assert "higher is caught" in ttft_cell.title
     assert goodput_cell.text.startswith("goodput −") and "lower is caught" in goodput_cell.title
+
+
+def test_every_built_in_metric_has_a_rule_and_a_throughput_of_samples_alone_is_still_a_figure():
+    assert {metric.rule for metric in METRICS} <= set(RULES) and not any(metric.declared for metric in METRICS)
+    (figure,) = figures_of(TestRecord("t", samples=list(SAMPLES)))
+    assert (figure.metric, figure.value) == ("throughput", None)
+    assert [row["median"] for row in figure_rows(TestRecord("t", samples=list(SAMPLES)))] == [100.0]
+
+
+def test_a_declared_figure_read_from_a_file_without_a_direction_is_shown_but_never_judged(metrics):
+    record = _record(400.0, 12.0)
+    record.declared[0] = dataclasses.replace(record.declared[0], direction=None)
+    judgement = judge(_measured(record), _entry(), Tolerances())
+    assert judgement.verdict == Verdict.PASS and [f.metric for f in judgement.figures.declared] == ["goodput_rps"]
+    assert [figure.direction for figure in figures_of(record)] == ["higher", "", "higher"]
 
 
 def test_a_declared_direction_sets_the_reach_s_sign_and_a_built_in_figure_keeps_its_own():

@@ -30,6 +30,7 @@ def valid_row(index: int = 0) -> dict[str, Any]:
                         hardware_key="cpu-a", device="cpu", device_name="CPU A", model="tiny", mode="train",
                         batch_size=4, dtype="fp32", unit="samples/s", samples=[99.0, 100.0, 101.0 + index], ratio=1.0,
                         threshold=0.05, baseline_throughput=100.0, baseline_recorded_at="2026-02-01T00:00:00+00:00",
+                        latency_ms=40.0,
                         environment={"torch": "2.4.0"}, identity={"cpu_family": 25},
                         health={"other_cpu_fraction": 0.0}, diagnosis=["CPU contention"],
                         telemetry={"metrics": {"cpu_util_pct": {"mean": 97.0}}},

@@ -3,6 +3,7 @@ environment), with failure messages that state the numbers and typed figures for
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -290,13 +291,15 @@ def _judge_latency(measured: Measured, baseline: Mapping[str, Any], tolerances: 
 
 def _judge_declared(measured: Measured, baseline: Mapping[str, Any], tolerances: Tolerances,
                     judgement: _Judging) -> None:
-    """Each declared metric with a value here and in the entry, by the threshold rule (see :func:`judge`)."""
-    base_values = baseline.get("metrics") or {}
-    histories = baseline.get("metric_history") or {}
+    """Each declared metric with a finite value here, a direction, and a value in the entry, by the threshold rule (see
+    :func:`judge`)."""
+    base_values = baseline.get("metrics") if isinstance(baseline.get("metrics"), Mapping) else {}
+    histories = baseline.get("metric_history") if isinstance(baseline.get("metric_history"), Mapping) else {}
     judged = []
     for figure in measured.declared:
         base = base_values.get(figure.metric)
-        if figure.value is None or not base:
+        if (figure.value is None or not math.isfinite(figure.value) or not base
+                or figure.direction not in ("higher", "lower")):
             continue
         history = histories.get(figure.metric) or ()
         threshold = _drift_threshold(judgement, baseline, measured.on_cpu, tolerances, history)
@@ -307,10 +310,10 @@ def _judge_declared(measured: Measured, baseline: Mapping[str, Any], tolerances:
                                       reach=reach_figures(found)))
         limit = base * (1 + threshold) if lower else base * (1 - threshold)
         if (figure.value > limit) if lower else (figure.value < limit):
+            unit = f" {figure.unit}" if figure.unit else ""
             judgement.failures.append(
-                f"{measured.test_id}: {figure.label or figure.metric} {figure.value:.4g} {figure.unit} "
-                f"{'>' if lower else '<'} baseline {base:.4g} {figure.unit} x (1 {'+' if lower else '-'} "
-                f"{threshold:.1%})")
+                f"{measured.test_id}: {figure.label or figure.metric} {figure.value:.4g}{unit} "
+                f"{'>' if lower else '<'} baseline {base:.4g}{unit} x (1 {'+' if lower else '-'} {threshold:.1%})")
     judgement.figures["declared"] = tuple(judged)
 
 

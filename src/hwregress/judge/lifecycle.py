@@ -109,8 +109,7 @@ def make_entry(record: TestRecord, previous: dict[str, Any] | None = None, fresh
         entry.update(_pooled_compile(record.compile.compile_s, record.compile.cache, earlier))
     declared = {figure.metric: figure.value for figure in record.declared
                 if figure.metric and figure.value is not None and math.isfinite(figure.value) and figure.value > 0}
-    if declared:
-        entry.update(_pooled_declared(declared, earlier))
+    entry.update(_pooled_declared(declared, earlier))
     return entry
 
 
@@ -118,12 +117,15 @@ def _pooled_declared(values: dict[str, float], previous: dict[str, Any]) -> dict
     """The declared metrics' values (:func:`hwregress.store.metrics.register`; name -> value in the metric's unit),
     each pooled as a judged latency is: the entry keeps the last :data:`HISTORY_LENGTH` sessions' values per metric
     (``metric_history``) and judges against their median (``metrics``). A metric this session did not measure keeps
-    its history."""
+    its history; a value that is not above 0 is not pooled (a ratio to the baseline's needs one). Empty (no keys)
+    where neither this session nor the entry holds any."""
     earlier = previous.get("metric_history") if isinstance(previous.get("metric_history"), dict) else {}
-    histories = {name: list(history) for name, history in earlier.items() if isinstance(history, list)}
+    histories = {name: list(history) for name, history in earlier.items() if isinstance(history, list) and history}
     for name, value in values.items():
         histories[name] = [*histories.get(name, []), value][-HISTORY_LENGTH:]
-    return {"metrics": {name: float(np.median(history)) for name, history in histories.items() if history},
+    if not histories:
+        return {}
+    return {"metrics": {name: float(np.median(history)) for name, history in histories.items()},
             "metric_history": histories}
 
 

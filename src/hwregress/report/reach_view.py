@@ -80,7 +80,7 @@ def describe(found: ReachFigures, direction: str | None = None, label: str | Non
     """The figures behind one reach in words, e.g. ``"a throughput 8.1% lower is caught with 90% probability
     (threshold 5.0%, Mann-Whitney α 0.01; within-session spread 3.0% over 10 rounds, between sessions 2.0% over 3
     sessions)"``. ``direction`` (``lower``: a slowdown raises the figure) and ``label`` (how it is named) default to the
-    built-in figure's."""
+    built-in figure's (a declared figure's reach gives its own: :func:`reach_cells` does)."""
     metric = BY_NAME.get(found.figure or "")
     figure = label or (metric.label if metric is not None and metric.label else found.figure) or "figure"
     lower = (direction or (metric.direction if metric is not None else "higher")) == "lower"

@@ -17,6 +17,8 @@ outside this module.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import types
 from collections.abc import Mapping
 
@@ -36,12 +38,16 @@ def put_measured(record: TestRecord, measured: MeasuredFigures) -> TestRecord:
 
     Raises:
         MetricError: a declared value of a metric no one declared (:func:`hwregress.store.metrics.register`).
-        TypeError: a declared value that is not a number.
+        ValueError: a declared value that is not a finite number.
+
+    Either raises before the record changes.
     """
+    declared_figures = _declared_figures(measured.declared)  # checked before the record changes at all
     for name in MEASURED_FIELDS:
         value = getattr(measured, name)
         if name == "declared":
-            _put_declared(record, value)
+            names = {figure.metric for figure in declared_figures}
+            record.declared = [*(d for d in record.declared if d.metric not in names), *declared_figures]
         elif name in MERGED_FIELDS:
             getattr(record, name).update(value)
         elif name in SEQUENCE_FIELDS:
@@ -52,23 +58,23 @@ def put_measured(record: TestRecord, measured: MeasuredFigures) -> TestRecord:
     return record
 
 
-def _put_declared(record: TestRecord, values: Mapping[str, float]) -> None:
-    """The record's declared figures with ``values`` (metric name -> value) put in: each a
-    :class:`~hwregress.store.figures.DeclaredFigures` with its metric's unit, direction and label, replacing one of
-    the same metric.
+def _declared_figures(values: Mapping[str, float]) -> list[DeclaredFigures]:
+    """The record's :class:`~hwregress.store.figures.DeclaredFigures` of ``values`` (metric name -> value), each with
+    its metric's unit, direction and label.
 
     Raises:
         MetricError: a name no :func:`hwregress.store.metrics.register` declared in this process.
-        TypeError: a value that is not a real number (the message names the metric and the value).
+        ValueError: a value that is not a finite real number (the message names the metric and the value).
     """
+    figures = []
     for name, value in values.items():
         metric = declared(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"the value of the declared metric {name!r} must be a number in {metric.unit}, found "
-                            f"{value!r}")
-        figure = DeclaredFigures(metric=name, value=float(value), unit=metric.unit, direction=metric.direction,
-                                 label=metric.label or name)
-        record.declared = [*(d for d in record.declared if d.metric != name), figure]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"the value of the declared metric {name!r} must be a finite number in {metric.unit}, "
+                             f"found {value!r}")
+        figures.append(DeclaredFigures(metric=name, value=float(value), unit=metric.unit, direction=metric.direction,
+                                       label=metric.label or name))
+    return figures
 
 
 def put_judged(record: TestRecord, figures: JudgedFigures) -> None:

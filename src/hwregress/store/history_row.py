@@ -71,11 +71,17 @@ class HistoryRow(_RequiredFields, total=False):
     interrupted: Annotated[bool, "true on the rows of a session that did not run to its end (absent otherwise)"]
     figures: Annotated[dict[str, float], "the test's judged figures beside the throughput, by metric name (latency, "
                        "peak_memory, accuracy, efficiency, speedup, and those a project declares: "
-                       "hwregress.store.metrics), each in its metric's unit (absent on rows written before hwregress "
-                       "0.8)"]
+                       "hwregress.store.metrics), each in its metric's unit (absent where there is none, and on rows "
+                       "written before hwregress 0.8)"]
     mds: Annotated[float | None, "the minimum detectable slowdown of the session's verdict on the test, a fraction at "
                    "90% power (its headline reach: the throughput's where judged; hwregress.judge.reach); null: not "
                    "judged or no number stated (absent on rows written before hwregress 0.5)"]
+
+
+def _other_figures(record: TestRecord) -> dict[str, float]:
+    """The record's judged figures beside the throughput, by metric (:func:`hwregress.store.metrics.figures_of`)."""
+    return {figure.metric: figure.value for figure in figures_of(record)
+            if figure.metric != "throughput" and figure.value is not None}
 
 
 TELEMETRY_FIELDS = ("power_w", "sm_clock_mhz", "temperature_c", "cpu_util_pct")
@@ -118,8 +124,7 @@ def row_from_record(record: TestRecord, session: str, time: str, packages: str, 
         "health": {key: value for key in HEALTH_FIELDS
                    if (value := _finite_or_none((record.health or {}).get(key))) is not None},
         "diagnosis": list(record.diagnosis[:2]),
-        "figures": {figure.metric: figure.value for figure in figures_of(record)
-                    if figure.metric != "throughput" and figure.value is not None},
+        **({"figures": others} if (others := _other_figures(record)) else {}),
         **({"interrupted": True} if interrupted else {}),
         "mds": _finite_or_none(headline.mds) if (headline := record.headline_reach()) is not None else None,
     }

@@ -2,18 +2,19 @@
 baseline's value and what its verdict could catch, which way is better, its unit, its label and the rule that judges
 it. The fleet store's figure rows (:func:`hwregress.store.session_rows.figure_rows`), a session rebuilt from them
 (:mod:`hwregress.store.session_results`), the record's reaches (:meth:`hwregress.store.results.TestRecord.reaches`),
-the history rows' figures (:func:`hwregress.store.history_row.row_from_record`), the baseline entry of each
-(:func:`hwregress.judge.lifecycle.make_entry`), JUnit's properties (:mod:`hwregress.plugin.record`), the report's
-"catches ≥" cells (:mod:`hwregress.report.reach_view`) and the fleet page (:mod:`hwregress.report.fleet_view`) read
-them through :func:`figures_of`, which iterates :data:`METRICS` and then the record's declared metrics.
+the history rows' figures (:func:`hwregress.store.history_row.row_from_record`), JUnit's properties
+(:mod:`hwregress.plugin.record`) and the report's "catches ≥" cells (:mod:`hwregress.report.reach_view`) read them
+through :func:`figures_of`, the one canonical figure of each, which iterates :data:`METRICS` and then the record's
+declared metrics; the record's reaches (:data:`REACH_FIELDS`) and the fleet page (:mod:`hwregress.report.fleet_view`)
+read the table itself.
 
 A project adds a judged metric as one row: :func:`register` a :class:`JudgedMetric` (from its family's module or a
 pytest plugin of its own, e.g. the root ``conftest.py``), and hand its value to the record
 (``MeasuredFigures(declared={"ttft_p99_ms": 41.5})``, :func:`hwregress.store.assembly.put_measured`). It is judged by
 the threshold rule (:func:`hwregress.judge.compare.judge`, like the built-in latency), pooled in the baseline entry
-(``metrics``, ``metric_history``), stored in the record's ``declared`` sub-records, the history's and the fleet
-store's rows, JUnit's properties and the report, with no hwregress file touched
-(``tests/plugin/test_declared_metric_e2e.py`` proves it).
+(``metrics``, ``metric_history``; a value must be finite, and above 0 to be pooled and judged), stored in the
+record's ``declared`` sub-records, the history's and the fleet store's rows, JUnit's properties and the report, with
+no hwregress file touched (``tests/plugin/test_declared_metric_e2e.py`` proves it).
 
 Rules: ``samples`` (Mann-Whitney on the per-round samples against the baseline's pooled samples: the throughput),
 ``threshold`` (the value against the median of the baseline's recorded sessions, tolerating the throughput
@@ -33,7 +34,7 @@ from typing import Any
 
 RULES = ("samples", "threshold", "ceiling", "floor")
 DIRECTIONS = ("higher", "lower")
-METRIC_NAME = re.compile(r"[a-z][a-z0-9_]*")  # a JUnit property, a SQL row's metric, a baseline entry's key
+METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a JUnit property, a store row's metric (64 characters), a key
 
 
 @dataclass(frozen=True)
@@ -123,15 +124,16 @@ def register(metric: JudgedMetric) -> JudgedMetric:
     each record carries its declared figures' unit, direction and label.
 
     Raises:
-        MetricError: the name is not lower-case letters, digits and ``_`` starting with a letter, or is a built-in
-            metric's (:data:`METRICS`), or is taken by another declaration; the direction is not ``higher`` or
-            ``lower``; the rule is not ``threshold`` (the one rule a declared metric is judged by); the unit or label is
-            not text; or a record field is named (a declared metric's figures live in the record's ``declared``).
+        MetricError: the name is not at most 64 lower-case letters, digits and ``_`` starting with a letter, or is
+            a built-in metric's (:data:`METRICS`), or is taken by another declaration; the direction is not
+            ``higher`` or ``lower``; the rule is not ``threshold`` (the one rule a declared metric is judged by); the
+            unit or label is not text; or a record field is named (a declared metric's figures live in the record's
+            ``declared``).
     """
     where = f"judged metric {metric.name!r}"
     if not isinstance(metric.name, str) or not METRIC_NAME.fullmatch(metric.name):
-        raise MetricError(f"{where}: a name is lower-case letters, digits and '_', starting with a letter "
-                          "(it names JUnit properties, SQL rows and baseline keys)")
+        raise MetricError(f"{where}: a name is at most 64 lower-case letters, digits and '_', starting with a "
+                          "letter (it names JUnit properties, the fleet store's rows and baseline keys)")
     if metric.name in BY_NAME:
         raise MetricError(f"{where}: a built-in metric has that name ({', '.join(BY_NAME)}); choose another")
     if metric.direction not in DIRECTIONS:
@@ -186,10 +188,12 @@ class Figure:
         metric: the metric's name.
         label: the report's name of it (empty: the throughput).
         unit: the value's unit.
-        direction: ``higher`` or ``lower``: which way is better.
+        direction: ``higher`` or ``lower``: which way is better (empty: a declared figure read from a file that
+            names none).
         value: this session's value (None: not measured).
         baseline: the baseline entry's value (None: not judged).
-        ratio: value / baseline where the record keeps one (throughput, peak memory), else None.
+        ratio: value / baseline: the record's own where it keeps one (throughput, peak memory), a declared
+            metric's computed, else None.
         threshold: the change tolerated (fraction) where the record keeps it, else None.
         reach: what its verdict could catch (a :class:`hwregress.store.figures.ReachFigures`), None: none stated.
     """
@@ -212,12 +216,18 @@ class Figure:
 
 def figures_of(record: Any) -> list[Figure]:
     """Each judged metric's figure on ``record`` (a :class:`hwregress.store.results.TestRecord`) that has a value or a
-    reach: the built-in metrics' from their fields, in :data:`METRICS` order, then the record's declared figures."""
-    found = [_built_in(record, metric) for metric in METRICS]
-    found += [Figure(d.metric or "", d.label or d.metric or "", d.unit or "", d.direction or "lower",
-                     _finite(d.value), _finite(d.baseline), _ratio(d.value, d.baseline), _finite(d.threshold), d.reach)
-              for d in getattr(record, "declared", None) or ()]
-    return [figure for figure in found if figure.value is not None or figure.reach is not None]
+    reach (or, the throughput, per-round samples): the built-in metrics' from their fields, in :data:`METRICS` order,
+    then the record's declared figures, the first of each metric."""
+    found = [figure for figure in (_built_in(record, metric) for metric in METRICS)
+             if figure.value is not None or figure.reach is not None
+             or (figure.metric == "throughput" and record.samples)]
+    seen = {figure.metric for figure in found}
+    for d in getattr(record, "declared", None) or ():
+        if d.metric and d.metric not in seen and (d.value is not None or d.reach is not None):
+            seen.add(d.metric)  # one figure a metric, as the store's rows are keyed (a hand-edited file may repeat one)
+            found.append(Figure(d.metric, d.label or d.metric, d.unit or "", d.direction or "", _finite(d.value),
+                                _finite(d.baseline), _ratio(d.value, d.baseline), _finite(d.threshold), d.reach))
+    return found
 
 
 def _built_in(record: Any, metric: JudgedMetric) -> Figure:

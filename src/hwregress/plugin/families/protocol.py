@@ -88,7 +88,8 @@ class Family(Protocol):
             a marker the one whose requirements a test meets, the most of them, takes it (``parity`` and, with a
             ``workload``, ``output-parity``).
         sub_records: the :class:`hwregress.store.results.TestRecord` fields of typed figures
-            (:mod:`hwregress.store.figures`) its measurement fills, empty for none.
+            (:mod:`hwregress.store.figures`) its measurement fills, empty for none (the judge's reaches, the window's
+            looks and a project's declared metrics, ``declared``, are every family's and listed by none).
         view: the report view of its records (``TestRecord.view``, :func:`hwregress.report.family_views.record_views`:
             ``models``, ``parity``, ``ceilings``, ``scaling``, ``colocation``, ``spark``), None: the records show in
             the report's generic tables only.
