@@ -7,7 +7,6 @@ fleet extra is installed, stored in the fleet store's figure rows and read back 
 from __future__ import annotations
 
 import json
-import textwrap
 from xml.etree import ElementTree
 
 import pytest
@@ -75,12 +74,7 @@ def _install(project: HwProject) -> None:
     dist-info folder on the session's path as pip leaves one) and its test."""
     conftest = project.path / "conftest.py"
     conftest.write_text(conftest.read_text() + METRIC_ROW)
-    (project.path / "echo_family.py").write_text(textwrap.dedent(ECHO_FAMILY))
-    (project.path / "bench_tests" / "test_echo.py").write_text(textwrap.dedent(ECHO_TEST))
-    info = project.path / "echo_family-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-family\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[hwregress.families]\necho = echo_family:FAMILY\n")
+    project.install_family("echo_family", ECHO_FAMILY, ECHO_TEST)
 
 
 def _declared(record: dict) -> dict:

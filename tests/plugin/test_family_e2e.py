@@ -7,7 +7,6 @@ without xdist."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 from support.project import HwProject
@@ -61,14 +60,8 @@ ECHO_IDS = {f"bench_tests/test_echo.py::test_echo[cpu-echo-bs{batch}-fp32-hello]
 
 
 def _install_echo(project: HwProject) -> None:
-    """The family's module and its test in the project, and the entry point that installs it (a dist-info folder on
-    the session's path, as pip leaves one in site-packages)."""
-    (project.path / "echo_family.py").write_text(textwrap.dedent(ECHO_FAMILY))
-    (project.path / "bench_tests" / "test_echo.py").write_text(textwrap.dedent(ECHO_TEST))
-    info = project.path / "echo_family-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-family\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[hwregress.families]\necho = echo_family:FAMILY\n")
+    """The family's module, its test, and the entry point that installs it."""
+    project.install_family("echo_family", ECHO_FAMILY, ECHO_TEST)
 
 
 def test_a_family_of_ones_own_is_parametrized_judged_recorded_and_reported(hw_project):

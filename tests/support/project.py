@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,18 @@ class HwProject:
         """The environment of a session whose visit workers and A/B stack A's workers fork from the zygote
         (:attr:`Zygote.python`), for the self-tests of what those workers decide, not of how they start or die."""
         return {WORKER_PYTHON: self.zygote.python}
+
+    def install_family(self, module: str, source: str, test: str) -> None:
+        """A family of the project's own: its module ``<module>.py`` (``source``, dedented; it defines ``FAMILY``), its
+        test file ``bench_tests/test_echo.py`` (``test``, dedented) and the entry point of the group
+        ``hwregress.families`` that installs it (a dist-info folder on the session's path, as pip leaves one in
+        site-packages)."""
+        (self.path / f"{module}.py").write_text(textwrap.dedent(source))
+        (self.path / "bench_tests" / "test_echo.py").write_text(textwrap.dedent(test))
+        info = self.path / f"{module}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[hwregress.families]\necho = {module}:FAMILY\n")
 
     @property
     def results(self) -> dict:
