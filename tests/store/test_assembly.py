@@ -101,3 +101,10 @@ def test_a_duration_the_family_measured_is_kept():
 def test_energy_figures_need_energy_and_samples():
     assert energy_figures(20.0, 10) == {"energy_j_per_sample": 2.0, "samples_per_joule": 0.5}
     assert energy_figures(None, 10) == energy_figures(0.0, 10) == energy_figures(20.0, 0) == {}
+
+
+def test_throttled_is_read_from_the_telemetry_where_the_measurement_holds_some():
+    throttling = put_measured(TestRecord("t"), MeasuredFigures(telemetry={"throttle_reasons": ["hw_thermal_slowdown"]}))
+    assert throttling.throttled is True
+    assert put_measured(TestRecord("t"), MeasuredFigures(telemetry={"readings": 4})).throttled is False
+    assert put_measured(TestRecord("t", throttled=True), MeasuredFigures(samples=[1.0])).throttled is True  # kept

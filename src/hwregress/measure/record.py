@@ -33,7 +33,6 @@ def window_figures(record: TestRecord, measurement: Measurement) -> MeasuredFigu
         steps_per_round=timing.steps_per_round, latency_ms=summarize(timing.step_seconds).median * 1000.0,
         peak_memory_bytes=measurement.peak_memory_bytes, stable=timing.stable, looks=timing.looks,
         telemetry=measurement.telemetry, health=measurement.health,
-        throttled=bool(measurement.telemetry.get("throttle_reasons")),
         top_ops=profile.top_device_ops if profile else (), top_cpu_ops=profile.top_cpu_ops if profile else (),
         op_categories=profile.categories if profile else {},
         compile=_compile_figures(measurement),

@@ -33,8 +33,9 @@ from hwregress.store.verdicts import Verdict
 def put_measured(record: TestRecord, measured: MeasuredFigures) -> TestRecord:
     """Put what a window measured on ``record`` and return it: every figure ``measured`` holds (a None or an empty
     sequence leaves the record's own value: the batch size and unit it started with, a field another stage filled),
-    sequences as lists and mappings as dicts; ``details``, ``environment`` and ``identity`` add to the record's, and
-    each declared metric's value becomes its :class:`~hwregress.store.figures.DeclaredFigures`.
+    sequences as lists and mappings as dicts; ``details``, ``environment`` and ``identity`` add to the record's,
+    each declared metric's value becomes its :class:`~hwregress.store.figures.DeclaredFigures`, and ``throttled`` is
+    whether the telemetry names any ``throttle_reasons`` (where the measurement holds telemetry).
 
     Raises:
         MetricError: a declared value of a metric no one declared (:func:`hwregress.store.metrics.register`).
@@ -55,6 +56,8 @@ def put_measured(record: TestRecord, measured: MeasuredFigures) -> TestRecord:
                 setattr(record, name, list(value))
         elif value is not None:
             setattr(record, name, dict(value) if isinstance(value, types.MappingProxyType) else value)
+    if measured.telemetry is not None:
+        record.throttled = bool(measured.telemetry.get("throttle_reasons"))
     return record
 
 

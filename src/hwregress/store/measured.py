@@ -11,7 +11,8 @@ that class for both); None (or an empty sequence or mapping) means "not measured
 value, so that the identity a test started with (its batch size, its unit) stays unless the family measured
 another. ``details``, ``environment`` and ``identity`` add to the record's mappings of the same name. ``declared``
 holds the values of metrics a project declares (:func:`hwregress.store.metrics.register`), by the metric's name, in
-the metric's unit; the assembler makes each the record's :class:`hwregress.store.figures.DeclaredFigures`.
+the metric's unit; the assembler makes each the record's :class:`hwregress.store.figures.DeclaredFigures`. Whether
+the device throttled is not a figure of its own: the assembler reads it from the telemetry's ``throttle_reasons``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class MeasuredFigures:
     reference_samples: Sequence[float] = ()
     telemetry: Mapping[str, Any] | None = None
     health: Mapping[str, Any] = field(default_factory=dict)
-    throttled: bool | None = None
     energy_j_per_sample: float | None = None
     samples_per_joule: float | None = None
     top_ops: Sequence[Mapping[str, Any]] = ()

@@ -185,7 +185,8 @@ class TestRecord:
     top_ops: list[dict[str, Any]] = doc("top operators by self device time", factory=list)
     top_cpu_ops: list[dict[str, Any]] = doc("top operators by self CPU time", factory=list)
     op_categories: dict[str, float] = doc("fraction of profiled time per operator category", factory=dict)
-    throttled: bool = doc("whether the device reported throttling in the window", False)
+    throttled: bool = doc("whether the device reported throttling in the window: the telemetry's throttle_reasons "
+                          "name any (the assembler derives it)", False)
     trace_path: str | None = doc("path of the profiler trace, when written")
     details: dict[str, Any] = doc("open-ended facts (see TestRecord's docstring): identity, device_facts, variant, "
                                   "window and reference figures", factory=dict)

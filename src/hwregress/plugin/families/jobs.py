@@ -179,7 +179,6 @@ def rank_telemetry(ranks: list[dict[str, Any]]) -> MeasuredFigures:
     first = ranks[0]
     telemetry = first.get("telemetry") or {}
     measured = MeasuredFigures(telemetry=telemetry, health=first.get("health") or {},
-                               throttled=bool(telemetry.get("throttle_reasons")),
                                details={"telemetry_series": first.get("telemetry_series") or {}})
     energies = list({r.get("device"): (r.get("telemetry") or {}).get("energy_j") for r in ranks}.values())
     if not (energies and all(energies)):

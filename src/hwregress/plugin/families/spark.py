@@ -277,7 +277,6 @@ def _window_figures(samples: list[float], sampler: TelemetrySampler, images: int
     telemetry = sampler.summary()
     return MeasuredFigures(samples=samples, throughput=summary.median, throughput_iqr=summary.iqr, rounds=len(samples),
                            telemetry=telemetry, health=sampler.health,
-                           throttled=bool(telemetry.get("throttle_reasons")),
                            details={"telemetry_series": sampler.compact_series()},
                            **energy_figures(sampler.energy_j, images))
 
