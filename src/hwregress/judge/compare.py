@@ -16,6 +16,7 @@ from hwregress.judge.reach import Reach, reach, threshold_reach
 from hwregress.judge.tolerances import Tolerances, memory_limits, starting_tolerance
 from hwregress.store.figures import DeclaredFigures, LookFigures, ReachFigures
 from hwregress.store.judged import JudgedFigures
+from hwregress.store.metrics import DIRECTIONS
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import summarize
 
@@ -299,7 +300,7 @@ def _judge_declared(measured: Measured, baseline: Mapping[str, Any], tolerances:
     for figure in measured.declared:
         base = base_values.get(figure.metric)
         if (figure.value is None or not math.isfinite(figure.value) or not base
-                or figure.direction not in ("higher", "lower")):
+                or figure.direction not in DIRECTIONS):
             continue
         history = histories.get(figure.metric) or ()
         threshold = _drift_threshold(judgement, baseline, measured.on_cpu, tolerances, history)

@@ -82,6 +82,7 @@ from scipy import optimize, special
 
 from hwregress.judge.changepoints import since_last_change
 from hwregress.judge.stats import MIN_HISTORY, robust_spread
+from hwregress.store.metrics import DIRECTIONS
 
 POWER = 0.9
 MEDIAN_VARIANCE = math.pi / 2  # var(sample median) / var(sample mean) for normal samples, as n grows
@@ -263,7 +264,7 @@ def _check_probabilities(power: float, alpha: float) -> None:
 
 
 def _check_figure(figure: str, threshold: float, power: float, direction: str | None = None) -> None:
-    if direction is not None and direction not in ("higher", "lower"):
+    if direction is not None and direction not in DIRECTIONS:
         raise ValueError(f"the {figure}'s direction must be 'higher' or 'lower', got {direction!r}")
     if direction is None and figure not in FIGURES[1:]:
         raise ValueError(f"a threshold rule judges one of {', '.join(FIGURES[1:])}, got {figure!r}")

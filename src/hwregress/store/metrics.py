@@ -225,25 +225,29 @@ def figures_of(record: Any) -> list[Figure]:
     for d in getattr(record, "declared", None) or ():
         if d.metric and d.metric not in seen and (d.value is not None or d.reach is not None):
             seen.add(d.metric)  # one figure a metric, as the store's rows are keyed (a hand-edited file may repeat one)
-            found.append(Figure(d.metric, d.label or d.metric, d.unit or "", d.direction or "", _finite(d.value),
-                                _finite(d.baseline), _ratio(d.value, d.baseline), _finite(d.threshold), d.reach))
+            found.append(Figure(d.metric, d.label or d.metric, d.unit or "", d.direction or "",
+                                finite_number(d.value), finite_number(d.baseline), _ratio(d.value, d.baseline),
+                                finite_number(d.threshold), d.reach))
     return found
 
 
 def _built_in(record: Any, metric: JudgedMetric) -> Figure:
     reach = getattr(record, metric.reach) if metric.reach else None
     threshold = record.threshold if metric.name == "throughput" else getattr(reach, "threshold", None)
-    return Figure(metric.name, metric.label, metric.unit or record.unit, metric.direction,
-                  _finite(getattr(record, metric.value or "")), _finite(getattr(record, metric.baseline or "")),
-                  _finite(getattr(record, metric.ratio)) if metric.ratio else None, _finite(threshold), reach)
+    value, baseline = getattr(record, metric.value or ""), getattr(record, metric.baseline or "")
+    ratio = getattr(record, metric.ratio) if metric.ratio else None
+    return Figure(metric.name, metric.label, metric.unit or record.unit, metric.direction, finite_number(value),
+                  finite_number(baseline), finite_number(ratio), finite_number(threshold), reach)
 
 
 def _ratio(value: float | None, baseline: float | None) -> float | None:
-    value, baseline = _finite(value), _finite(baseline)
+    value, baseline = finite_number(value), finite_number(baseline)
     return value / baseline if value is not None and baseline else None
 
 
-def _finite(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float where it is a finite real number (not a bool), else None: how a figure's value, baseline,
+    ratio and threshold are read off a record, and a row's numbers off a figure."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import math
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,7 +20,7 @@ from typing import Any
 from hwregress.store.figures import ReachFigures
 from hwregress.store.history import parse_time
 from hwregress.store.legacy_records import type_legacy_details
-from hwregress.store.metrics import BY_NAME, Figure, figures_of
+from hwregress.store.metrics import BY_NAME, Figure, figures_of, finite_number
 from hwregress.store.results import TestRecord, record_problem
 from hwregress.store.tables import HOST_ID_LENGTH
 from hwregress.summary import summarize
@@ -198,7 +197,7 @@ def figure_rows(record: TestRecord) -> list[dict[str, Any]]:
             "median": summary.median if summary else figure.value, "q1": summary.q1 if summary else None,
             "q3": summary.q3 if summary else None, "n": summary.n if summary else 1,
             "verdict": str(record.verdict), **_judged(record, figure),
-            "mds": _finite(figure.reach.mds) if isinstance(figure.reach, ReachFigures) else None,
+            "mds": finite_number(figure.reach.mds) if isinstance(figure.reach, ReachFigures) else None,
             "baseline_median": figure.baseline,
             "baseline_recorded_at": record.baseline_recorded_at,
             "identity": dict(record.identity), "diagnosis": list(record.diagnosis),
@@ -210,16 +209,10 @@ def _judged(record: TestRecord, figure: Figure) -> dict[str, float | None]:
     """The figure's ratio to its baseline where the record keeps one; the throughput's threshold and p-value, a
     declared metric's threshold."""
     if figure.metric == "throughput":
-        return {"ratio": figure.ratio, "threshold": figure.threshold, "p_value": _finite(record.p_value)}
+        return {"ratio": figure.ratio, "threshold": figure.threshold, "p_value": finite_number(record.p_value)}
     declared = figure.metric not in BY_NAME
     return {"ratio": figure.ratio, "threshold": figure.threshold if declared else None, "p_value": None}
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _finite_samples(samples: Sequence[Any]) -> list[float]:
-    return [float(s) for s in samples if _finite(s) is not None]
+    return [float(s) for s in samples if finite_number(s) is not None]
