@@ -404,6 +404,22 @@ def test_a_stopped_producer_has_written_a_prefix_of_its_range(tmp_path):
     assert stream.resume_point(tmp_path) == 5 + count
 
 
+def test_a_producer_halts_itself_at_exactly_halt_at_images_in_all_those_written_before_counted(tmp_path):
+    written: dict[int, float] = {i: 0.0 for i in range(5)}  # the warm-up's images, written by an earlier producer
+    producer = stream.Producer(tmp_path, 5, 5000, rate=5000.0, written=written, halt_at=12).start()
+    producer.join(60)
+    assert not producer.running and producer.error is None
+    assert len(written) == 12 and _visible_ids(tmp_path) == list(range(5, 12)) and stream.resume_point(tmp_path) == 12
+
+
+def test_waiting_on_an_ended_producer_still_waits_between_polls(tmp_path):
+    producer = stream.Producer(tmp_path, 0, 2, rate=1000.0, written={}).start()
+    producer.join(60)
+    started = time.monotonic()
+    producer.wait(0.2)
+    assert time.monotonic() - started >= 0.2  # not a busy loop of Py4J calls while the query warms up
+
+
 def test_a_producer_that_fails_keeps_its_error_for_the_caller(tmp_path):
     producer = stream.Producer(tmp_path / "missing", 0, 3, rate=1000.0, written={}).start()
     producer.join(60)

@@ -35,6 +35,10 @@ from hwregress.spark.predictor import PredictSpec, digit_rows, predict_udf, row_
 
 FILE_PREFIX = "digit-"
 LATENCY_POINTS = 100  # latency quantiles kept for the report's distribution chart
+# how often the driver asks the query whether it is alive (two Py4J calls into the JVM): at 20 ms, as before, the
+# watching took a share of the cores the stream's own executors run on (local mode); the producer's thread keeps
+# the rate and stops mid-stream by itself, so a slower watch changes no image's time
+QUERY_POLL_S = 0.25
 
 
 class StreamFailed(RuntimeError):
@@ -115,11 +119,13 @@ class StreamResult:
 
 class Producer:
     """Writes images ``start..stop-1`` into ``folder`` at ``rate`` per second on a thread, each atomically
-    (hidden file, then rename); ``written`` maps id -> Unix time of its rename."""
+    (hidden file, then rename); ``written`` maps id -> Unix time of its rename. ``halt_at``: stop, mid-stream, once
+    ``written`` holds that many images (a stopped producer)."""
 
-    def __init__(self, folder: Path, start: int, stop: int, rate: float, written: dict[int, float]) -> None:
+    def __init__(self, folder: Path, start: int, stop: int, rate: float, written: dict[int, float],
+                 halt_at: int | None = None) -> None:
         self.folder, self.start_id, self.stop_id, self.rate = folder, start, stop, rate
-        self.written = written
+        self.written, self.halt_at = written, halt_at
         self.error: BaseException | None = None
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hwregress-spark-producer", daemon=True)
@@ -136,6 +142,14 @@ class Producer:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    def wait(self, seconds: float) -> None:
+        """Wait until the thread ends, at most ``seconds``; a thread already ended waits the whole ``seconds`` (a loop
+        that goes on polling something else once the producer is done still waits between its polls)."""
+        if self._thread.is_alive():
+            self._thread.join(seconds)
+        else:
+            time.sleep(seconds)
+
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
@@ -148,6 +162,8 @@ class Producer:
                 if self._halt.wait(max(0.0, delay)):
                     return
                 self.written[row[0]] = write_image(self.folder, row)
+                if self.halt_at is not None and len(self.written) >= self.halt_at:
+                    return
         except BaseException as error:  # the caller reports it: a producer that dies silently would look like loss
             self.error = error
 
@@ -290,23 +306,21 @@ def _query_name(spec: StreamSpec) -> str:
 def _produce(spec: StreamSpec, folder: Path, start: int, stop: int, written: dict[int, float], query: Any,
              progress: _Progress, wait_for_rows: int | None = None, halt_at: int | None = None,
              tick: Callable[[], None] | None = None) -> None:
-    """Write images ``start..stop-1`` at the spec's rate while watching the query. ``wait_for_rows``: also wait until
-    the query has read that many rows (the warm-up); ``halt_at``: stop the producer, mid-stream, once that many
-    images have been written in all; ``tick``: called at each poll (live progress)."""
-    producer = Producer(folder, start, stop, spec.rate, written).start()
+    """Write images ``start..stop-1`` at the spec's rate while watching the query every :data:`QUERY_POLL_S`.
+    ``wait_for_rows``: also wait until the query has read that many rows (the warm-up); ``halt_at``: stop the
+    producer, mid-stream, once that many images have been written in all; ``tick``: called at each poll (live
+    progress)."""
+    producer = Producer(folder, start, stop, spec.rate, written, halt_at).start()
     deadline = time.monotonic() + (stop - start) / spec.rate + spec.timeout_s
     while producer.running or (wait_for_rows is not None and progress.rows() < wait_for_rows):
         _check(query, producer)
         if tick is not None:
             tick()
-        if halt_at is not None and len(written) >= halt_at:
-            producer.stop()
-            break
         if time.monotonic() > deadline:
             producer.stop()
             raise StreamFailed(f"the stream read {progress.rows()} of {wait_for_rows or stop} images within "
                                f"{spec.timeout_s:.0f} s of their writing (warm-up: workers start, models build)")
-        producer.join(0.02)
+        producer.wait(QUERY_POLL_S)
     _check(query, producer)
 
 
@@ -331,7 +345,7 @@ def _drain(query: Any, progress: _Progress, total: int, timeout_s: float, sink_i
         if time.monotonic() > deadline:
             raise StreamFailed(f"the stream fell behind: {progress.rows()} of {total} images read {timeout_s:.0f} s "
                                f"after the last was written ({sink_ids()} in the sink)")
-        time.sleep(0.1)
+        time.sleep(QUERY_POLL_S)
     query.processAllAvailable()
 
 
