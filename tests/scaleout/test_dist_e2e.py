@@ -131,6 +131,10 @@ def test_an_out_of_memory_rank_ends_the_test_as_oom(dist_project):
     (record,) = dist_project.results["records"]
     assert record["verdict"] == "oom" and "out of memory on rank 0 (cpu)" in record["message"]
     assert not _job_processes(dist_project)
+    # torch.multiprocessing's traceback files of the failed ranks (the one out of memory, the other's lost peer), which
+    # it never deletes: in the job's folder, beside the ranks' logs, not one more in the system's temporary folder
+    error_files = list(dist_project.path.rglob("pytorch-errorfile-*.pickle"))
+    assert error_files and all(f.parent.name == "tmp" and (f.parent.parent / "logs").is_dir() for f in error_files)
 
 
 def _free_port() -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,16 @@ def launch_config(spec: JobSpec, endpoint: str, is_host: bool) -> Any:
                         logs_specs=DefaultLogsSpecs(log_dir=str(Path(spec.out_dir) / "logs"), redirects=Std.ALL))
 
 
+def error_file_folder(spec: JobSpec) -> Path:
+    """Where this driver's temporary files go: ``<out_dir>/tmp`` (made here). torch.multiprocessing gives each spawned
+    rank a ``pytorch-errorfile-*.pickle`` in the launcher's temporary folder for its traceback and never deletes it
+    (``torch/multiprocessing/spawn.py``, ``start_processes``): in the system's, every failed rank of every job left
+    one behind; in the job's folder it stays beside the ranks' logs and goes with them."""
+    folder = Path(spec.out_dir) / "tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def failures_of(error: Any) -> list[dict[str, Any]]:
     """The failed ranks of a ``ChildFailedError``, the launcher's first failure first (it orders by whole seconds:
     :func:`hwregress.scaleout.failure_text.describe_failures` decides which rank died first)."""
@@ -57,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = JobSpec.read(args.job)
     sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]  # spawned ranks inherit this path
+    tempfile.tempdir = str(error_file_folder(spec))
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
