@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -473,6 +474,35 @@ def test_the_drain_ends_when_the_sink_holds_every_image_though_a_restart_lost_a_
     reads = []
     stream._drain(query, progress, 88, timeout_s=5.0, sink_ids=lambda: reads.append(1) or 88, sink_every_s=0.0)
     assert reads and query.drained
+
+
+class _CountedQuery(fake_spark.FakeStreamingQuery):
+    """A running query that counts the driver's calls into it (each one a Py4J call into Spark's JVM)."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.calls = 0
+
+    def exception(self) -> BaseException | None:
+        self.calls += 1
+        return None
+
+
+def test_the_warm_up_wait_asks_the_query_once_a_poll_not_in_a_busy_loop(tmp_path):
+    # the producer's 2 images are written at once; the query reads them 1 s later (workers starting): the loop waits
+    # on, and before the fix asked the JVM about 50 times a second (join on an ended thread returns at once)
+    progress, query = stream._Progress(), _CountedQuery()
+    timer = threading.Timer(1.0, progress.add, [_progress(0, 2, 0.0, 100)])
+    spec = SimpleNamespace(rate=1000.0, timeout_s=30.0)
+    timer.start()
+    started = time.monotonic()
+    try:
+        stream._produce(spec, tmp_path, 0, 2, {}, query, progress, wait_for_rows=2)
+    finally:
+        timer.cancel()
+    waited = time.monotonic() - started
+    assert progress.rows() == 2 and waited >= 1.0
+    assert query.calls <= waited / stream.QUERY_POLL_S + 2, (query.calls, waited)
 
 
 def test_the_drain_still_fails_when_the_sink_misses_an_image():
