@@ -7,7 +7,7 @@ As a pytest plugin it appends one JSON line per test to the file named by ``HWRE
 change over the test of the user + system time of the pytest process (the xdist worker), of every live descendant
 and of the children each of them has reaped (``psutil.Process.cpu_times``): the test's own work, its subprocesses',
 the zygote's forked sessions' and their ranks and workers'. A descendant that is not reaped inside the tree (a
-process that outlives its parent, as Spark's JVM can) is not counted, so for such tests the idle time is an upper
+process that outlives its parent: Spark's JVMs, it seems) is not counted, so for such tests the idle time is an upper
 bound. With ``-n 2`` each worker's tree is its own, so the figures of parallel tests do not mix.
 
 As a script it prints the table by room (``tests/<room>/``) and the tests that waited the most.
