@@ -5,8 +5,9 @@ start: a shorter wait cuts it, and a core is idle meanwhile).
 As a pytest plugin it appends one JSON line per test to the file named by ``HWREGRESS_SELFTEST_CPU`` (default
 ``selftest_cpu.jsonl``): ``{"id", "wall", "cpu"}``, seconds from the test's setup to its teardown. ``cpu`` is the
 change over the test of the user + system time of the pytest process (the xdist worker), of every live descendant
-and of the children each of them has reaped (``psutil.Process.cpu_times``): the test's own work, its subprocesses',
-the zygote's forked sessions' and their ranks and workers'. A descendant that is not reaped inside the tree (a
+and of the children each of them has reaped (:func:`hwregress.hardware.health.tree_cpu_seconds`, as the contention
+check reads its own process tree): the test's own work, its subprocesses', the zygote's forked sessions' and their
+ranks and workers'. A descendant that is not reaped inside the tree (a
 process that outlives its parent: Spark's JVMs, it seems) is not counted, so for such tests the idle time is an upper
 bound. With ``-n 2`` each worker's tree is its own, so the figures of parallel tests do not mix.
 
@@ -30,28 +31,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hwregress.hardware.health import tree_cpu_seconds
+
 OUTPUT_VARIABLE = "HWREGRESS_SELFTEST_CPU"
-
-
-def tree_cpu_s(root: psutil.Process | None = None) -> float:
-    """User + system seconds of ``root`` (this process by default), its live descendants and the children each has
-    reaped; processes that end while being read are skipped."""
-    root = root or psutil.Process()
-    total = 0.0
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    cpu, wall = tree_cpu_s(), time.monotonic()
+    cpu, wall = tree_cpu_seconds(psutil.Process()), time.monotonic()
     yield
-    line = {"id": item.nodeid, "wall": time.monotonic() - wall, "cpu": tree_cpu_s() - cpu}
+    line = {"id": item.nodeid, "wall": time.monotonic() - wall, "cpu": tree_cpu_seconds(psutil.Process()) - cpu}
     with open(os.environ.get(OUTPUT_VARIABLE, "selftest_cpu.jsonl"), "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")
 

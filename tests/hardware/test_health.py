@@ -347,11 +347,11 @@ def test_cpu_of_a_process_reaped_inside_the_job_is_ours():
     """A rank that reaped a worker (a data loader, a compile worker) is alive when the window ends: the worker's CPU
     seconds sit in the rank's ``children_*`` times, and they are ours."""
     ours = psutil.Process()
-    before = health._tree_cpu_seconds(ours)
+    before = health.tree_cpu_seconds(ours)
     rank = subprocess.Popen([sys.executable, "-c", REAPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         worker_cpu_s = float(rank.stdout.readline())
-        after = health._tree_cpu_seconds(ours)  # the rank still runs
+        after = health.tree_cpu_seconds(ours)  # the rank still runs
     finally:
         rank.kill()
         rank.wait()

@@ -93,7 +93,7 @@ def _cpu_seconds_with_reaped(times: Any) -> float:
     return times.user + times.system + getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
 
 
-def _tree_cpu_seconds(process: Any) -> float:
+def tree_cpu_seconds(process: Any) -> float:
     """CPU seconds of ``process`` and its live descendants, each with the children it reaped (see module doc):
     a child that is alive counts once, by itself; once reaped, in its parent's ``children_*`` times."""
     seconds = _cpu_seconds_with_reaped(process.cpu_times())
@@ -154,7 +154,7 @@ class CpuHealthProbe:
             "migrations": _guard(errors, "thread_sched", host_thread.migrations),
             "thread_cpu": _guard(errors, "thread_stat", host_thread.last_cpu),
             "times": _guard(errors, "cpu_times", lambda: _times_split(ps.cpu_times())),
-            "own": _guard(errors, "own_cpu_times", lambda: _tree_cpu_seconds(self.process)),
+            "own": _guard(errors, "own_cpu_times", lambda: tree_cpu_seconds(self.process)),
             "load": _guard(errors, "load_average", lambda: ps.getloadavg()[0]),
             "available": memory.available / memory.total if memory is not None and memory.total else None,
             "swap_in": _guard(errors, "swap_memory", lambda: ps.swap_memory().sin),
