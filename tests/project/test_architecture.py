@@ -5,7 +5,8 @@ cannot hide a circle or a heavy dependency.
 - no import circles;
 - each room imports only the rooms below it (:data:`MAY_IMPORT`) and the floor (:data:`FLOOR`: modules that
   import nothing of hwregress, which every room may import);
-- ``judge/``, ``store/``, ``report/`` and ``cli/`` reach neither torch nor pytest, however indirectly;
+- ``judge/``, ``store/``, ``report/``, ``cli/`` and ``serving/`` reach neither torch nor pytest, however indirectly (a
+  server under load runs in a process of its own);
 - only ``plugin/`` and the shipped suite import pytest;
 - no room below ``plugin/`` tells records apart by their family's name (a family declares what the judge needs to
   know: :class:`hwregress.plugin.families.protocol.FamilyTraits`, and the report view of its records);
@@ -52,7 +53,7 @@ SRC = REPO / "src"
 PACKAGE = SRC / "hwregress"
 MAX_LINES = 400
 HEAVY = {"torch", "torchvision", "transformers", "torchao", "pytest", "_pytest", "xdist", "pytest_benchmark", "pyspark"}
-TORCH_FREE_ROOMS = ("judge", "store", "report", "cli")
+TORCH_FREE_ROOMS = ("judge", "store", "report", "cli", "serving")
 PYTEST_ROOMS = ("plugin", "suite")
 # the floor: single modules of hwregress that import nothing of it, so that every room may import them
 FLOOR = ("summary",)
@@ -68,6 +69,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "spark": {"measure", "hardware", "workloads", "store"},
     "check": {"measure", "hardware", "workloads", "store"},
     "ab": {"judge", "measure", "hardware", "workloads", "store"},
+    "serving": {"judge"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge"},
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab"},
