@@ -56,10 +56,11 @@ HEAVY = {"torch", "torchvision", "transformers", "torchao", "pytest", "_pytest",
 TORCH_FREE_ROOMS = ("judge", "store", "report", "cli", "serving")
 PYTEST_ROOMS = ("plugin", "suite")
 # the floor: single modules of hwregress that import nothing of it, so that every room may import them
-FLOOR = ("summary",)
+FLOOR = ("summary", "process_group")
 # room -> the rooms (or single modules, as dotted names under hwregress) it may import besides itself and the floor
 MAY_IMPORT: dict[str, set[str]] = {
     "summary": set(),
+    "process_group": set(),
     "store": set(),
     "judge": {"store", "hardware.facts", "hardware.roofline", "hardware.health"},
     "hardware": set(),

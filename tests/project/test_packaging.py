@@ -44,6 +44,7 @@ def test_dependencies_sit_where_they_are_used():
     assert {"hypothesis", "jsonschema", "ruff", "pytest-timeout"} <= extras["test"]
     assert extras["llm"] == {"transformers"} and extras["quant"] == {"torchao"}
     assert "pytest-benchmark" in extras["benchmark"]
+    assert extras["serving"] == {"transformers", "httpx"} and not {"httpx", "fastapi", "uvicorn"} & required
 
 
 def test_one_version_source_and_the_metadata_of_a_pytest_plugin():

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import hwregress
-from hwregress.ab.process_group import TERM_GRACE_S, end_process_group, exit_status
 from hwregress.ab.protocol import Case, decode_response, encode
 from hwregress.ab.stacks import Stack
 from hwregress.ab.worker_environment import MALLOC_SETTINGS, WORKER_BOOT, worker_environment
+from hwregress.process_group import TERM_GRACE_S, end_process_group, exit_status
 
 CLOSE_GRACE_S = 10.0  # for a worker to exit after close (interpreter shutdown with torch loaded), before SIGTERM
 POLL_S = 0.2  # how often a wait for a response looks whether the worker is still alive

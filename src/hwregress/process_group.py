@@ -1,4 +1,5 @@
-"""Ending a worker's process group, every process of it, and how a process ended, in words. Torch-free."""
+"""Ending a child's process group, every process of it, and how a process ended, in words: the A/B workers' and the
+served model's. Torch-free; imports nothing of hwregress (the floor)."""
 
 from __future__ import annotations
 
