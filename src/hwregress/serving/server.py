@@ -65,7 +65,7 @@ def server_command(engine: str, model_folder: Path, device: str, port: int, pyth
                 "--host", "127.0.0.1", "--port", str(port), "--continuous-batching", "--log-level", "warning"]
     if engine == "vllm":
         return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_folder), "--host", "127.0.0.1",
-                "--port", str(port), "--disable-log-requests"]
+                "--port", str(port)]  # vllm/entrypoints/cli/main.py: `vllm serve` as a module
     raise ValueError(f"serving engine {engine!r}: choose from {ENGINES}")
 
 
