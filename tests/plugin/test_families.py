@@ -18,7 +18,7 @@ from hwregress.store.metrics import REACH_FIELDS
 from hwregress.store.results import TestRecord
 from hwregress.store.sub_records import LIST_SUB_RECORDS
 
-BUILT_IN = ["throughput", "parity", "output-parity", "speedup", "ceiling", "scaling", "colocated", "spark"]
+BUILT_IN = ["throughput", "parity", "output-parity", "speedup", "ceiling", "scaling", "colocated", "spark", "serving"]
 
 
 class Echo:
@@ -47,8 +47,8 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_built_in_families_are_registered_in_their_order_with_their_markers():
     assert registry.names()[:len(BUILT_IN)] == BUILT_IN
-    assert list(registry.markers())[:7] == ["throughput", "parity", "speedup", "ceiling", "scaling", "colocated",
-                                            "spark"]
+    assert list(registry.markers())[:8] == ["throughput", "parity", "speedup", "ceiling", "scaling", "colocated",
+                                            "spark", "serving"]
 
 
 def test_a_family_of_ones_own_comes_after_the_built_ins_and_gives_its_cases(clean_registry):
@@ -75,7 +75,8 @@ def test_a_taken_name_is_refused_unless_replaced(clean_registry):
 
 def test_an_unknown_family_names_the_registered_ones():
     with pytest.raises(registry.FamilyError, match="unknown test family 'nope'; registered: throughput, parity, "
-                                                   "output-parity, speedup, ceiling, scaling, colocated, spark"):
+                                                   "output-parity, speedup, ceiling, scaling, colocated, spark, "
+                                                   "serving"):
         registry.get("nope")
     with pytest.raises(registry.FamilyError, match="unknown test family 'nope'"):
         registry.cases(Selection(["cpu"]), "nope")
@@ -102,8 +103,8 @@ def test_what_the_judge_needs_to_know_is_declared_by_the_families_and_none_by_de
                                                          worker_window=True)
     assert registry.traits("ceiling") == FamilyTraits(roof=True, host_evidence=True)
     assert registry.traits("spark") == FamilyTraits(judged_latency_modes=frozenset({"stream"}))
-    assert {name: registry.traits(name) for name in ("parity", "output-parity", "speedup", "scaling", "colocated")} == \
-        dict.fromkeys(("parity", "output-parity", "speedup", "scaling", "colocated"), FamilyTraits())
+    plain = ("parity", "output-parity", "speedup", "scaling", "colocated", "serving")
+    assert {name: registry.traits(name) for name in plain} == dict.fromkeys(plain, FamilyTraits())
     registry.register(type("Timed", (Echo,), {"judged_latency_modes": ["echo"], "host_evidence": True})())
     assert registry.traits("echo") == FamilyTraits(judged_latency_modes=frozenset({"echo"}), host_evidence=True)
     assert registry.traits("no-such-family") == registry.traits(None) == FamilyTraits()

@@ -11,7 +11,8 @@ from hwregress.plugin import matrix, tier_estimate, tier_header, tiers
 from hwregress.plugin.families import registry
 from hwregress.plugin.matrix import Selection
 
-ALWAYS_ON = [f.name for f in registry.BUILT_IN if f.name != "spark"]  # spark is opt-in (-m spark): Java, no tier
+# spark (-m spark: Java) and serving (-m serving: a server) are opt-in, in no tier
+ALWAYS_ON = [f.name for f in registry.BUILT_IN if f.name not in ("spark", "serving")]
 
 
 def ids(tier: str, device: str) -> dict[str, set[str]]:

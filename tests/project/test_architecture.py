@@ -70,10 +70,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "spark": {"measure", "hardware", "workloads", "store"},
     "check": {"measure", "hardware", "workloads", "store"},
     "ab": {"judge", "measure", "hardware", "workloads", "store"},
-    "serving": {"judge"},
+    "serving": {"judge", "hardware.facts"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge"},
-    "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab"},
+    "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab", "serving"},
     "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
 }
 # the rooms below plugin/ that may still test a family's name: none (the report's views pick their records by the view

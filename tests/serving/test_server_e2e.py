@@ -12,11 +12,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from support.processes import gone
+from support.served_shapes import TINY_LLAMA
 
 from hwregress.serving import server as serving
 from hwregress.serving.figures import Slo, window_figures
@@ -25,20 +26,6 @@ from hwregress.serving.trace import Arrivals, fixed_lengths, make_trace
 UNAVAILABLE = serving.unavailable_reason("transformers")
 pytestmark = [pytest.mark.needs_extra, pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs transformers serve: {UNAVAILABLE}")]
-# the Llama architecture at a size that answers quickly on 2 loaded cores: 2 layers, hidden 64, 512 words
-TINY_LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 512,
-              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
-
-
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return True
-        time.sleep(0.1)
-    return False
-
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
@@ -57,7 +44,7 @@ def served(tiny_model, tmp_path_factory):
     server = _start(tiny_model, tmp_path_factory.mktemp("log") / "server.log")
     yield server
     server.stop()
-    assert _gone(server.pid)
+    assert gone(server.pid)
 
 
 def _prompt(model):
@@ -103,7 +90,7 @@ def test_a_server_killed_mid_window_fails_the_requests_it_owed_and_says_it_died(
         failed = [t for t in result.timings if t.error]
         assert failed and len(result.timings) == 40  # none dropped
         assert window_figures(result.timings, result.duration_s, Slo()).error_rate == len(failed) / 40
-        assert _gone(server.pid) and not server.alive
+        assert gone(server.pid) and not server.alive
     finally:
         server.stop()
 
@@ -133,7 +120,7 @@ def test_no_server_outlives_a_process_that_started_it_and_was_killed(tiny_model,
         assert psutil.pid_exists(server_pid)
         process.send_signal(signal.SIGKILL)
         process.wait()
-        assert _gone(server_pid), f"the server {server_pid} outlived its owner"
+        assert gone(server_pid), f"the server {server_pid} outlived its owner"
     finally:
         process.kill()
 

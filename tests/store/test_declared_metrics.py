@@ -49,12 +49,18 @@ SAMPLES = [100.0, 101.0, 99.0, 100.5, 99.5, 100.0]
 
 @pytest.fixture
 def metrics():
-    """TTFT p99 and goodput declared for one test."""
+    """TTFT p99 and goodput declared for one test, alone (the metrics declared in this process before, such as the
+    serving family's, set aside meanwhile)."""
+    before = [metric for metric in judged_metrics() if metric.declared]
+    for metric in before:
+        unregister(metric.name)
     register(TTFT)
     register(GOODPUT)
     yield
     unregister(TTFT.name)
     unregister(GOODPUT.name)
+    for metric in before:
+        register(metric)
 
 
 @pytest.mark.parametrize(("metric", "says"), [

@@ -42,6 +42,7 @@ class HwProject:
         shutil.copy(REPO / "bench_tests" / "test_throughput.py", self.path / "bench_tests")
         shutil.copy(REPO / "pyproject.toml", self.path)
         shutil.copy(SUPPORT, self.path)
+        shutil.copy(SUPPORT_DIR / "served_shapes.py", self.path)
         shutil.copy(EARLY_GC, self.path)
         conftest = (REPO / "conftest.py").read_text()
         (self.path / "conftest.py").write_text(conftest + '\npytest_plugins.append("selftest_support")\n')
@@ -55,7 +56,7 @@ class HwProject:
                     "HWREGRESS_SELFTEST_COMPILE_FAIL", "HWREGRESS_SELFTEST_SLEEP_S",
                     "HWREGRESS_SELFTEST_STREAM_SLEEP_S", "HWREGRESS_SELFTEST_FREEZE",
                     "HWREGRESS_SELFTEST_PYTEST_SLEEP_S", "HWREGRESS_SELFTEST_REAL_CLOCK", "HWREGRESS_VISIT_WORKER",
-                    "HWREGRESS_SELFTEST_VISIT_WORKER_EXIT", WORKER_PYTHON,
+                    "HWREGRESS_SELFTEST_VISIT_WORKER_EXIT", "HWREGRESS_SELFTEST_SERVE_SLEEP_S", WORKER_PYTHON,
                     # an outer -n run's worker variables would make the inner session think it is a worker
                     "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
                     "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "HWREGRESS_STORE", "HWREGRESS_ALERT_WEBHOOK"):

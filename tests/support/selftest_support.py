@@ -42,9 +42,11 @@ import time
 
 import pytest
 import torch
+from served_shapes import TINY_LLAMA
 from torch import nn
 
 from hwregress import workloads
+from hwregress.workloads.served import register_served
 
 STEP_SECONDS = 0.01
 # a fixed +-1% pattern: deterministic spread, so the statistics see realistic, repeatable noise
@@ -196,6 +198,18 @@ def _tiny_lm():
 # a causal LM small enough for end-to-end runs of train, infer, prefill and decode (random weights, no download)
 workloads.register(workloads.Workload("tiny_lm", _tiny_lm, num_classes=97, loss=workloads.causal_lm_loss,
                                       input_kind="tokens", seq_len=16, vocab_size=97, task="causal-lm"), replace=True)
+
+# the serving family's tiny Llama (support/served_shapes.py); HWREGRESS_SELFTEST_SERVE_SLEEP_S slows its server
+# (support/serve_slowdown/sitecustomize.py)
+def _tiny_llama():
+    from hwregress.workloads.transformers import build_llama
+
+    return build_llama(TINY_LLAMA)
+
+
+workloads.register(workloads.Workload("tiny_llama", _tiny_llama, num_classes=512, loss=workloads.causal_lm_loss,
+                                      input_kind="tokens", seq_len=16, vocab_size=512, task="causal-lm"), replace=True)
+register_served("tiny_llama", TINY_LLAMA)
 
 # a rank of a distributed test or a Spark Python worker, started by a session that loaded selftest_gc (see there):
 # what it has imported never becomes garbage

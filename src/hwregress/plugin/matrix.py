@@ -16,6 +16,7 @@ from hwregress.hardware.facts import device_kind
 from hwregress.measure.compilation import BACKENDS
 from hwregress.measure.precision.numerics import DTYPES, MEMORY_FORMATS, MODES
 from hwregress.plugin import tiers
+from hwregress.serving.settings import ServingSettings
 
 # batch sizes per device kind and mode where neither the tier nor the workload names any: 1 for latency, larger for
 # throughput
@@ -55,6 +56,7 @@ class Selection:
             when its name is here.
         tier: the tier whose models, modes and batch sizes fill what is None above (:mod:`hwregress.plugin.tiers`): a
             name, or a :class:`hwregress.plugin.tiers.Tier` built in code.
+        serving: the ``serving`` family's engine, request rates, length profiles and windows (``--serving-*``).
     """
 
     devices: list[str]
@@ -69,6 +71,7 @@ class Selection:
     nnodes: int = 1
     opted_in: frozenset[str] = frozenset()
     tier: str | tiers.Tier = tiers.DEFAULT_TIER
+    serving: ServingSettings = field(default_factory=ServingSettings)
 
 
 def models_for(selection: Selection, device: str, family: str | None = None) -> list[str]:

@@ -32,6 +32,7 @@ from hwregress.plugin.options import (
     value_taken_for_the_rootdir,
     was_given,
 )
+from hwregress.plugin.serving_options import asks_for_serving, serving_settings
 from hwregress.plugin.store_push import chosen_url
 from hwregress.scaleout.topology import Topology, oversubscription, usable_cores
 from hwregress.spark import master as spark_master
@@ -178,7 +179,7 @@ def _selection(config: pytest.Config, nnodes: int) -> Selection:
     selection = Selection(devices, models, batch_sizes, modes, dtypes or [],
                           list_of(config, "hwregress_compile") or ["eager"],
                           list_of(config, "hwregress_memory_format") or ["contiguous"], _world_sizes(config),
-                          _colocate(config), nnodes, _opted_in(config), _tier(config))
+                          _colocate(config), nnodes, _opted_in(config), _tier(config), serving_settings(config))
     try:
         validate(selection)
     except (KeyError, ValueError) as error:
@@ -251,8 +252,9 @@ def _world_sizes(config: pytest.Config) -> list[int] | None:
 
 def _opted_in(config: pytest.Config) -> frozenset[str]:
     """What this session asks for by name, so that an opt-in family (``scaling`` and ``colocated`` on the CPU,
-    ``spark`` everywhere) runs: the names the ``-m`` expression mentions, and the family ``--world-sizes`` (scaling),
-    ``--colocate`` (colocated) or ``--spark-master`` (spark) implies."""
+    ``spark`` and ``serving`` everywhere) runs: the names the ``-m`` expression mentions, and the family
+    ``--world-sizes`` (scaling), ``--colocate`` (colocated), ``--spark-master`` (spark) or ``--serving-rates`` and
+    ``--serving-requests`` (serving) implies."""
     expression = getattr(config.option, "markexpr", "") or ""
     chosen = set(re.findall(r"[A-Za-z_][\w-]*", expression)) - {"and", "or", "not"}
     if value_of(config, "hwregress_spark_master")[0] is not None:
@@ -261,6 +263,8 @@ def _opted_in(config: pytest.Config) -> frozenset[str]:
         chosen.add("scaling")
     if value_of(config, "hwregress_colocate")[0] is not None:
         chosen.add("colocated")
+    if asks_for_serving(config):
+        chosen.add("serving")
     return frozenset(chosen)
 
 

@@ -30,8 +30,9 @@ from hwregress.plugin.tier_costs import CostModel
 
 BUDGET_S = 600.0  # the default GPU tier must end within 10 minutes on one GPU
 # the order pytest runs the families in: bench_tests' files by name (test_ceilings, test_colocated, test_parity with
-# the digits test first, test_scaling, test_speedup, test_throughput); a once-per-process cost goes to the first
-RUN_ORDER = ("ceiling", "colocated", "parity", "output-parity", "scaling", "speedup", "throughput", "spark")
+# the digits test first, test_scaling, test_serving, test_spark, test_speedup, test_throughput); a once-per-process
+# cost goes to the first
+RUN_ORDER = ("ceiling", "colocated", "parity", "output-parity", "scaling", "serving", "spark", "speedup", "throughput")
 
 
 @dataclass

@@ -149,11 +149,17 @@ def window_figures(requests: Sequence[RequestTiming], duration_s: float, slo: Sl
         request_throughput=len(done) / duration_s,
         output_throughput=sum(r.output_tokens for r in done) / duration_s,
         goodput=sum(slo.met_by(r) for r in done) / duration_s,
-        error_rate=(len(requests) - len(done)) / len(requests), slo=slo,
-        ttft=summarize_latency([r.ttft_s for r in done]),
-        tpot=summarize_latency([r.tpot_s for r in done if r.tpot_s is not None]),
-        itl=summarize_latency([gap for r in done for gap in r.itls_s]),
-        e2el=summarize_latency([r.e2el_s for r in done]))
+        error_rate=(len(requests) - len(done)) / len(requests), slo=slo, **latency_summaries(done))
+
+
+def latency_summaries(requests: Sequence[RequestTiming]) -> dict[str, LatencySummary]:
+    """``{"ttft", "tpot", "itl", "e2el"}``: each latency summarized over the completed ones of ``requests`` (of one
+    window, or of several pooled)."""
+    done = [r for r in requests if r.completed]
+    return {"ttft": summarize_latency([r.ttft_s for r in done]),
+            "tpot": summarize_latency([r.tpot_s for r in done if r.tpot_s is not None]),
+            "itl": summarize_latency([gap for r in done for gap in r.itls_s]),
+            "e2el": summarize_latency([r.e2el_s for r in done])}
 
 
 def capacity(rates: Sequence[float], goodputs: Sequence[float], tolerance: float = 0.05) -> float:

@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hwregress.process_group import TERM_GRACE_S, end_process_group, exit_status
 from hwregress.serving import keeper
@@ -67,6 +68,14 @@ def server_command(engine: str, model_folder: Path, device: str, port: int, pyth
         return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_folder), "--host", "127.0.0.1",
                 "--port", str(port)]  # vllm/entrypoints/cli/main.py: `vllm serve` as a module
     raise ValueError(f"serving engine {engine!r}: choose from {ENGINES}")
+
+
+def request_extras(engine: str) -> dict[str, Any]:
+    """Fields every request to ``engine`` adds: vLLM stops at the tokenizer's end token unless told to ignore it
+    (``ignore_eos``, as ``vllm bench serve --ignore-eos``), so that every output is the length its trace asked;
+    ``transformers serve`` follows the model's generation config, which has no end token
+    (:mod:`hwregress.workloads.served`)."""
+    return {"ignore_eos": True} if engine == "vllm" else {}
 
 
 def free_port() -> int:

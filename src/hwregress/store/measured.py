@@ -33,6 +33,7 @@ from hwregress.store.figures import (
     ScalingFigures,
     SparkFigures,
 )
+from hwregress.store.serving_figures import ServingFigures
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class MeasuredFigures:
     allreduce: AllreduceFigures | None = None
     colocated: ColocatedFigures | None = None
     spark: SparkFigures | None = None
+    serving: ServingFigures | None = None
     llm: LlmFigures | None = None
     ab: ABFigures | None = None
     declared: Mapping[str, float] = field(default_factory=dict)

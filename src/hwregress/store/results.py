@@ -8,6 +8,9 @@ The contract of ``results.json`` is the JSON Schema ``hwregress/store/schemas/re
 
 Format history (``schema_version``), in the manner of pyperf's:
 
+- **9** (hwregress 0.9): a served model under load (:mod:`hwregress.serving`) keeps its figures in ``serving``, a
+  :class:`hwregress.store.serving_figures.ServingFigures` (the server, the trace and its digest, the SLOs, each
+  window's figures, the pooled latency percentiles). Versions 1 to 8 read with none.
 - **8** (hwregress 0.8): the figures of metrics a project declares (:func:`hwregress.store.metrics.register`) travel
   with the record as ``declared``, a list of :class:`hwregress.store.figures.DeclaredFigures` (the metric's name,
   value, unit, direction, label, and where judged its baseline, threshold and reach). Versions 1 to 7 read with none.
@@ -78,13 +81,14 @@ from hwregress.store.figures import (
 )
 from hwregress.store.legacy_records import LEGACY_VIEWS, derive_legacy_traits, type_legacy_details
 from hwregress.store.metrics import REACH_FIELDS
+from hwregress.store.serving_figures import ServingFigures
 from hwregress.store.sub_records import LIST_SUB_RECORDS, SUB_RECORDS
 from hwregress.store.verdicts import Verdict, parse_verdict, verdict_rank
 
 FAMILY_VIEW = "<the family's>"
 """``TestRecord.view``'s default: a record built without a view takes its family's (None given: it has none)."""
-RESULTS_SCHEMA_VERSION = 8
-READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+RESULTS_SCHEMA_VERSION = 9
+READABLE_RESULTS_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 
 @dataclass
@@ -92,8 +96,8 @@ class TestRecord:
     """One test's measurements and verdict (a row of ``results.json``).
 
     Family figures live in typed sub-records (:mod:`hwregress.store.figures`; None where the family does not apply):
-    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``llm`` and ``compile``; the looks at the timed window in
-    ``looks``; what each judged figure's verdict could catch in ``reach`` (throughput), ``latency_reach``,
+    ``scaling``, ``allreduce``, ``colocated``, ``spark``, ``serving``, ``llm`` and ``compile``; the looks at the timed
+    window in ``looks``; what each judged figure's verdict could catch in ``reach`` (throughput), ``latency_reach``,
     ``efficiency_reach`` and ``speedup_reach`` (:meth:`reaches`). ``details`` holds the rest, the
     open-ended facts a view or a plugin may add: ``worker``, the variant (``compiler``, ``memory_format``,
     ``context``), the window's ``extended_rounds``, ``verdict_rounds``, ``warmup_steps`` and ``telemetry_series``,
@@ -196,6 +200,7 @@ class TestRecord:
     allreduce: AllreduceFigures | None = doc("all-reduce sweep (family ceiling, model allreduce)")
     colocated: ColocatedFigures | None = doc("co-located processes (family colocated)")
     spark: SparkFigures | None = doc("Spark engine and pipeline figures (family spark)")
+    serving: ServingFigures | None = doc("a served model under a seeded load (family serving; docs/serving.md)")
     llm: LlmFigures | None = doc("prefill and decode windows of a causal LM (hwregress.measure.llm)")
     compile: CompileFigures | None = doc("the compiling first call, or the compile error (compiled variants)")
     looks: LookFigures | None = doc("the planned looks at the timed window and those taken (null: no baseline "

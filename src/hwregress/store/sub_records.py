@@ -15,11 +15,13 @@ from hwregress.store.figures import (
     ScalingFigures,
     SparkFigures,
 )
+from hwregress.store.serving_figures import ServingFigures
 
 SUB_RECORDS: dict[str, type[Figures]] = {
     "scaling": ScalingFigures, "allreduce": AllreduceFigures, "colocated": ColocatedFigures, "spark": SparkFigures,
-    "llm": LlmFigures, "compile": CompileFigures, "looks": LookFigures, "reach": ReachFigures,
-    "latency_reach": ReachFigures, "efficiency_reach": ReachFigures, "speedup_reach": ReachFigures, "ab": ABFigures}
+    "serving": ServingFigures, "llm": LlmFigures, "compile": CompileFigures, "looks": LookFigures,
+    "reach": ReachFigures, "latency_reach": ReachFigures, "efficiency_reach": ReachFigures,
+    "speedup_reach": ReachFigures, "ab": ABFigures}
 """The record's sub-record fields by name, each its class."""
 LIST_SUB_RECORDS: dict[str, type[Figures]] = {"declared": DeclaredFigures}
 """The record's fields that hold a list of sub-records, by name, each its items' class."""

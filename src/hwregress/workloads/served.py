@@ -24,8 +24,20 @@ from hwregress.workloads.transformers import LLAMA_SMALL_SHAPE, import_transform
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 FIRST_WORD_ID = len(SPECIAL_TOKENS)
 WORD_PREFIX = "t"
-# the models a server can load, by workload name: their LlamaConfig keyword arguments
-SERVED_SHAPES: Mapping[str, Mapping[str, Any]] = {"llama_small": LLAMA_SMALL_SHAPE}
+# the models a server can load, by workload name: their LlamaConfig keyword arguments (register_served adds more)
+SERVED_SHAPES: dict[str, Mapping[str, Any]] = {"llama_small": LLAMA_SMALL_SHAPE}
+
+
+def register_served(name: str, shape: Mapping[str, Any]) -> None:
+    """Let the serving family serve workload ``name`` (registered in :mod:`hwregress.workloads`, with the Llama
+    architecture) as a Llama of ``shape`` (LlamaConfig keyword arguments, ``vocab_size`` among them).
+
+    Raises:
+        ValueError: ``shape`` gives no ``vocab_size`` above the tokenizer's special tokens.
+    """
+    if int(shape.get("vocab_size", 0)) <= FIRST_WORD_ID:
+        raise ValueError(f"served model {name!r}: its shape needs a vocab_size above {FIRST_WORD_ID}")
+    SERVED_SHAPES[name] = dict(shape)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from hwregress.plugin.families import (
     output_parity,
     parity,
     scaling,
+    serving,
     spark,
     speedup,
     throughput,
@@ -43,7 +44,7 @@ from hwregress.report.family_views import record_views
 
 ENTRY_POINT_GROUP = "hwregress.families"
 BUILT_IN = (throughput.FAMILY, parity.FAMILY, output_parity.FAMILY, speedup.FAMILY, ceiling.FAMILY, scaling.FAMILY,
-            colocated.FAMILY, spark.FAMILY)
+            colocated.FAMILY, spark.FAMILY, serving.FAMILY)
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # one part of a baseline key (family/model/mode/bs/dtype)
 
 _REGISTERED: dict[str, Family] = {}

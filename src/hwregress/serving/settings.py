@@ -1,0 +1,82 @@
+"""What the ``serving`` family's options decided, and its defaults per device kind (docs/serving.md, 'Defaults').
+
+On the CPU the defaults are sized from the probe of ``llama_small`` under ``transformers serve`` on the 2-core
+development VM (docs/data/serving_probe_2026-11-30.md): 4 requests/s, half of what it sustains within the SLOs (its
+goodput stopped rising at 8), in windows of about 8 s; SLOs of TTFT 1 s and TPOT 100 ms, about 5x and 3x the p99 a
+quiet window shows. The GPU defaults follow MLPerf Inference's Server-scenario bounds for a 7-8B model (TTFT 2 s,
+TPOT 100 ms) and are not yet measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from hwregress.hardware.facts import device_kind
+from hwregress.serving.figures import MLPERF_LLAMA3_8B, Slo
+from hwregress.serving.trace import Arrivals, LengthProfile, fixed_lengths, long_tail_lengths
+
+T = TypeVar("T")
+LENGTH_PROFILES = ("fixed", "long-tail")
+DEFAULT_MODELS = {"cpu": ("llama_small",), "cuda": ("llama_small",), "mps": ("llama_small",)}
+DEFAULT_RATES = {"cpu": (4.0,), "cuda": (8.0,), "mps": (4.0,)}  # requests/s of the open loop
+DEFAULT_REQUESTS = {"cpu": 32, "cuda": 200, "mps": 32}  # per window
+DEFAULT_LENGTHS = {"cpu": (32, 16), "cuda": (256, 128), "mps": (64, 32)}  # (prompt, output) tokens
+DEFAULT_SLO = {"cpu": Slo(ttft_ms=1000.0, tpot_ms=100.0), "cuda": MLPERF_LLAMA3_8B, "mps": MLPERF_LLAMA3_8B}
+DEFAULT_WINDOWS = 5
+TRACE_SEED = 0
+MODEL_SEED = 0
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """The ``--serving-*`` options; None: the device kind's default.
+
+    Attributes:
+        engine: ``transformers`` or ``vllm`` (``--serving-engine``).
+        rates: open-loop request rates, requests/s (``--serving-rates``), one test each.
+        requests: requests per window (``--serving-requests``).
+        windows: measured replays of the trace per test, after an untimed one (``--serving-windows``).
+        lengths: the length profiles (``--serving-lengths``: ``fixed``, ``long-tail``), one test each.
+        request_timeout_s: the most one request may take before it counts as failed.
+        start_timeout_s: how long a server may take to answer its health check.
+    """
+
+    engine: str = "transformers"
+    rates: tuple[float, ...] | None = None
+    requests: int | None = None
+    windows: int = DEFAULT_WINDOWS
+    lengths: tuple[str, ...] = ("fixed",)
+    request_timeout_s: float = 120.0
+    start_timeout_s: float = 300.0
+
+    def rates_for(self, device: str) -> tuple[float, ...]:
+        return self.rates or _by_kind(DEFAULT_RATES, device)
+
+    def requests_for(self, device: str) -> int:
+        return self.requests or _by_kind(DEFAULT_REQUESTS, device)
+
+    def slo_for(self, device: str) -> Slo:
+        return _by_kind(DEFAULT_SLO, device)
+
+    def arrivals(self, rate: float) -> Arrivals:
+        return Arrivals(rate=rate)
+
+    def length_profile(self, name: str, device: str) -> LengthProfile:
+        """The profile ``name`` (:data:`LENGTH_PROFILES`) at the device kind's prompt and output lengths.
+
+        Raises:
+            ValueError: an unknown profile name; lists the known ones.
+        """
+        prompt, output = _by_kind(DEFAULT_LENGTHS, device)
+        if name == "fixed":
+            return fixed_lengths(prompt, output)
+        if name == "long-tail":
+            return long_tail_lengths(prompt, output)
+        raise ValueError(f"length profile {name!r}: choose from {', '.join(LENGTH_PROFILES)}")
+
+
+def _by_kind(table: Mapping[str, T], device: str) -> T:
+    """The entry of ``device``'s kind, the CPU's for a kind the table lacks."""
+    return table.get(device_kind(device), table["cpu"])

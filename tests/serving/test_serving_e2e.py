@@ -1,0 +1,91 @@
+"""The serving family end to end through the plugin, on a real ``transformers serve`` of a tiny Llama: a recorded
+session (the trace, its digest, every window, the pooled percentiles, the declared metrics and the baseline entry),
+then a session whose server is slower per token (support/serve_slowdown) judged a regression; and the family's cases
+and modes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from support.project import REPO, SUPPORT_DIR, HwProject
+
+from hwregress.plugin.families.serving import FAMILY, parse_mode, serving_mode
+from hwregress.plugin.matrix import Selection
+from hwregress.serving.server import unavailable_reason
+from hwregress.serving.settings import ServingSettings
+
+UNAVAILABLE = unavailable_reason("transformers")
+SERVING = ["-m", "serving", "--devices", "cpu", "--workloads", "selftest_support", "--models", "tiny_llama",
+           "--serving-rates", "4", "--serving-requests", "8", "--serving-windows", "3", "-p", "no:cacheprovider"]
+
+
+@pytest.fixture
+def serving_project(hw_project: HwProject) -> HwProject:
+    shutil.copy(REPO / "bench_tests" / "test_serving.py", hw_project.path / "bench_tests")
+    return hw_project
+
+
+@pytest.mark.needs_extra
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs transformers serve: {UNAVAILABLE}")
+def test_a_recorded_serving_test_keeps_its_trace_and_windows_and_a_slower_server_is_a_regression(serving_project):
+    first = serving_project.run(*SERVING, "--update-baselines", fast=False)
+    first.assert_outcomes(passed=1)
+    record = serving_project.results["records"][0]
+    served = record["serving"]
+    assert record["test_id"].endswith("[cpu-tiny_llama-rate4-fixed-bs8-fp32]") and record["unit"] == "tokens/s/user"
+    assert served["engine"] == "transformers" and served["rate"] == 4.0 and served["requests"] == 8
+    assert len(served["windows"]) == 3 == len(record["samples"]) and served["warmup_s"] > 0
+    assert all(w["completed"] == 8 and w["failed"] == 0 for w in served["windows"])
+    trace = json.loads(served["trace"])
+    assert len(trace["requests"]) == 8 and len(served["trace_digest"]) == 64
+    assert served["ttft"]["count"] == 24 and served["ttft"]["p99_bound"] is None  # 24 requests state no p99
+    assert served["ttft"]["p50_bound"] is not None
+    declared = {figure["metric"]: figure["value"] for figure in record["declared"]}
+    assert set(declared) == {"ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2el_p50_ms", "goodput"}
+    assert record["samples"] == pytest.approx([1000 / w["tpot"]["p50"] for w in served["windows"]])
+    entries = json.loads(serving_project.baseline_files()[0].read_text())["entries"]
+    assert set(entries["serving/tiny_llama/rate4-fixed/bs8/fp32"]["metrics"]) == set(declared)
+
+    # every forward of the served Llama 0.1 s later: each output token of every request comes 0.1 s later
+    slower = {"HWREGRESS_SELFTEST_SERVE_SLEEP_S": "0.1",
+              "PYTHONPATH": os.pathsep.join([str(SUPPORT_DIR / "serve_slowdown"), os.environ.get("PYTHONPATH", "")])}
+    second = serving_project.run(*SERVING, env=slower, fast=False)
+    second.assert_outcomes(failed=1)
+    judged = serving_project.results["records"][0]
+    assert judged["verdict"] == "regression" and judged["ratio"] < 0.5, judged["message"]
+    assert json.loads(judged["serving"]["trace"]) == trace  # the same load, replayed
+    assert "TPOT p50" in judged["message"]
+
+
+def test_the_family_runs_when_asked_for_one_test_per_rate_and_length_profile():
+    settings = ServingSettings(rates=(1.0, 2.5), lengths=("fixed", "long-tail"), requests=12)
+    asked = Selection(devices=["cpu"], opted_in=frozenset({"serving"}), serving=settings)
+    cases = FAMILY.cases(asked)
+    assert [(c["mode"], c["batch_size"]) for c in cases] == [
+        ("rate1-fixed", 12), ("rate1-long-tail", 12), ("rate2.5-fixed", 12), ("rate2.5-long-tail", 12)]
+    assert {c["workload"] for c in cases} == {"llama_small"} and {c["dtype"] for c in cases} == {"fp32"}
+    assert FAMILY.cases(Selection(devices=["cpu"], serving=settings)) == []  # opt-in
+    assert FAMILY.cases(Selection(devices=["cpu"], dtypes=["bf16"], opted_in=frozenset({"serving"}))) == []
+
+
+@pytest.mark.parametrize(("rate", "lengths"), [(2.0, "fixed"), (0.25, "long-tail"), (1e-3, "fixed")])
+def test_a_mode_reads_back_as_its_rate_and_length_profile(rate, lengths):
+    assert parse_mode(serving_mode(rate, lengths)) == (rate, lengths)
+    with pytest.raises(ValueError, match="'train' is not rate"):
+        parse_mode("train")
+
+
+def test_options_that_are_not_rates_engines_or_profiles_are_refused_naming_the_flag(serving_project):
+    for flag, value, fault in (("--serving-rates", "0", "request rate '0'"),
+                               ("--serving-rates", "fast", "request rate 'fast'"),
+                               ("--serving-engine", "tgi", "choose a serving engine from transformers, vllm"),
+                               ("--serving-lengths", "short", "unknown length profile 'short'"),
+                               ("--serving-windows", "0", "--serving-windows")):
+        result = serving_project.run("-m", "serving", f"{flag}={value}", inprocess=True)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, flag
+        assert fault in result.stderr.str(), result.stderr.str()
