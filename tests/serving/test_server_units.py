@@ -4,6 +4,7 @@ failure with the log's tail and the stop that leaves nothing; the engines' comma
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -78,3 +79,11 @@ def test_the_engines_command_lines_and_request_fields():
         with pytest.raises(ValueError, match="serving engine 'tgi': choose from"):
             call()
     assert serving.log_tail(folder / "no.log", 5) == ""
+
+
+def test_the_plugin_and_its_families_load_without_the_serving_extra():
+    # the README's install has no httpx, FastAPI or uvicorn: the serving family imports its client when a test runs
+    code = ("import sys, hwregress.plugin, hwregress.plugin.families.registry; "
+            "print(sorted(m for m in ('httpx', 'fastapi', 'uvicorn') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "[]", loaded.stderr

@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,7 +31,6 @@ from hwregress.plugin.matrix import Selection
 from hwregress.plugin.record import fail_with, skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.serving import server as serving
-from hwregress.serving.client import Replay, replay
 from hwregress.serving.figures import LatencySummary, Slo, WindowFigures, latency_summaries, window_figures
 from hwregress.serving.requests import RequestTiming
 from hwregress.serving.settings import DEFAULT_MODELS, MODEL_SEED, TRACE_SEED, ServingSettings
@@ -45,6 +44,9 @@ from hwregress.store.serving_figures import ServingFigures
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import relative_iqr, summarize
 from hwregress.workloads.served import FIRST_WORD_ID, SERVED_SHAPES, ServedModel, write_served_model
+
+if TYPE_CHECKING:  # the client needs httpx, of the serving extra: imported when a serving test runs
+    from hwregress.serving.client import Replay
 
 SERVER_KEY = pytest.StashKey["RunningServer"]()
 MODE = re.compile(r"rate(?P<rate>[0-9.e+-]+)-(?P<lengths>[a-z-]+)")
@@ -193,6 +195,8 @@ class ServingBench:
     def _replays(self, running: RunningServer, trace: Trace, device: str) -> tuple[Replay, list[Replay],
                                                                                    TelemetrySampler]:
         """The untimed replay, then the measured windows (until the server dies), under the device's telemetry."""
+        from hwregress.serving.client import replay
+
         model, url = running.model, running.server.url
         prompt = _prompt_of(model)
         options = dict(timeout_s=self.settings.request_timeout_s,
