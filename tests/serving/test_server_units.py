@@ -70,7 +70,7 @@ def test_a_server_that_never_answers_fails_at_its_timeout_and_is_ended(tmp_path)
 def test_the_engines_command_lines_and_request_fields():
     folder = Path("/models/llama")
     assert serving.server_command("transformers", folder, "cuda:0", 8001, python="py") == [
-        "py", "-m", "transformers.cli.transformers", "serve", "/models/llama", "--device", "cuda:0", "--host",
+        "py", "-m", "hwregress.workloads.serve_entry", "serve", "/models/llama", "--device", "cuda:0", "--host",
         "127.0.0.1", "--port", "8001", "--continuous-batching", "--log-level", "warning"]
     assert serving.server_command("vllm", folder, "cuda:0", 8001, python="py")[:5] == [
         "py", "-m", "vllm.entrypoints.cli.main", "serve", "/models/llama"]

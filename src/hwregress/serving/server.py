@@ -62,7 +62,8 @@ def server_command(engine: str, model_folder: Path, device: str, port: int, pyth
         ValueError: ``engine`` is not one of :data:`ENGINES`.
     """
     if engine == "transformers":
-        return [python, "-m", "transformers.cli.transformers", "serve", str(model_folder), "--device", device,
+        # transformers' own CLI, behind the torchvision shim (hwregress.workloads.serve_entry)
+        return [python, "-m", "hwregress.workloads.serve_entry", "serve", str(model_folder), "--device", device,
                 "--host", "127.0.0.1", "--port", str(port), "--continuous-batching", "--log-level", "warning"]
     if engine == "vllm":
         return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_folder), "--host", "127.0.0.1",
