@@ -26,17 +26,6 @@ from hwregress.serving.trace import Arrivals, fixed_lengths, long_tail_lengths, 
 from hwregress.workloads.served import FIRST_WORD_ID, write_served_model
 
 
-def _row(figures: Any) -> dict[str, Any]:
-    def latency(summary: Any) -> dict[str, Any]:
-        return {"count": summary.count, **{f"p{p}": v for p, v in summary.percentiles.items()},
-                **{f"p{p}_bound": v for p, v in summary.bounds.items()}}
-
-    return {"completed": figures.completed, "failed": figures.failed, "duration_s": figures.duration_s,
-            "request_throughput": figures.request_throughput, "output_throughput": figures.output_throughput,
-            "goodput": figures.goodput, "error_rate": figures.error_rate,
-            **{name: latency(getattr(figures, name)) for name in ("ttft", "tpot", "itl", "e2el")}}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default="transformers", choices=serving.ENGINES)
@@ -73,7 +62,7 @@ def main() -> None:
             windows = []
             for _ in range(args.windows):
                 done = replay(server.url, str(model.folder), trace, prompt)
-                windows.append(_row(window_figures(done.timings, done.duration_s, slo)))
+                windows.append(window_figures(done.timings, done.duration_s, slo).to_json())
             record["rates"].append({"rate": rate, "trace_digest": trace.digest, "warmup_s": warm.duration_s,
                                     "windows": windows})
             shown = "  ".join(f"ttft p50 {w['ttft']['p50']:.0f} p99 {w['ttft']['p99']:.0f} tpot p50 "

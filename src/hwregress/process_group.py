@@ -1,5 +1,5 @@
-"""Ending a child's process group, every process of it, and how a process ended, in words: the A/B workers' and the
-served model's. Torch-free; imports nothing of hwregress (the floor)."""
+"""Ending a child's process group, every process of it, how a process ended, in words, and its log's last lines: the
+A/B workers', a distributed job's and the served model's. Torch-free; imports nothing of hwregress (the floor)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 TERM_GRACE_S = 3.0  # between SIGTERM and SIGKILL
 
@@ -48,3 +49,12 @@ def _signal_group(pgid: int, sig: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def log_tail(path: Path, count: int) -> list[str]:
+    """The last ``count`` lines of a child's log ``path`` that are not blank; none where it cannot be read."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-count:]

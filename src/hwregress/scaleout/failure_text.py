@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hwregress.process_group import log_tail
 from hwregress.scaleout.job import JobSpec
 
 TAIL_LINES = 15
@@ -84,14 +85,7 @@ def _log_text(spec: JobSpec, local_rank: int, name: str) -> str:
 
 
 def driver_tail(spec: JobSpec) -> str:
-    lines = _tail(Path(spec.out_dir) / "driver.log")
+    lines = log_tail(Path(spec.out_dir) / "driver.log", TAIL_LINES)
     return ("launcher output:\n" + "\n".join(f"  {line}" for line in lines) if lines
             else "(the launcher printed nothing)")
 
-
-def _tail(path: Path, count: int = TAIL_LINES) -> list[str]:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    return [line for line in text.splitlines() if line.strip()][-count:]

@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from hwregress.judge import early_stopping
 from hwregress.serving.requests import RequestTiming
 
+LATENCIES = ("ttft", "tpot", "itl", "e2el")  # a window's latency summaries, as WindowFigures and its JSON name them
 PERCENTILES = (50, 90, 99)  # the percentiles a window states, as vllm bench serve's default "99" and MLPerf's 90/99
 
 
@@ -84,6 +86,12 @@ class LatencySummary:
         """The percentiles whose count states them (a p99 needs 459 values)."""
         return tuple(p for p, bound in self.bounds.items() if bound is not None)
 
+    def to_json(self) -> dict[str, Any]:
+        """The summary as records keep it (:class:`hwregress.store.serving_figures.LatencyFigures`): ``count``,
+        ``mean``, ``p50``/``p90``/``p99`` and their ``_bound``s."""
+        return {"count": self.count, "mean": self.mean, **{f"p{p}": value for p, value in self.percentiles.items()},
+                **{f"p{p}_bound": value for p, value in self.bounds.items()}}
+
 
 def summarize_latency(values_s: Sequence[float]) -> LatencySummary:
     """Summarize latencies given in seconds (see :class:`LatencySummary`: figures in ms)."""
@@ -125,6 +133,13 @@ class WindowFigures:
     tpot: LatencySummary
     itl: LatencySummary
     e2el: LatencySummary
+
+    def to_json(self) -> dict[str, Any]:
+        """The window as records keep it (:class:`hwregress.store.serving_figures.ServingWindowFigures`)."""
+        return {"duration_s": self.duration_s, "completed": self.completed, "failed": self.failed,
+                "request_throughput": self.request_throughput, "output_throughput": self.output_throughput,
+                "goodput": self.goodput, "error_rate": self.error_rate,
+                **{name: getattr(self, name).to_json() for name in LATENCIES}}
 
 
 def window_figures(requests: Sequence[RequestTiming], duration_s: float, slo: Slo) -> WindowFigures:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hwregress.process_group import TERM_GRACE_S, end_process_group, exit_status
+from hwregress.process_group import TERM_GRACE_S, end_process_group, exit_status, log_tail
 from hwregress.serving import keeper
 
 ENGINES = ("transformers", "vllm")
@@ -111,8 +111,8 @@ class Server:
         return self._keeper.poll() is None
 
     def tail(self, lines: int = TAIL_LINES) -> str:
-        """The last ``lines`` lines of the server's log."""
-        return log_tail(self.log, lines)
+        """The last ``lines`` lines of the server's log that are not blank."""
+        return _tail(self.log, lines)
 
     def stop(self) -> None:
         """End the server's process group (through the keeper) and the keeper; idempotent."""
@@ -160,7 +160,7 @@ def _start_keeper(command: Sequence[str], log: Path, env: dict[str, str]) -> tup
     if not line.startswith("started "):
         stop_keeper(process)
         raise ServerFailed(f"{' '.join(command[:4])} ... could not start ({line or 'no word from its keeper'}); "
-                           f"{log} ends:\n{log_tail(log, TAIL_LINES)}")
+                           f"{log} ends:\n{_tail(log)}")
     return process, int(line.split()[1])
 
 
@@ -169,7 +169,7 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise ServerFailed(f"the server at {url} exited before it answered its health check "
-                               f"({_server_ended(process)}); {log} ends:\n{log_tail(log, TAIL_LINES)}")
+                               f"({_server_ended(process)}); {log} ends:\n{_tail(log)}")
         with contextlib.suppress(OSError, urllib.error.URLError):
             with urllib.request.urlopen(f"{url}/health", timeout=2.0) as answer:
                 if answer.status == 200:
@@ -177,7 +177,7 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, timeout
         time.sleep(HEALTH_POLL_S)
     raise ServerFailed(f"the server at {url} did not answer its health check within {timeout_s:.0f} s (a model too "
                        f"big for the device, or a load slower than that); {log} ends:\n"
-                       f"{log_tail(log, TAIL_LINES)}")
+                       f"{_tail(log)}")
 
 
 def _server_ended(process: subprocess.Popen[bytes]) -> str:
@@ -186,13 +186,8 @@ def _server_ended(process: subprocess.Popen[bytes]) -> str:
     return f"its keeper ended: {exit_status(process.returncode)}"
 
 
-def log_tail(log: Path, lines: int) -> str:
-    """The last ``lines`` lines of ``log`` ('' where it does not exist)."""
-    try:
-        text = log.read_bytes()[-65536:].decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+def _tail(log: Path, lines: int = TAIL_LINES) -> str:
+    return "\n".join(log_tail(log, lines))
 
 
 def _port_taken(log: Path, offset: int) -> bool:

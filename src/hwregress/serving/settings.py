@@ -51,6 +51,9 @@ class ServingSettings:
     request_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
 
+    def models_for(self, device: str) -> tuple[str, ...]:
+        return _by_kind(DEFAULT_MODELS, device)
+
     def rates_for(self, device: str) -> tuple[float, ...]:
         return self.rates or _by_kind(DEFAULT_RATES, device)
 

@@ -24,16 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hwregress.hardware.facts import device_kind
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.matrix import Selection
 from hwregress.plugin.record import fail_with, skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.serving import server as serving
-from hwregress.serving.figures import LatencySummary, Slo, WindowFigures, latency_summaries, window_figures
+from hwregress.serving.figures import Slo, WindowFigures, latency_summaries, window_figures
 from hwregress.serving.requests import RequestTiming
-from hwregress.serving.settings import DEFAULT_MODELS, MODEL_SEED, TRACE_SEED, ServingSettings
+from hwregress.serving.settings import MODEL_SEED, TRACE_SEED, ServingSettings
 from hwregress.serving.trace import Trace, TraceRequest, make_trace
 from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
@@ -120,7 +119,7 @@ def _models(selection: Selection, device: str) -> list[str]:
     kind's default."""
     if selection.models is not None:
         return [model for model in selection.models if model in SERVED_SHAPES]
-    return list(DEFAULT_MODELS.get(device_kind(device), DEFAULT_MODELS["cpu"]))
+    return list(selection.serving.models_for(device))
 
 
 class RunningServer:
@@ -250,27 +249,14 @@ def _figures(windows: list[WindowFigures], timings: list[RequestTiming],
                     stable=relative_iqr(speeds) <= STABLE_REL_IQR if len(speeds) >= 2 else None,
                     telemetry=sampler.summary(), health=sampler.health,
                     declared={name: value for name, value in declared.items() if value is not None})
-    facts = dict(windows=[_window_record(w) for w in windows],
-                 **{name: _latency_record(latency) for name, latency in pooled.items()},
+    facts = dict(windows=[window.to_json() for window in windows],
+                 **{name: latency.to_json() for name, latency in pooled.items()},
                  errors=_errors(timings)[:ERRORS_SHOWN])
     return measured, facts
 
 
 def _errors(timings: list[RequestTiming]) -> list[str]:
     return list(dict.fromkeys(t.error for t in timings if t.error))
-
-
-def _latency_record(summary: LatencySummary) -> dict[str, Any]:
-    return {"count": summary.count, "mean": summary.mean,
-            **{f"p{p}": value for p, value in summary.percentiles.items()},
-            **{f"p{p}_bound": value for p, value in summary.bounds.items()}}
-
-
-def _window_record(window: WindowFigures) -> dict[str, Any]:
-    return {"duration_s": window.duration_s, "completed": window.completed, "failed": window.failed,
-            "request_throughput": window.request_throughput, "output_throughput": window.output_throughput,
-            "goodput": window.goodput, "error_rate": window.error_rate,
-            **{name: _latency_record(getattr(window, name)) for name in ("ttft", "tpot", "itl", "e2el")}}
 
 
 def _request_failures(record: TestRecord, timings: list[RequestTiming]) -> list[str]:
