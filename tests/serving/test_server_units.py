@@ -73,6 +73,8 @@ def test_the_engines_command_lines_and_request_fields():
     assert serving.server_command("transformers", folder, "cuda:0", 8001, python="py") == [
         "py", "-m", "hwregress.workloads.serve_entry", "serve", "/models/llama", "--device", "cuda:0", "--host",
         "127.0.0.1", "--port", "8001", "--continuous-batching", "--log-level", "warning"]
+    assert serving.server_command("transformers", folder, "cpu", 8001, kv_cache_blocks=32)[-2:] == [
+        "--cb-num-blocks", "32"]  # the cache the windows need, not 60% of the machine's RAM
     assert serving.server_command("vllm", folder, "cuda:0", 8001, python="py")[:5] == [
         "py", "-m", "vllm.entrypoints.cli.main", "serve", "/models/llama"]
     assert serving.request_extras("vllm") == {"ignore_eos": True} and serving.request_extras("transformers") == {}

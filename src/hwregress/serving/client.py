@@ -10,7 +10,8 @@ client's queueing is not timed as the server's.
 Per request, as vLLM's ``async_request_openai_completions``: the send time just before the request goes out, the
 arrival time of every streamed chunk with text, the usage's token counts from the last chunk (the chunks with text
 counted where the server sends no usage). A request fails, and is recorded with its error, on an HTTP status other
-than 200, a broken connection, a stream that ends without a ``finish_reason``, or no end within ``timeout_s``.
+than 200, a broken connection, an ``error`` event in the stream (``transformers serve`` sends one when its generation
+fails), a stream that ends without a ``finish_reason``, or no end within ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ async def _stream(client: httpx.AsyncClient, body: dict[str, Any], start: float,
             if payload == "[DONE]":
                 break
             event = json.loads(payload)
+            if event.get("error") and not event.get("choices"):  # transformers serve's failed generation
+                return f"the server's stream reported: {str(event['error'])[:ERROR_BODY_CHARS]}"
             choice = (event.get("choices") or [{}])[0]
             if choice.get("text"):
                 chunks.append(now)

@@ -55,8 +55,11 @@ def unavailable_reason(engine: str) -> str | None:
     raise ValueError(f"serving engine {engine!r}: choose from {ENGINES}")
 
 
-def server_command(engine: str, model_folder: Path, device: str, port: int, python: str = sys.executable) -> list[str]:
-    """The command line that serves ``model_folder`` on ``device`` at 127.0.0.1:``port``.
+def server_command(engine: str, model_folder: Path, device: str, port: int, python: str = sys.executable,
+                   kv_cache_blocks: int | None = None) -> list[str]:
+    """The command line that serves ``model_folder`` on ``device`` at 127.0.0.1:``port``, with ``python`` (the
+    transformers engine's interpreter) and, for the transformers engine, a KV cache of ``kv_cache_blocks`` blocks
+    (:meth:`hwregress.serving.settings.ServingSettings.kv_cache_blocks`; None: as much as its memory rule takes).
 
     Raises:
         ValueError: ``engine`` is not one of :data:`ENGINES`.
@@ -64,7 +67,8 @@ def server_command(engine: str, model_folder: Path, device: str, port: int, pyth
     if engine == "transformers":
         # transformers' own CLI, behind the torchvision shim (hwregress.workloads.serve_entry)
         return [python, "-m", "hwregress.workloads.serve_entry", "serve", str(model_folder), "--device", device,
-                "--host", "127.0.0.1", "--port", str(port), "--continuous-batching", "--log-level", "warning"]
+                "--host", "127.0.0.1", "--port", str(port), "--continuous-batching", "--log-level", "warning",
+                *(["--cb-num-blocks", str(kv_cache_blocks)] if kv_cache_blocks else [])]
     if engine == "vllm":
         return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_folder), "--host", "127.0.0.1",
                 "--port", str(port)]  # vllm/entrypoints/cli/main.py: `vllm serve` as a module

@@ -96,6 +96,13 @@ class LengthProfile:
         if not (math.isfinite(self.cap) and self.cap >= 1):
             raise TraceError(f"length profile {self.name!r}: cap {self.cap!r} is not a finite number >= 1")
 
+    @property
+    def longest_tokens(self) -> int:
+        """The most tokens one request of this profile holds, prompt and output together."""
+        if self.sigma == 0:
+            return self.prompt_tokens + self.output_tokens
+        return math.floor(self.cap * self.prompt_tokens) + math.floor(self.cap * self.output_tokens)
+
     def draw(self, median: int, count: int, rng: np.random.Generator) -> list[int]:
         """``count`` lengths around ``median`` (tokens, each in [1, cap x median])."""
         if self.sigma == 0:
