@@ -97,3 +97,22 @@ def test_the_environment_a_stack_adds_to_never_changes_the_sessions():
     before = dict(os.environ)
     Stack("B", sys.executable, {"OMP_NUM_THREADS": "1"}).environment(os.environ)
     assert dict(os.environ) == before
+
+
+def test_a_stacks_package_fingerprint_is_read_by_its_own_interpreter_with_its_settings(tmp_path):
+    import importlib.metadata
+
+    from hwregress.ab.stacks import package_fingerprint
+
+    stack = Stack("B", sys.executable, {"HWREGRESS_AB_TEST_TAG": "b"})
+    found = package_fingerprint(stack, ["pytest", "no-such-package-hwregress"], ["HWREGRESS_AB_TEST_TAG", "UNSET_X"],
+                                base={"PATH": os.environ.get("PATH", "")})
+    assert found["pytest"] == importlib.metadata.version("pytest") and found["no-such-package-hwregress"] is None
+    assert found["python_executable"] == sys.executable and found["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert found["env"] == {"HWREGRESS_AB_TEST_TAG": "b", "UNSET_X": None}
+    assert fingerprint_difference(found, {**found, "pytest": "0.0"}) == [f"pytest {found['pytest']} -> 0.0"]
+    failing = tmp_path / "python"
+    failing.write_text("#!/bin/sh\necho 'no interpreter here' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    broken = package_fingerprint(Stack("B", str(failing)), ["torch"], [])
+    assert broken == {"error": f"B ({failing}) could not report its packages (exit 3): no interpreter here"}

@@ -103,7 +103,8 @@ def test_what_the_judge_needs_to_know_is_declared_by_the_families_and_none_by_de
                                                          worker_window=True)
     assert registry.traits("ceiling") == FamilyTraits(roof=True, host_evidence=True)
     assert registry.traits("spark") == FamilyTraits(judged_latency_modes=frozenset({"stream"}))
-    plain = ("parity", "output-parity", "speedup", "scaling", "colocated", "serving")
+    assert registry.traits("serving") == FamilyTraits(own_ab=True)  # its A/B: servers of both stacks
+    plain = ("parity", "output-parity", "speedup", "scaling", "colocated")
     assert {name: registry.traits(name) for name in plain} == dict.fromkeys(plain, FamilyTraits())
     registry.register(type("Timed", (Echo,), {"judged_latency_modes": ["echo"], "host_evidence": True})())
     assert registry.traits("echo") == FamilyTraits(judged_latency_modes=frozenset({"echo"}), host_evidence=True)

@@ -168,14 +168,23 @@ def test_a_test_whose_windows_all_failed_says_so_instead_of_a_chart():
 # --- the table ----------------------------------------------------------------------------------------------
 
 def test_the_table_row_shows_ratio_interval_mds_pairs_looks_and_both_medians():
+    served = ab_record(model="llama_small")
+    served.unit = "tokens/s/user"  # a serving test's A/B: its windows' output speed per user
     records = [ab_record(pair_list=with_drops(ab_pairs())), ab_record("failed", None, None, None, [], model="vgg11",
-                                                                  message="stack B: cannot import torch")]
-    rows = table_rows(_section(_page(records)), "ab-tests")
-    assert rows[0] == ["regression", "test_throughput[cpu-resnet18-train-bs32-fp32]", "0.9 [0.88, 0.92]", "±5.0%",
-                       "0.005", "6.1%", "18 of 20", "10, 20 of 10, 20, 40", "100", "90",
-                       "B/A 0.900 [0.880, 0.920] on 20 of 20 pairs at alpha 0.005: B slower beyond -5%"]
-    assert rows[1][:3] == ["failed", "test_throughput[cpu-vgg11-train-bs32-fp32]", "–"]
-    assert rows[1][6] == "0 of 0" and rows[1][-1] == "stack B: cannot import torch"
+                                                                  message="stack B: cannot import torch",
+                                                                  a_throughput=None, b_throughput=None), served]
+    section = _section(_page(records))
+    rows = {row[1].split("-")[1]: row for row in table_rows(section, "ab-tests")}
+    assert rows["resnet18"] == [
+        "regression", "test_throughput[cpu-resnet18-train-bs32-fp32]", "0.9 [0.88, 0.92]", "±5.0%", "0.005", "6.1%",
+        "18 of 20", "10, 20 of 10, 20, 40", "100 samples/s", "90 samples/s",
+        "B/A 0.900 [0.880, 0.920] on 20 of 20 pairs at alpha 0.005: B slower beyond -5%"]
+    failed = rows["vgg11"]
+    assert failed[:3] == ["failed", "test_throughput[cpu-vgg11-train-bs32-fp32]", "–"]
+    assert failed[6] == "0 of 0" and failed[8] == "–" and failed[-1] == "stack B: cannot import torch"  # no unit
+    assert rows["llama_small"][8:10] == ["100 tokens/s/user", "90 tokens/s/user"]
+    served_chart = [s for s in svg_charts(section) if "llama_small" in s and 'class="chart ab-pairs"' in s]
+    assert served_chart and "tokens/s/user" in served_chart[0] and "samples/s" not in served_chart[0]
 
 
 # --- which sessions show it ----------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def test_a_recorded_serving_test_keeps_its_trace_and_windows_and_a_slower_server
     assert served["ttft"]["count"] == 24 and served["ttft"]["p99_bound"] is None  # 24 requests state no p99
     assert served["ttft"]["p50_bound"] is not None
     declared = {figure["metric"]: figure["value"] for figure in record["declared"]}
-    assert set(declared) == {"ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2el_p50_ms", "goodput"}
+    assert set(declared) == {"tpot_p50_ms", "e2el_p50_ms", "goodput"}  # a p90 needs 44 requests, a p99 459
     assert record["samples"] == pytest.approx([1000 / w["tpot"]["p50"] for w in served["windows"]])
     entries = json.loads(serving_project.baseline_files()[0].read_text())["entries"]
     assert set(entries["serving/tiny_llama/rate4-fixed/bs8/fp32"]["metrics"]) == set(declared)

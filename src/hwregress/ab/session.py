@@ -139,7 +139,9 @@ class ABResult:
         reload_s: s, the rebuilds' time in ``"reload"`` (untimed for the verdict).
         pairs_per_process: pairs each fresh pair of workers ran.
         processes: process pairs started.
-        units: process pairs judged at the look that ended the test.
+        units: units judged at the look that ended the test.
+        unit: what one unit of the verdict is: a ``process pair`` of workers (:mod:`hwregress.ab.processes`), or a
+            ``server pair`` (the serving family's: :mod:`hwregress.plugin.families.serving_ab`).
     """
 
     verdict: Verdict
@@ -157,6 +159,7 @@ class ABResult:
     pairs_per_process: int = 2
     processes: int = 0
     units: int = 0
+    unit: str = "process pair"
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-able dict (no NaN or infinity: a value that is not finite becomes None)."""
@@ -168,7 +171,7 @@ class ABResult:
                         "looks": list(self.looks), "alpha": self.alpha, "fingerprints": self.fingerprints,
                         "difference": list(self.difference), "steps": self.steps, "memory": self.memory,
                         "reload_s": self.reload_s, "pairs_per_process": self.pairs_per_process,
-                        "processes": self.processes, "units": self.units})
+                        "processes": self.processes, "units": self.units, "unit": self.unit})
 
 
 def _finite(value: Any) -> Any:

@@ -1,13 +1,16 @@
 """The two software stacks of an A/B session: A is the running interpreter with the session's environment, B the
-interpreter ``--ab-python`` names (this one by default) with the settings of ``--ab-env`` on top; and what differs
-between the two workers' fingerprints, in lines a person reads. Torch-free."""
+interpreter ``--ab-python`` names (this one by default) with the settings of ``--ab-env`` on top; the packages a stack's
+interpreter has, for a process that is not one of our workers (a server); and what differs between the two stacks'
+fingerprints, in lines a person reads. Torch-free."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,3 +121,45 @@ def _shown(value: Any, missing: str) -> str:
     if value is None:
         return missing
     return '""' if value == "" else str(value)
+
+
+PACKAGE_FINGERPRINT = """
+import importlib.metadata, json, os, platform, sys
+def version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+packages, keys = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(json.dumps({"python": platform.python_version(), "python_executable": sys.executable,
+                  **{name: version(name) for name in packages}, "env": {key: os.environ.get(key) for key in keys}}))
+"""
+FINGERPRINT_TIMEOUT_S = 60.0
+
+
+def package_fingerprint(stack: Stack, packages: Iterable[str], env_keys: Iterable[str],
+                        base: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What ``stack`` runs where its process is not a worker of ours (a served model's server): its interpreter's
+    Python version and path, the installed version of each of ``packages`` (None: not installed), and under ``env``
+    the value of each of ``env_keys`` in its environment (``base``, default ``os.environ``, with the stack's settings
+    on top). Read by the stack's own interpreter, without importing the packages (``importlib.metadata``); the keys
+    are those of :func:`hwregress.ab.worker.fingerprint` where both have them, so :func:`fingerprint_difference`
+    compares them alike.
+
+    Returns:
+        the fingerprint; ``{"error": why}`` where the interpreter could not say (the server it starts will fail with
+        its own log).
+    """
+    command = [stack.python, "-c", PACKAGE_FINGERPRINT, json.dumps(list(packages)), json.dumps(list(env_keys))]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=FINGERPRINT_TIMEOUT_S,
+                              env=stack.environment(os.environ if base is None else base))
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"error": f"{stack.describe()} could not report its packages: {error}"}
+    if done.returncode != 0:
+        tail = " ".join(done.stderr.strip().splitlines()[-1:])
+        return {"error": f"{stack.describe()} could not report its packages (exit {done.returncode}): {tail}"}
+    try:  # the last line: a sitecustomize of the stack's may print before the script runs
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": f"{stack.describe()} reported its packages as {done.stdout.strip()[-200:]!r}, not JSON"}

@@ -51,7 +51,8 @@ class HwBench:
         Raises:
             hwregress.plugin.families.registry.FamilyError: no family of that name.
         """
-        if self.settings.ab is not None and not registry.traits(family).worker_window:
+        traits = registry.traits(family)
+        if self.settings.ab is not None and not (traits.worker_window or traits.own_ab):
             skip_outside_ab(f"the {family} family")
         return registry.get(family).measure(self, **params)
 

@@ -60,7 +60,7 @@ def forest_plot(rows: Sequence[ABRow], title: str = "B against A: ratio B/A per 
     for row, top in zip(rows, tops, strict=True):  # over the bands and the line at 1
         parts.extend(_forest_row(row, top, x))
     parts.append(f'<text x="{(FOREST_LEFT + FOREST_RIGHT) / 2}" y="{bottom + 32}" class="axis" text-anchor="middle">'
-                 f'ratio B/A (samples/s of B over A; below 1: B slower)</text>')
+                 f'ratio B/A (throughput of B over A; below 1: B slower)</text>')
     drawn, legend_bottom = legend.layout(_forest_legend(rows), FOREST_WIDTH, FOREST_WIDTH, FOREST_TOP, FOREST_TOP,
                                          bottom + 38)
     height = math.ceil(legend_bottom) + 6
@@ -141,10 +141,10 @@ def _forest_legend(rows: Sequence[ABRow]) -> list[legend.LegendEntry]:
 # --- each test's pairs ---------------------------------------------------------------------------------------
 
 def pairs_chart(row: ABRow) -> Markup:
-    """One test's pairs in time order: x the pair's index, y samples/s (the measured range, not from zero: the
-    drift between pairs is the point), A's window and B's in their :data:`STACK_STYLE`, the first of each pair
-    drawn left of the second; a grey line joins a pair's two windows; a dropped pair's markers are hollow and say
-    why; a failed window is a cross on the x axis, naming its error. Empty Markup when no window measured a
+    """One test's pairs in time order: x the pair's index, y the throughput in the row's unit (the measured range,
+    not from zero: the drift between pairs is the point), A's window and B's in their :data:`STACK_STYLE`, the first
+    of each pair drawn left of the second; a grey line joins a pair's two windows; a dropped pair's markers are hollow
+    and say why; a failed window is a cross on the x axis, naming its error. Empty Markup when no window measured a
     throughput."""
     values = [v for pair in row.pairs for v in (pair.a, pair.b) if v is not None]
     if not values:
@@ -152,10 +152,10 @@ def pairs_chart(row: ABRow) -> Markup:
     indexes = [pair.index for pair in row.pairs]
     plot = charts._Plot(_pair_axis(min(indexes), max(indexes)), nice_axis(min(values), max(values)))
     title = f"{row.label} — pairs in time order"
-    parts = [charts._frame(title, "pair, in time order (its first window left)", "samples/s"), *charts._grid(plot)]
+    parts = [charts._frame(title, "pair, in time order (its first window left)", row.unit), *charts._grid(plot)]
     bottom = plot.py(plot.y.low)
     for pair in row.pairs:
-        parts.extend(_pair_marks(plot, pair, bottom))
+        parts.extend(_pair_marks(plot, pair, bottom, row.unit))
     entries = [legend.LegendEntry(f"stack {stack}", legend.marker_swatch(*STACK_STYLE[stack])) for stack in STACKS]
     if row.dropped:
         entries.append(legend.LegendEntry("dropped (hollow)", _hollow_swatch()))
@@ -173,7 +173,7 @@ def _pair_axis(first: int, last: int) -> Axis:
     return Axis(low, high, ticks or (float(first),), step=step)
 
 
-def _pair_marks(plot: charts._Plot, pair: PairPoint, bottom: float) -> list[str]:
+def _pair_marks(plot: charts._Plot, pair: PairPoint, bottom: float, unit: str) -> list[str]:
     first = pair.first()
     where = {stack: pair.index + (0.0 if first is None else -WINDOW_OFFSET if stack == first else WINDOW_OFFSET)
              for stack in STACKS}
@@ -190,7 +190,7 @@ def _pair_marks(plot: charts._Plot, pair: PairPoint, bottom: float) -> list[str]
             parts.append(_cross(plot.px(where[stack]), bottom - 5, color,
                                 f"{pair.name}, {stack}: the window failed: {error}{dropped}"))
             continue
-        tooltip = f"{pair.name}, {stack}: {format_value(value)} samples/s{dropped}"
+        tooltip = f"{pair.name}, {stack}: {format_value(value)} {unit}{dropped}"
         parts.append(marker_svg(shape, plot.px(where[stack]), plot.py(value), color, tooltip,
                                 hollow=pair.dropped is not None, css_class=f"ab-{stack.lower()}"))
     return parts

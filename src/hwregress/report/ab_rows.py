@@ -41,7 +41,7 @@ class ABHeader:
 @dataclass(frozen=True)
 class PairPoint:
     """One pair of windows: ``index`` (its place in time order, from 0), ``order`` (AB or BA; None: not recorded),
-    throughputs ``a`` and ``b`` (samples/s; None: the window failed or recorded nothing drawable), each side's
+    throughputs ``a`` and ``b`` (the record's unit; None: the window failed or recorded nothing drawable), each side's
     ``a_error`` / ``b_error`` and why the pair was ``dropped`` (None: kept)."""
 
     index: int
@@ -73,7 +73,8 @@ class ABRow:
     """One A/B test: its ``record``, ``label`` (model mode bs dtype device), ``verdict``, the ``ratio`` B/A and its
     one-sided bounds ``ratio_low`` / ``ratio_high`` (x), ``threshold`` (fraction) and ``alpha`` (the level of the
     look that ended the test), ``pairs_kept`` of the pairs run, the looks planned and taken (pair counts), A's and
-    B's median samples/s over the kept pairs, and every pair in time order. None: not recorded."""
+    B's median throughput over the kept pairs, every pair in time order, and the ``unit`` of the throughputs (the
+    record's: samples/s for a model, tokens/s/user for a served one). None: not recorded."""
 
     record: TestRecord
     label: str
@@ -89,6 +90,7 @@ class ABRow:
     a_throughput: float | None
     b_throughput: float | None
     pairs: list[PairPoint]
+    unit: str = "samples/s"
 
     @property
     def dropped(self) -> list[PairPoint]:
@@ -163,7 +165,7 @@ def ab_row(record: TestRecord, session_threshold: float | None = None) -> ABRow:
         threshold=threshold if threshold is not None else session_threshold, alpha=number(ab.alpha),
         pairs_kept=_count(ab.pairs_kept), looks_planned=_counts(ab.looks_planned), looks_taken=_counts(ab.looks_taken),
         a_throughput=number(ab.a_throughput), b_throughput=b_median if b_median is not None else number(
-            record.throughput), pairs=pairs)
+            record.throughput), pairs=pairs, unit=text(record.unit) or "samples/s")
 
 
 def row_label(record: TestRecord) -> str:

@@ -6,9 +6,10 @@ family (the A/B tests are ``throughput`` records, beside any plain ones). Its ``
 B/A (``record.ratio`` where the sub-record has none) with its one-sided (1 - alpha) bounds ``ratio_low`` and
 ``ratio_high``, ``ab.threshold`` the fraction the verdict's band is 1 +- (the session's ``meta["ab"]["threshold"]``
 where the sub-record has none; never ``record.threshold``, which an A/B test fills with 1 - threshold), ``ab.pairs``
-every pair of windows in time order (samples/s, a failed window None with its error, a dropped pair with why), and
-``record.reach`` the paired minimum detectable slowdown. The header's stacks come from the session's ``meta["ab"]``
-(``{"stacks": {"A": {"python", "env"}, "B": ...}, "threshold", "looks", "seed"}``), else from the first A/B record.
+every pair of windows in time order (in the record's unit, a failed window None with its error, a dropped pair with
+why), and ``record.reach`` the paired minimum detectable slowdown. The header's stacks come from the session's
+``meta["ab"]`` (``{"stacks": {"A": {"python", "env"}, "B": ...}, "threshold", "looks", "seed"}``), else from the first
+A/B record.
 
 Any figure may be missing, None, not finite or of another type (a failed test, another version's file, a hand edit):
 it is left out of the charts and shown as "–" in the tables, never an error.

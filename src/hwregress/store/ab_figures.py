@@ -16,8 +16,8 @@ class ABPairFigures(Figures):
 
     index: int | None = doc("the pair's place in the test, from 0")
     order: str | None = doc("which stack's window ran first: AB or BA")
-    a: float | None = doc("stack A's throughput in its window, samples/s (null: the window failed)")
-    b: float | None = doc("stack B's throughput in its window, samples/s (null: the window failed)")
+    a: float | None = doc("stack A's throughput in its window, in the record's unit (null: the window failed)")
+    b: float | None = doc("stack B's throughput in its window, in the record's unit (null: the window failed)")
     a_error: str | None = doc("why stack A's window failed, else null")
     b_error: str | None = doc("why stack B's window failed, else null")
     dropped: str | None = doc("why the pair was left out of the verdict (a failed window, or the balance of AB and "
@@ -54,13 +54,17 @@ class ABFigures(Figures):
     pairs_per_process: int | None = doc("pairs of windows each fresh pair of worker processes ran: the unit of the "
                                         "verdict is a process pair's mean log-ratio")
     processes: int | None = doc("process pairs started (one per pairs_per_process pairs)")
-    units: int | None = doc("process pairs judged at the look that ended the test")
-    a_throughput: float | None = doc("stack A's median throughput over the kept pairs, samples/s")
-    b_throughput: float | None = doc("stack B's median throughput over the kept pairs, samples/s")
+    units: int | None = doc("units of the verdict judged at the look that ended the test")
+    verdict_unit: str | None = doc("what one unit of the verdict is: a process pair (null in records before it was "
+                                   "kept), or a pair of windows where both stacks' processes live for the whole test "
+                                   "(serving: one server per stack)")
+    a_throughput: float | None = doc("stack A's median throughput over the kept pairs, in the record's unit")
+    b_throughput: float | None = doc("stack B's median throughput over the kept pairs, in the record's unit")
     pairs: list[ABPairFigures] = doc("every pair run, in time order", factory=list)
     stacks: dict[str, Any] = doc("each stack as given: {'A': {'python': path, 'env': {...}}, 'B': ...}", factory=dict)
     fingerprints: dict[str, Any] = doc("each stack's worker fingerprint: {'A': {...}, 'B': {...}} (torch, CUDA, "
-                                       "cuDNN, Python, the interpreter, threads, the settings either stack sets)",
+                                       "cuDNN, Python, the interpreter, threads, the settings either stack sets; "
+                                       "serving: the server interpreter's package versions)",
                                        factory=dict)
     difference: list[str] = doc("what differs between the two fingerprints, one line each (e.g. 'torch 2.13.0 -> "
                                 "2.11.0', 'env OMP_NUM_THREADS: unset -> 1')", factory=list)

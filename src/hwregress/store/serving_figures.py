@@ -44,7 +44,9 @@ class ServingWindowFigures(Figures):
 class ServingFigures(Figures):
     """A served model under a seeded load: the server, the trace every window replayed, the SLOs, each window's
     figures and the requests of all windows pooled (``ttft``, ``tpot``, ``itl``, ``e2el``; docs/serving.md). The
-    record's samples are the windows' goodputs (requests/s), its declared metrics the pooled latency percentiles."""
+    record's samples are the windows' output speeds per user (tokens/s/user, 1000 / TPOT p50), its declared metrics
+    the pooled latency percentiles the requests state and the mean goodput. In an A/B test ``windows`` and the pooled
+    latencies are stack B's and ``reference_windows`` stack A's."""
 
     engine: str | None = doc("the server: transformers (transformers serve) or vllm (vllm serve)")
     engine_version: str | None = doc("the serving package's version")
@@ -63,7 +65,9 @@ class ServingFigures(Figures):
     slo_ttft_ms: float | None = doc("ms, the TTFT bound of goodput (null: unbounded)")
     slo_tpot_ms: float | None = doc("ms, the TPOT bound of goodput (null: unbounded)")
     warmup_s: float | None = doc("s, the untimed replay before the windows")
-    windows: list[ServingWindowFigures] = doc("each measured window, in order", factory=list)
+    windows: list[ServingWindowFigures] = doc("each measured window, in order (A/B: stack B's)", factory=list)
+    reference_windows: list[ServingWindowFigures] = doc("an A/B test's stack A windows, in order (else empty)",
+                                                        factory=list)
     ttft: LatencyFigures | None = doc("time to first token over the completed requests of every window")
     tpot: LatencyFigures | None = doc("time per output token after the first, over every window's requests")
     itl: LatencyFigures | None = doc("inter-token latency over every window's requests")

@@ -47,7 +47,7 @@ def unsupported_in_ab(mode: str, compiler: str, memory_format: str, batch_size: 
 def skip_outside_ab(what: str) -> NoReturn:
     """Skip a test an A/B session does not compare (``what``: e.g. ``"the ceiling family"``), saying what it does."""
     skip_with(Verdict.SKIPPED, f"A/B session: {what} is not compared; an A/B session compares the throughput "
-                               f"family's {AB_VARIANTS} (docs/ab.md)")
+                               f"family's {AB_VARIANTS} and the serving family's served models (docs/ab.md)")
 
 
 def measure_ab(bench: BenchContext, record: TestRecord, device: str, case: Case) -> TestRecord:
@@ -96,10 +96,11 @@ def _failure(error: WorkerError, pool: WorkerPool, device: str, record: TestReco
     return str(error)
 
 
-def ab_outcome(result: ABResult, stacks: dict[str, object], seed: int,
-               looks: tuple[int, ...]) -> tuple[MeasuredFigures, Conclusion]:
+def ab_outcome(result: ABResult, stacks: dict[str, object], seed: int, looks: tuple[int, ...],
+               unit: str = "samples/s") -> tuple[MeasuredFigures, Conclusion]:
     """What ``result`` measured and what it concluded. Measured: the kept pairs' B throughputs as ``samples`` and A's
-    as ``reference_samples`` (samples/s), B's median as ``throughput``, and the whole A/B test as ``ab``. Concluded:
+    as ``reference_samples`` (in ``unit``, higher is better), B's median as ``throughput``, and the whole A/B test as
+    ``ab``. Concluded:
     the verdict, the summary line (a failure where B regressed), and as judged figures the ratio (B/A), the threshold
     (the A/B threshold, a fraction, as the single-stack verdict's), the level, the p-value of "B slower" and the
     paired reach."""
@@ -114,13 +115,14 @@ def ab_outcome(result: ABResult, stacks: dict[str, object], seed: int,
                                           if key not in ("pairs", "verdict")}),
         "pairs_kept": len(kept), "looks_planned": list(looks), "looks_taken": list(result.looks),
         "pairs_per_process": result.pairs_per_process, "processes": result.processes, "units": result.units,
+        "verdict_unit": result.unit,
         "steps_per_window": result.steps, "seed": seed,
         "a_throughput": statistics.median(a_values) if a_values else None, "threshold": threshold,
         "b_throughput": b_throughput, "stacks": stacks, "fingerprints": result.fingerprints,
         "difference": result.difference, "memory": result.memory,
         "reload_s": result.reload_s if result.memory == "reload" else None,
         "pairs": _pairs_with_reasons(result)})
-    measured = MeasuredFigures(unit="samples/s", samples=b_values, reference_samples=a_values, throughput=b_throughput,
+    measured = MeasuredFigures(unit=unit, samples=b_values, reference_samples=a_values, throughput=b_throughput,
                                rounds=len(kept), steps_per_round=result.steps, ab=ab)
     figures = JudgedFigures(ratio=comparison.ratio if comparison is not None else None,
                             p_value=comparison.p_slower if comparison is not None else None,
@@ -152,6 +154,7 @@ def summary_line(result: ABResult, kept: int) -> str:
             Verdict.UNSTABLE: f"undecided after the last look (neither a change beyond {band} nor within it shown)"}
     reach = result.reach
     caught = f"; could catch {reach.mds:.1%}" if reach.mds is not None else f"; no MDS: {reach.why_none}"
-    return (f"B/A {comparison.ratio:.3f}{bounds} on {kept} of {len(result.pairs)} pairs ({result.units} process "
-            f"pairs) at alpha "
+    units = (f"{result.units} process pairs" if result.unit == "process pair"
+             else f"{result.units} units: {result.unit}s")
+    return (f"B/A {comparison.ratio:.3f}{bounds} on {kept} of {len(result.pairs)} pairs ({units}) at alpha "
             f"{result.alpha:.2g}: {what.get(result.verdict, str(result.verdict))}{caught}")

@@ -16,8 +16,9 @@ What the judge, the fleet check and the worker processes need to know of a famil
 (:data:`TRAITS`, read through :func:`traits_of`, each False or empty where a family leaves it out), never by its name
 below ``plugin/``: ``roof`` (its records' throughput is a device roof named by the record's ``model``: the ceiling
 family), ``judged_latency_modes`` (the modes whose ``latency_ms`` is a judged figure), ``host_evidence`` (its records
-are compared with the fleet's other hosts in the defective-host check) and ``worker_window`` (its timed window is the
-model window that A/B and visit worker processes run in place of the test's own process). The record carries the
+are compared with the fleet's other hosts in the defective-host check), ``worker_window`` (its timed window is the
+model window that A/B and visit worker processes run in place of the test's own process) and ``own_ab`` (it runs an
+A/B form of its own in an A/B session). The record carries the
 first two (``TestRecord.measures_roof``, ``TestRecord.latency_judged``), so that every reader of a results file
 judges it alike."""
 
@@ -47,13 +48,17 @@ class FamilyTraits:
         host_evidence: its records, a model's window on one device, are compared with the same tests of the fleet's
             other hosts in the defective-host check (:meth:`hwregress.judge.day_one.FleetJudge.host_findings`).
         worker_window: its timed window is the model window that A/B and visit worker processes run
-            (:mod:`hwregress.ab.worker`); every other family's tests skip in an A/B session and get one visit.
+            (:mod:`hwregress.ab.worker`); every other family's tests skip in an A/B session (but those of an
+            ``own_ab`` family) and get one visit.
+        own_ab: its ``measure`` runs an A/B form of its own in an A/B session (the serving family: one server per
+            stack, their windows interleaved), so its tests are not skipped there.
     """
 
     roof: bool = False
     judged_latency_modes: frozenset[str] = frozenset()
     host_evidence: bool = False
     worker_window: bool = False
+    own_ab: bool = False
 
 
 TRAITS = tuple(trait.name for trait in fields(FamilyTraits))

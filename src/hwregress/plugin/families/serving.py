@@ -5,12 +5,15 @@ request rate and a length profile) replayed once untimed and then ``--serving-wi
 
 The unit of the verdict is the window, not the request (a window's requests queue behind each other): the record's
 samples are each window's output speed per user (tokens/s/user, ``1000 / TPOT p50``: NVIDIA GenAI-Perf's "output
-token throughput per user"), judged as every family's samples are; the pooled p99 TTFT, TPOT p50 and p99, E2EL p50
-and the mean goodput are declared metrics (:mod:`hwregress.store.metrics`, the threshold rule), and a request that
-failed fails the test. Opt-in on every device (``-m serving``, or ``--serving-rates``/``--serving-requests``).
+token throughput per user"), judged as every family's samples are; the pooled TTFT p90 and p99, TPOT p50, p90 and
+p99 and E2EL p50, each where the windows' requests are enough to state it (a p99 needs 459), and the windows' mean
+goodput are declared metrics (:mod:`hwregress.store.metrics`, the threshold rule), and a request that failed fails
+the test. Opt-in on every device (``-m serving``, or ``--serving-rates``/``--serving-requests``).
 
 A machine without the serving packages skips the family as ``unsupported`` with the install command; a server that
-does not start or dies fails the test with the last lines of its log, and the next test starts a fresh one."""
+does not start or dies fails the test with the last lines of its log, and the next test starts a fresh one. In an A/B
+session (``--ab-python``, ``--ab-env``) a test compares the two stacks' servers instead
+(:mod:`hwregress.plugin.families.serving_ab`)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import pytest
 
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.plugin.context import BenchContext
+from hwregress.plugin.families.serving_ab import UNIT, ServingABTest, measure_serving_ab
 from hwregress.plugin.matrix import Selection
 from hwregress.plugin.record import fail_with, skip_with
 from hwregress.plugin.xdist import session_temp
@@ -54,10 +58,13 @@ ERRORS_SHOWN = 5
 # unstable). Not the model window's 10%: a serving window's median TPOT moves with the batches its Poisson arrivals
 # make, and six quiet sessions of the CPU default spread 9.8-24% (docs/data/serving_verdicts_2026-11-30.md)
 STABLE_REL_IQR = 0.25
-# the declared metrics of a serving test, over the requests of all its windows (goodput: the windows' mean)
+# the declared metrics of a serving test, over the requests of all its windows (goodput: the windows' mean); a
+# percentile is declared only where its count states it (MLPerf's early stopping: a p90 needs 44 requests, a p99 459)
+PERCENTILE_METRICS = {"ttft_p90_ms": ("ttft", 90), "ttft_p99_ms": ("ttft", 99), "tpot_p50_ms": ("tpot", 50),
+                      "tpot_p90_ms": ("tpot", 90), "tpot_p99_ms": ("tpot", 99), "e2el_p50_ms": ("e2el", 50)}
 DECLARED = tuple(register(metric) for metric in (
-    JudgedMetric("ttft_p99_ms", "lower", "ms", "TTFT p99"), JudgedMetric("tpot_p50_ms", "lower", "ms", "TPOT p50"),
-    JudgedMetric("tpot_p99_ms", "lower", "ms", "TPOT p99"), JudgedMetric("e2el_p50_ms", "lower", "ms", "E2EL p50"),
+    *(JudgedMetric(name, "lower", "ms", f"{latency.upper()} p{p}")
+      for name, (latency, p) in PERCENTILE_METRICS.items()),
     JudgedMetric("goodput", "higher", "requests/s", "goodput")))
 
 
@@ -88,6 +95,7 @@ class Serving:
     requires: frozenset[str] = frozenset()
     sub_records = ("serving",)
     view = None
+    own_ab = True  # in an A/B session: servers of both stacks, windows interleaved (plugin/families/serving_ab)
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
         """When asked for: device x served model x request rate x length profile, fp32; the batch size is the
@@ -107,6 +115,8 @@ class Serving:
         """Replay the test's trace against this process's server of ``workload`` on ``device``; judge the windows'
         output speed per user and the pooled latency percentiles and goodput against the baseline."""
         record = bench.start(self.name, device, workload, mode, batch_size, dtype)
+        if bench.settings.ab is not None:
+            return ServingBench(bench).measure_ab(record, device, workload, mode, batch_size)
         failures = ServingBench(bench).measure(record, device, workload, mode, batch_size)
         return bench.conclude(record, entry_key(self.name, workload, mode, batch_size, dtype), failures)
 
@@ -131,7 +141,8 @@ class RunningServer:
         self.model = write_served_model(model, folder / f"{model}-seed{MODEL_SEED}", MODEL_SEED)
         log = folder / f"server-{settings.engine}-{device.replace(':', '')}.log"
         self.server = serving.start_server(
-            lambda port: serving.server_command(settings.engine, self.model.folder, device, port), log,
+            lambda port: serving.server_command(settings.engine, self.model.folder, device, port,
+                                                kv_cache_blocks=settings.kv_cache_blocks(device)), log,
             timeout_s=settings.start_timeout_s, engine=settings.engine)
 
     def stop(self) -> None:
@@ -156,16 +167,10 @@ class ServingBench:
     def measure(self, record: TestRecord, device: str, model: str, mode: str, requests: int) -> list[str]:
         """Replay the trace and fill ``record``; returns the failures the family adds to the baseline's judgement
         (failed requests)."""
-        reason = serving.unavailable_reason(self.settings.engine)
-        if reason is not None:
-            skip_with(Verdict.UNSUPPORTED, reason)
-        rate, lengths = parse_mode(mode)
-        trace = make_trace(TRACE_SEED, requests, self.settings.arrivals(rate),
-                           self.settings.length_profile(lengths, device))
+        trace, slo = self._load(device, mode, requests)
         running = self._server(device, model)
-        slo = self.settings.slo_for(device)
-        facts = _trace_facts(trace, running, slo)
-        put_measured(record, MeasuredFigures(unit="tokens/s/user", serving=ServingFigures.of(facts)))
+        facts = {**_trace_facts(trace, self.settings.engine, slo), "server_start_s": running.server.started_s}
+        put_measured(record, MeasuredFigures(unit=UNIT, serving=ServingFigures.of(facts)))
         warmup, replays, sampler = self._replays(running, trace, device)
         if not running.server.alive:
             tail = running.server.tail()
@@ -178,6 +183,24 @@ class ServingBench:
         put_measured(record, MeasuredFigures(**measured, serving=ServingFigures.of(
             {**facts, **serving_facts, "warmup_s": warmup.duration_s})))
         return _request_failures(record, timings)
+
+    def measure_ab(self, record: TestRecord, device: str, model: str, mode: str, requests: int) -> TestRecord:
+        """The test's A/B form in an A/B session: fresh servers of both stacks every few pairs, their windows
+        interleaved (:mod:`hwregress.plugin.families.serving_ab`); returns the judged record."""
+        trace, slo = self._load(device, mode, requests)
+        facts = _trace_facts(trace, self.settings.engine, slo)
+        put_measured(record, MeasuredFigures(unit=UNIT, serving=ServingFigures.of(facts)))
+        return measure_serving_ab(self.bench, record, ServingABTest(device, model, trace, slo, facts, _prompt_of))
+
+    def _load(self, device: str, mode: str, requests: int) -> tuple[Trace, Slo]:
+        """The test's trace and SLOs; skips the test as ``unsupported`` where the engine is not installed."""
+        reason = serving.unavailable_reason(self.settings.engine)
+        if reason is not None:
+            skip_with(Verdict.UNSUPPORTED, reason)
+        rate, lengths = parse_mode(mode)
+        trace = make_trace(TRACE_SEED, requests, self.settings.arrivals(rate),
+                           self.settings.length_profile(lengths, device))
+        return trace, self.settings.slo_for(device)
 
     def _server(self, device: str, model: str) -> RunningServer:
         stash = self.bench.config.stash
@@ -215,12 +238,10 @@ def _prompt_of(model: ServedModel) -> Callable[[TraceRequest], str]:
     return lambda request: model.prompt_text(request.prompt_token_ids(model.vocab_size, FIRST_WORD_ID))
 
 
-def _trace_facts(trace: Trace, running: RunningServer, slo: Slo) -> dict[str, Any]:
-    """The server, the trace and the SLOs, for ``record.serving`` before anything is measured."""
-    engine = running.server.engine
+def _trace_facts(trace: Trace, engine: str, slo: Slo) -> dict[str, Any]:
+    """The engine, the trace and the SLOs, for ``record.serving`` before anything is measured."""
     lengths = trace.lengths
-    return dict(engine=engine, engine_version=_version(engine), server_start_s=running.server.started_s,
-                model_seed=running.model.seed, rate=trace.arrivals.rate,
+    return dict(engine=engine, engine_version=_version(engine), model_seed=MODEL_SEED, rate=trace.arrivals.rate,
                 burstiness=None if math.isinf(trace.arrivals.burstiness) else trace.arrivals.burstiness,
                 concurrency=trace.arrivals.concurrency, lengths=lengths.name, prompt_tokens=lengths.prompt_tokens,
                 output_tokens=lengths.output_tokens, requests=len(trace.requests), trace_seed=trace.seed,
@@ -241,9 +262,9 @@ def _figures(windows: list[WindowFigures], timings: list[RequestTiming],
     speeds = [1000.0 / w.tpot.percentiles[50] for w in windows if w.tpot.percentiles.get(50)]
     summary = summarize(speeds) if speeds else None
     pooled = latency_summaries(timings)
-    declared = {"ttft_p99_ms": pooled["ttft"].percentiles.get(99), "tpot_p50_ms": pooled["tpot"].percentiles.get(50),
-                "tpot_p99_ms": pooled["tpot"].percentiles.get(99), "e2el_p50_ms": pooled["e2el"].percentiles.get(50),
-                "goodput": sum(w.goodput for w in windows) / len(windows) if windows else None}
+    declared = {name: pooled[latency].percentiles.get(p) for name, (latency, p) in PERCENTILE_METRICS.items()
+                if p in pooled[latency].stated}
+    declared["goodput"] = sum(w.goodput for w in windows) / len(windows) if windows else None
     measured = dict(samples=speeds, throughput=summary.median if summary else None,
                     throughput_iqr=summary.iqr if summary else None, rounds=len(speeds),
                     stable=relative_iqr(speeds) <= STABLE_REL_IQR if len(speeds) >= 2 else None,
