@@ -1,4 +1,4 @@
-"""The serving A/B's decision loop (hwregress.plugin.families.serving_ab.judged_at_looks) on given pairs: the server
+"""The serving A/B's decision loop (hwregress.ab.session.judged_at_looks, with server pairs) on given pairs: the server
 pairs it starts, the looks it takes, the pairs it drops; and, in seeded simulations through it, how often it calls an
 injected +20% decode slowdown a regression and two identical stacks one.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hwregress.ab.pairs import Pair
-from hwregress.ab.session import PairPlan, judge_pairs
-from hwregress.plugin.families.serving_ab import judged_at_looks
+from hwregress.ab.session import PairPlan, judge_pairs, judged_at_looks
+from hwregress.plugin.families.serving_ab import UNIT_OF_VERDICT
 from hwregress.store.verdicts import Verdict
 
 SESSIONS = json.loads((Path(__file__).parent / "data" / "serving_aa_log_ratios.json").read_text())["sessions"]
@@ -47,12 +47,12 @@ def _server_pairs(log_ratio):
 
 def test_each_server_pair_runs_its_pairs_and_a_clear_slowdown_ends_at_the_first_look():
     slower = _server_pairs(lambda process, index: math.log(0.7) + 0.01 * (-1) ** index)
-    outcome = judged_at_looks(slower, PLAN)
-    assert outcome.verdict == Verdict.REGRESSION and outcome.looks == [20] and outcome.units == 10
+    outcome = judged_at_looks(slower, PLAN, UNIT_OF_VERDICT)
+    assert outcome.verdict == Verdict.REGRESSION and outcome.looks == [20] and outcome.units == 10 == outcome.processes
     assert slower.ran == [[2 * p, 2 * p + 1] for p in range(10)]  # a fresh pair of servers every 2 pairs
     assert [pair.process for pair in outcome.pairs] == [i // 2 for i in range(20)]
     assert outcome.comparison.ratio == pytest.approx(0.7, rel=0.02)
-    alike = judged_at_looks(_server_pairs(lambda process, index: 0.3 * (-1) ** process), PLAN)
+    alike = judged_at_looks(_server_pairs(lambda process, index: 0.3 * (-1) ** process), PLAN, UNIT_OF_VERDICT)
     assert alike.verdict == Verdict.UNSTABLE and alike.looks == [20, 40] and alike.units == 20
 
 
@@ -62,7 +62,7 @@ def test_a_failed_window_drops_every_pair_of_its_server_pair_with_the_reason():
                      b_error="2 of 32 requests failed: ReadTimeout" if index == 3 else None, process=process)
                 for index, order in planned]
 
-    outcome = judged_at_looks(server_pair, PLAN)
+    outcome = judged_at_looks(server_pair, PLAN, UNIT_OF_VERDICT)
     assert outcome.verdict == Verdict.REGRESSION and outcome.units == 9
     assert [pair.index for pair in outcome.dropped] == [2, 3]
     assert all("ReadTimeout" in pair.dropped for pair in outcome.dropped)
@@ -79,7 +79,7 @@ def _simulated(shift: float, seed: int) -> Verdict:
         # to a permutation test 100x slower: a jitter of 1e-6 breaks the ties
         return shift + offset + draw.choice(RESIDUALS) + draw.gauss(0.0, 1e-6)
 
-    return judged_at_looks(_server_pairs(log_ratio), PLAN).verdict
+    return judged_at_looks(_server_pairs(log_ratio), PLAN, UNIT_OF_VERDICT).verdict
 
 
 def test_a_20_percent_decode_slowdown_is_a_regression_in_at_least_19_of_20_simulated_sessions():

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hwregress.ab.order import balanced_order
@@ -197,22 +198,52 @@ def run_ab(case: Case, start_pair: PairStarter, plan: PairPlan) -> ABResult:
         StackUnusable: a stack's interpreter cannot run a worker.
     """
     run = _Run(case, start_pair, plan)
+    judged = judged_at_looks(run.process_pair, plan, "process pair")
+    fingerprints = run.fingerprints
+    return replace(judged, fingerprints=fingerprints, difference=fingerprint_difference(fingerprints["A"],
+                                                                                         fingerprints["B"]),
+                   steps=run.steps or 0, memory=run.memory, reload_s=run.reload_s)
+
+
+UnitRunner = Callable[[int, list[tuple[int, str]]], list[Pair]]
+"""Runs one unit of an A/B test: ``runner(unit, [(index, order), ...])`` runs those pairs in the unit's fresh pair of
+processes (workers, or servers) and returns them, each with ``process`` = ``unit``."""
+
+
+def judged_at_looks(run_unit: UnitRunner, plan: PairPlan, unit: str) -> ABResult:
+    """Run the pairs of the plan's balanced order (:func:`hwregress.ab.order.balanced_order` of ``plan.seed``),
+    ``plan.pairs_per_process`` at a time in a fresh unit each (``run_unit``), judging them at each planned look
+    (``plan.looks``, at ``plan.alpha_at``) on the units' mean log-ratios (:func:`judge_pairs`) until a look decides;
+    undecided after the last look is ``unstable``. The loop of every A/B test: the throughput family's worker
+    process pairs (:func:`run_ab`) and the serving family's server pairs
+    (:mod:`hwregress.plugin.families.serving_ab`), and their simulations.
+
+    Returns:
+        the verdict, the comparison, the reach, the pairs, the dropped, the looks taken, the level, the units
+        started (``processes``) and judged, and ``unit`` (what one is); the stacks' fingerprints and the window's
+        facts are the caller's to add.
+
+    Raises:
+        whatever ``run_unit`` raises (a worker or a server that died).
+    """
     order = balanced_order(plan.looks[-1], plan.seed)
+    pairs: list[Pair] = []
     taken: list[int] = []
+    started = 0
     for look, count in enumerate(plan.looks, start=1):
-        while len(run.pairs) < count:
-            run.process_pair(order)
+        while len(pairs) < count:
+            first = len(pairs)
+            pairs += run_unit(started, [(i, order[i]) for i in range(first, first + plan.pairs_per_process)])
+            started += 1
         taken.append(count)
-        comparison, units, dropped = judge_pairs(run.pairs, plan, look)
+        comparison, units, dropped = judge_pairs(pairs, plan, look)
         if comparison is not None and comparison.verdict is not None:
             break
     verdict = Verdict.UNSTABLE if comparison is None or comparison.verdict is None else comparison.verdict
     alpha = plan.alpha_at(look)
-    reach = paired_reach(units, plan.threshold, alpha, max_threshold=plan.max_threshold, unit="process pair")
-    fingerprints = run.fingerprints
-    return ABResult(verdict, comparison, reach, run.pairs, dropped, taken, alpha, fingerprints,
-                    fingerprint_difference(fingerprints["A"], fingerprints["B"]), run.steps or 0, run.memory,
-                    run.reload_s, plan.pairs_per_process, run.processes, len(units))
+    reach = paired_reach(units, plan.threshold, alpha, max_threshold=plan.max_threshold, unit=unit)
+    return ABResult(verdict, comparison, reach, pairs, dropped, taken, alpha, pairs_per_process=plan.pairs_per_process,
+                    processes=started, units=len(units), unit=unit)
 
 
 class _Run:
@@ -220,29 +251,24 @@ class _Run:
 
     def __init__(self, case: Case, start_pair: PairStarter, plan: PairPlan) -> None:
         self.case, self.start_pair, self.plan = case, start_pair, plan
-        self.pairs: list[Pair] = []
         self.fingerprints: dict[str, dict[str, Any]] = {}
         self.steps = plan.steps
         self.memory = "both"
         self.reload_s = 0.0
-        self.processes = 0
 
-    def process_pair(self, order: list[str]) -> None:
-        """The next ``pairs_per_process`` pairs in a fresh pair of workers."""
-        process = self.processes
-        self.processes += 1
+    def process_pair(self, process: int, planned: list[tuple[int, str]]) -> list[Pair]:
+        """The ``planned`` pairs (index, order) in a fresh pair of workers, process pair ``process``."""
         with self.start_pair() as workers:
             greeted = _greet(workers)
             self.fingerprints = self.fingerprints or greeted
             device = DeviceShare(self.case, workers, prepared_both(self.case, workers))
             if self.steps is None:
                 self.steps = calibrated_steps(device, self.plan.window_s)
-            first = len(self.pairs)
-            self.pairs += [_run_pair(index, order[index], device, self.steps, process)
-                           for index in range(first, first + self.plan.pairs_per_process)]
+            pairs = [_run_pair(index, order, device, self.steps, process) for index, order in planned]
         if device.memory == "reload":
             self.memory = "reload"
         self.reload_s += device.reload_s
+        return pairs
 
 
 def judge_pairs(pairs: list[Pair], plan: PairPlan, look: int) -> tuple[PairedComparison | None, list[float],

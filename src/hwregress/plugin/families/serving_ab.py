@@ -30,13 +30,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hwregress.ab.order import balanced_order
-from hwregress.ab.paired import PairedComparison, paired_reach
 from hwregress.ab.pairs import Pair
-from hwregress.ab.session import ABResult, PairPlan, judge_pairs
+from hwregress.ab.session import judged_at_looks
 from hwregress.ab.stacks import Stack, fingerprint_difference, package_fingerprint
 from hwregress.hardware.telemetry import TelemetrySampler
-from hwregress.judge.reach import Reach
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.ab_window import ab_outcome
 from hwregress.plugin.record import fail_with
@@ -49,7 +46,6 @@ from hwregress.store.assembly import put_measured
 from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.serving_figures import ServingFigures
-from hwregress.store.verdicts import Verdict
 from hwregress.workloads.served import ServedModel, write_served_model
 
 if TYPE_CHECKING:
@@ -104,11 +100,14 @@ def measure_serving_ab(bench: BenchContext, record: TestRecord, test: ServingABT
     failure = None
     try:
         with sampler:
-            result = _ab_result(judged_at_looks(run.server_pair, plan), run.fingerprints, run.started)
+            judged = judged_at_looks(run.server_pair, plan, UNIT_OF_VERDICT)
     except (serving.ServerFailed, ServerDied) as error:
         failure = str(error)
     if failure is not None:  # outside the except: pytest would print the error a second time, as the failure's context
         fail_with(failure)
+    fingerprints = run.fingerprints
+    result = replace(judged, fingerprints=fingerprints,
+                     difference=fingerprint_difference(fingerprints["A"], fingerprints["B"]))
     measured, conclusion = ab_outcome(result, ab.meta()["stacks"], plan.seed, plan.looks, unit=UNIT)
     put_measured(record, measured)
     put_measured(record, MeasuredFigures(telemetry=sampler.summary(), health=sampler.health,
@@ -135,7 +134,6 @@ class ServerPairs:
         self.windows: dict[str, list[WindowFigures]] = {"A": [], "B": []}
         self.replays: dict[str, list[Replay]] = {"A": [], "B": []}
         self.start_s: dict[str, list[float]] = {"A": [], "B": []}
-        self.started = 0
 
     def server_pair(self, process: int, planned: list[tuple[int, str]]) -> list[Pair]:
         """Server pair ``process``: both stacks' servers started and warmed up, the ``planned`` pairs (index, order)
@@ -145,16 +143,15 @@ class ServerPairs:
             hwregress.serving.server.ServerFailed: a server did not start (the message names its stack).
             ServerDied: a server died during a window or its warm-up.
         """
-        self.started += 1
         with ExitStack() as stopping:
-            servers = {label: self._started(stack, stopping) for label, stack in self.stacks.items()}
+            servers = {label: self._started(stack, process, stopping) for label, stack in self.stacks.items()}
             for server in servers.values():
                 self._replay(server, self.warmup)
             return [self._pair(servers, index, order, process) for index, order in planned]
 
-    def _started(self, stack: Stack, stopping: ExitStack) -> _StackServer:
+    def _started(self, stack: Stack, process: int, stopping: ExitStack) -> _StackServer:
         settings, device, folder = self.settings, self.test.device, self.model.folder
-        log = folder.parent / f"server-{stack.label}{self.started}-{settings.engine}-{device.replace(':', '')}.log"
+        log = folder.parent / f"server-{stack.label}{process}-{settings.engine}-{device.replace(':', '')}.log"
         try:
             server = serving.start_server(
                 lambda port: serving.server_command(settings.engine, folder, device, port, python=stack.python,
@@ -210,60 +207,6 @@ def _speed(window: WindowFigures, done: Replay) -> tuple[float | None, str | Non
     if not p50:
         return None, "no request had two output tokens: no TPOT"
     return 1000.0 / p50, None
-
-
-@dataclass(frozen=True)
-class LooksOutcome:
-    """What :func:`judged_at_looks` found: the verdict, the comparison at the look that ended the pairs (None: fewer
-    than 2 units kept there), the paired reach, every pair run, those dropped at that look, the pair counts of the
-    looks taken, that look's level and the units (server pairs) it judged."""
-
-    verdict: Verdict
-    comparison: PairedComparison | None
-    reach: Reach
-    pairs: list[Pair]
-    dropped: list[Pair]
-    looks: list[int]
-    alpha: float
-    units: int
-
-
-def judged_at_looks(server_pair: Callable[[int, list[tuple[int, str]]], list[Pair]], plan: PairPlan) -> LooksOutcome:
-    """Run the pairs of the plan's balanced order (:func:`hwregress.ab.order.balanced_order` of ``plan.seed``)
-    ``plan.pairs_per_process`` at a time, each batch by ``server_pair(process, [(index, order), ...])`` (a fresh pair
-    of servers), judging them at each planned look (``plan.looks``, at ``plan.alpha_at``) on the server pairs' mean
-    log-ratios (:func:`hwregress.ab.session.judge_pairs`) until a look decides; undecided after the last look is
-    ``unstable``. The serving A/B's loop, and its simulations'.
-
-    Raises:
-        whatever ``server_pair`` raises (a server that did not start or died).
-    """
-    order = balanced_order(plan.looks[-1], plan.seed)
-    pairs: list[Pair] = []
-    taken: list[int] = []
-    process = 0
-    for look, count in enumerate(plan.looks, start=1):
-        while len(pairs) < count:
-            first = len(pairs)
-            pairs += server_pair(process, [(i, order[i]) for i in range(first, first + plan.pairs_per_process)])
-            process += 1
-        taken.append(count)
-        comparison, units, dropped = judge_pairs(pairs, plan, look)
-        if comparison is not None and comparison.verdict is not None:
-            break
-    verdict = Verdict.UNSTABLE if comparison is None or comparison.verdict is None else comparison.verdict
-    alpha = plan.alpha_at(look)
-    reach = paired_reach(units, plan.threshold, alpha, max_threshold=plan.max_threshold, unit=UNIT_OF_VERDICT)
-    return LooksOutcome(verdict, comparison, reach, pairs, dropped, taken, alpha, len(units))
-
-
-def _ab_result(outcome: LooksOutcome, fingerprints: dict[str, dict[str, Any]], started: int) -> ABResult:
-    """The A/B engine's result of a serving A/B: ``started`` server pairs, each a unit."""
-    pairs_per_process = max(1, len(outcome.pairs) // max(1, started))
-    return ABResult(outcome.verdict, outcome.comparison, outcome.reach, outcome.pairs, outcome.dropped, outcome.looks,
-                    outcome.alpha, fingerprints, fingerprint_difference(fingerprints["A"], fingerprints["B"]),
-                    steps=0, memory="both", pairs_per_process=pairs_per_process, processes=started,
-                    units=outcome.units, unit=UNIT_OF_VERDICT)
 
 
 def _fingerprints(stacks: list[Stack]) -> dict[str, dict[str, Any]]:
