@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 import time
 from dataclasses import asdict
@@ -23,7 +22,7 @@ from typing import Any
 from hwregress.serving import server as serving
 from hwregress.serving.client import replay
 from hwregress.serving.figures import Slo, capacity, window_figures
-from hwregress.serving.settings import KV_PAGE_TOKENS
+from hwregress.serving.settings import kv_cache_blocks
 from hwregress.serving.trace import Arrivals, fixed_lengths, long_tail_lengths, make_trace
 from hwregress.workloads.served import FIRST_WORD_ID, write_served_model
 
@@ -52,7 +51,7 @@ def main() -> None:
     record: dict[str, Any] = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                               "write_s": time.perf_counter() - written, "rates": []}
     lengths = (long_tail_lengths if args.long_tail else fixed_lengths)(args.prompt, args.output)
-    blocks = args.requests * math.ceil(lengths.longest_tokens / KV_PAGE_TOKENS)  # as ServingSettings.kv_cache_blocks
+    blocks = kv_cache_blocks(args.requests, [lengths])
     server = serving.start_server(lambda port: serving.server_command(args.engine, model.folder, args.device, port,
                                                                       kv_cache_blocks=blocks),
                                   folder / "server.log", engine=args.engine)

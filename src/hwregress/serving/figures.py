@@ -29,6 +29,7 @@ from hwregress.serving.requests import RequestTiming
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")  # a window's latency summaries, as WindowFigures and its JSON name them
 PERCENTILES = (50, 90, 99)  # the percentiles a window states, as vllm bench serve's default "99" and MLPerf's 90/99
+ERRORS_SHOWN = 5  # the distinct errors of failed requests a record keeps and a failure names
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,13 @@ class WindowFigures:
     itl: LatencySummary
     e2el: LatencySummary
 
+    @property
+    def output_speed_per_user(self) -> float | None:
+        """tokens/s/user, ``1000 / TPOT p50`` (NVIDIA GenAI-Perf's "output token throughput per user"): a serving
+        test's sample; None where no completed request had two output tokens (no TPOT)."""
+        p50 = self.tpot.percentiles.get(50)
+        return 1000.0 / p50 if p50 else None
+
     def to_json(self) -> dict[str, Any]:
         """The window as records keep it (:class:`hwregress.store.serving_figures.ServingWindowFigures`)."""
         return {"duration_s": self.duration_s, "completed": self.completed, "failed": self.failed,
@@ -175,6 +183,11 @@ def latency_summaries(requests: Sequence[RequestTiming]) -> dict[str, LatencySum
             "tpot": summarize_latency([r.tpot_s for r in done if r.tpot_s is not None]),
             "itl": summarize_latency([gap for r in done for gap in r.itls_s]),
             "e2el": summarize_latency([r.e2el_s for r in done])}
+
+
+def distinct_errors(requests: Sequence[RequestTiming]) -> list[str]:
+    """The errors of the failed ones of ``requests``, each once, in the order they first appear."""
+    return list(dict.fromkeys(r.error for r in requests if r.error))
 
 
 def capacity(rates: Sequence[float], goodputs: Sequence[float], tolerance: float = 0.05) -> float:

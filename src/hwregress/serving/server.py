@@ -21,10 +21,13 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwregress.process_group import TERM_GRACE_S, end_process_group, exit_status, log_tail
 from hwregress.serving import keeper
+
+if TYPE_CHECKING:
+    from hwregress.serving.settings import ServingSettings
 
 ENGINES = ("transformers", "vllm")
 START_TIMEOUT_S = 300.0  # a model's load (and a GPU engine's warm-up) before the server must answer
@@ -73,6 +76,20 @@ def server_command(engine: str, model_folder: Path, device: str, port: int, pyth
         return [python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_folder), "--host", "127.0.0.1",
                 "--port", str(port)]  # vllm/entrypoints/cli/main.py: `vllm serve` as a module
     raise ValueError(f"serving engine {engine!r}: choose from {ENGINES}")
+
+
+def start_served(settings: ServingSettings, model_folder: Path, device: str, log: Path,
+                 python: str = sys.executable, env: dict[str, str] | None = None) -> Server:
+    """Start ``settings.engine``'s server of ``model_folder`` on ``device`` (``python``: the transformers engine's
+    interpreter; ``env``: settings on top of this process's), with the KV cache the settings' windows need
+    (:meth:`hwregress.serving.settings.ServingSettings.kv_cache_blocks`) and their start timeout.
+
+    Raises:
+        ServerFailed: see :func:`start_server`.
+    """
+    return start_server(lambda port: server_command(settings.engine, model_folder, device, port, python=python,
+                                                    kv_cache_blocks=settings.kv_cache_blocks(device)),
+                        log, env=env, timeout_s=settings.start_timeout_s, engine=settings.engine)
 
 
 def request_extras(engine: str) -> dict[str, Any]:

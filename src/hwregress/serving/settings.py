@@ -10,7 +10,7 @@ TPOT 100 ms) and are not yet measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -68,8 +68,7 @@ class ServingSettings:
         in flight at once at the longest its length profiles draw. Without it ``transformers serve``'s continuous
         batching sizes its cache from memory: 60% of the machine's RAM on a CPU (13 GiB of the 23 of the development
         VM, per server: two of an A/B session's ran the machine out of memory) and 90% of a GPU's."""
-        longest = max(self.length_profile(name, device).longest_tokens for name in self.lengths)
-        return self.requests_for(device) * math.ceil(longest / KV_PAGE_TOKENS)
+        return kv_cache_blocks(self.requests_for(device), [self.length_profile(name, device) for name in self.lengths])
 
     def slo_for(self, device: str) -> Slo:
         return _by_kind(DEFAULT_SLO, device)
@@ -89,6 +88,13 @@ class ServingSettings:
         if name == "long-tail":
             return long_tail_lengths(prompt, output)
         raise ValueError(f"length profile {name!r}: choose from {', '.join(LENGTH_PROFILES)}")
+
+
+def kv_cache_blocks(requests: int, profiles: Sequence[LengthProfile]) -> int:
+    """KV-cache blocks of :data:`KV_PAGE_TOKENS` tokens that hold ``requests`` requests at once, each at the longest
+    any of ``profiles`` draws (see :meth:`ServingSettings.kv_cache_blocks`)."""
+    longest = max(profile.longest_tokens for profile in profiles)
+    return requests * math.ceil(longest / KV_PAGE_TOKENS)
 
 
 def _by_kind(table: Mapping[str, T], device: str) -> T:

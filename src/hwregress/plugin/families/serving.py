@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-import os
 import re
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +27,18 @@ import pytest
 
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.plugin.context import BenchContext
-from hwregress.plugin.families.serving_ab import UNIT, ServingABTest, measure_serving_ab
+from hwregress.plugin.families.serving_ab import UNIT, ServingABTest, measure_serving_ab, session_model
 from hwregress.plugin.matrix import Selection
 from hwregress.plugin.record import fail_with, skip_with
-from hwregress.plugin.xdist import session_temp
 from hwregress.serving import server as serving
-from hwregress.serving.figures import Slo, WindowFigures, latency_summaries, window_figures
+from hwregress.serving.figures import (
+    ERRORS_SHOWN,
+    Slo,
+    WindowFigures,
+    distinct_errors,
+    latency_summaries,
+    window_figures,
+)
 from hwregress.serving.requests import RequestTiming
 from hwregress.serving.settings import MODEL_SEED, TRACE_SEED, ServingSettings
 from hwregress.serving.trace import Trace, TraceRequest, make_trace
@@ -46,14 +50,13 @@ from hwregress.store.results import TestRecord
 from hwregress.store.serving_figures import ServingFigures
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import relative_iqr, summarize
-from hwregress.workloads.served import FIRST_WORD_ID, SERVED_SHAPES, ServedModel, write_served_model
+from hwregress.workloads.served import FIRST_WORD_ID, SERVED_SHAPES, ServedModel
 
 if TYPE_CHECKING:  # the client needs httpx, of the serving extra: imported when a serving test runs
     from hwregress.serving.client import Replay
 
 SERVER_KEY = pytest.StashKey["RunningServer"]()
 MODE = re.compile(r"rate(?P<rate>[0-9.e+-]+)-(?P<lengths>[a-z-]+)")
-ERRORS_SHOWN = 5
 # the windows' speeds within this IQR/median: stable (recorded into a baseline; judged without a direction: pass, not
 # unstable). Not the model window's 10%: a serving window's median TPOT moves with the batches its Poisson arrivals
 # make, and six quiet sessions of the CPU default spread 9.8-24% (docs/data/serving_verdicts_2026-11-30.md)
@@ -137,13 +140,9 @@ class RunningServer:
 
     def __init__(self, bench: BenchContext, settings: ServingSettings, device: str, model: str) -> None:
         self.key = (settings.engine, device, model)
-        folder = session_temp(bench.request) / "hwregress-serving" / f"pid{os.getpid()}-{time.time_ns():x}"
-        self.model = write_served_model(model, folder / f"{model}-seed{MODEL_SEED}", MODEL_SEED)
-        log = folder / f"server-{settings.engine}-{device.replace(':', '')}.log"
-        self.server = serving.start_server(
-            lambda port: serving.server_command(settings.engine, self.model.folder, device, port,
-                                                kv_cache_blocks=settings.kv_cache_blocks(device)), log,
-            timeout_s=settings.start_timeout_s, engine=settings.engine)
+        self.model = session_model(bench, model, "serve")
+        log = self.model.folder.parent / f"server-{settings.engine}-{device.replace(':', '')}.log"
+        self.server = serving.start_served(settings, self.model.folder, device, log)
 
     def stop(self) -> None:
         self.server.stop()
@@ -259,7 +258,7 @@ def _figures(windows: list[WindowFigures], timings: list[RequestTiming],
              sampler: TelemetrySampler) -> tuple[dict[str, Any], dict[str, Any]]:
     """The record's figures (samples: each window's tokens/s/user; the declared metrics over every window's requests)
     and ``record.serving``'s windows, pooled latencies and errors."""
-    speeds = [1000.0 / w.tpot.percentiles[50] for w in windows if w.tpot.percentiles.get(50)]
+    speeds = [speed for speed in (w.output_speed_per_user for w in windows) if speed is not None]
     summary = summarize(speeds) if speeds else None
     pooled = latency_summaries(timings)
     declared = {name: pooled[latency].percentiles.get(p) for name, (latency, p) in PERCENTILE_METRICS.items()
@@ -272,12 +271,8 @@ def _figures(windows: list[WindowFigures], timings: list[RequestTiming],
                     declared={name: value for name, value in declared.items() if value is not None})
     facts = dict(windows=[window.to_json() for window in windows],
                  **{name: latency.to_json() for name, latency in pooled.items()},
-                 errors=_errors(timings)[:ERRORS_SHOWN])
+                 errors=distinct_errors(timings)[:ERRORS_SHOWN])
     return measured, facts
-
-
-def _errors(timings: list[RequestTiming]) -> list[str]:
-    return list(dict.fromkeys(t.error for t in timings if t.error))
 
 
 def _request_failures(record: TestRecord, timings: list[RequestTiming]) -> list[str]:
@@ -285,7 +280,7 @@ def _request_failures(record: TestRecord, timings: list[RequestTiming]) -> list[
     failed = sum(1 for t in timings if not t.completed)
     if not failed:
         return []
-    shown = "; ".join(_errors(timings)[:ERRORS_SHOWN])
+    shown = "; ".join(distinct_errors(timings)[:ERRORS_SHOWN])
     return [f"{record.test_id}: {failed} of {len(timings)} requests of the windows failed "
             f"({failed / len(timings):.1%}): {shown}"]
 

@@ -39,7 +39,14 @@ from hwregress.plugin.families.ab_window import ab_outcome
 from hwregress.plugin.record import fail_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.serving import server as serving
-from hwregress.serving.figures import Slo, WindowFigures, latency_summaries, window_figures
+from hwregress.serving.figures import (
+    ERRORS_SHOWN,
+    Slo,
+    WindowFigures,
+    distinct_errors,
+    latency_summaries,
+    window_figures,
+)
 from hwregress.serving.settings import MODEL_SEED, ServingSettings
 from hwregress.serving.trace import Trace, TraceRequest
 from hwregress.store.assembly import put_measured
@@ -54,7 +61,6 @@ if TYPE_CHECKING:
 SERVER_PACKAGES = ("torch", "transformers", "vllm", "hwregress")  # what a server's fingerprint names
 UNIT = "tokens/s/user"
 UNIT_OF_VERDICT = "server pair"
-ERRORS_SHOWN = 5
 # a fresh server's warm-up: the trace's first quarter (at least 4 requests), untimed
 WARMUP_FRACTION = 4
 WARMUP_MIN_REQUESTS = 4
@@ -95,7 +101,7 @@ def measure_serving_ab(bench: BenchContext, record: TestRecord, test: ServingABT
     ab = bench.settings.ab
     assert ab is not None
     plan = ab.plan(bench.settings.plan.min_round_s, bench.settings.policy.tolerances.max_threshold)
-    run = ServerPairs(ab.stacks, _model(bench, test.model), test, bench.settings.selection.serving)
+    run = ServerPairs(ab.stacks, session_model(bench, test.model, "ab"), test, bench.settings.selection.serving)
     sampler = TelemetrySampler(test.device, bench.settings.telemetry_interval_s)
     failure = None
     try:
@@ -115,8 +121,10 @@ def measure_serving_ab(bench: BenchContext, record: TestRecord, test: ServingABT
     return bench.settle(record, conclusion)
 
 
-def _model(bench: BenchContext, name: str) -> ServedModel:
-    folder = session_temp(bench.request) / "hwregress-serving" / f"ab-pid{os.getpid()}-{time.time_ns():x}"
+def session_model(bench: BenchContext, name: str, tag: str) -> ServedModel:
+    """The served model ``name`` written from :data:`MODEL_SEED` into a folder of its own under the session's
+    temporary folder (``<tag>-pid<pid>-<ns>``), beside which its servers' logs go."""
+    folder = session_temp(bench.request) / "hwregress-serving" / f"{tag}-pid{os.getpid()}-{time.time_ns():x}"
     return write_served_model(name, folder / f"{name}-seed{MODEL_SEED}", MODEL_SEED)
 
 
@@ -133,7 +141,7 @@ class ServerPairs:
         self.fingerprints = _fingerprints(list(stacks))
         self.windows: dict[str, list[WindowFigures]] = {"A": [], "B": []}
         self.replays: dict[str, list[Replay]] = {"A": [], "B": []}
-        self.start_s: dict[str, list[float]] = {"A": [], "B": []}
+        self.b_start_s: float | None = None  # B's first server's start, as a single-stack record keeps its server's
 
     def server_pair(self, process: int, planned: list[tuple[int, str]]) -> list[Pair]:
         """Server pair ``process``: both stacks' servers started and warmed up, the ``planned`` pairs (index, order)
@@ -150,17 +158,15 @@ class ServerPairs:
             return [self._pair(servers, index, order, process) for index, order in planned]
 
     def _started(self, stack: Stack, process: int, stopping: ExitStack) -> _StackServer:
-        settings, device, folder = self.settings, self.test.device, self.model.folder
-        log = folder.parent / f"server-{stack.label}{process}-{settings.engine}-{device.replace(':', '')}.log"
+        device, folder = self.test.device, self.model.folder
+        log = folder.parent / f"server-{stack.label}{process}-{self.settings.engine}-{device.replace(':', '')}.log"
         try:
-            server = serving.start_server(
-                lambda port: serving.server_command(settings.engine, folder, device, port, python=stack.python,
-                                                    kv_cache_blocks=settings.kv_cache_blocks(device)),
-                log, env=dict(stack.env), timeout_s=settings.start_timeout_s, engine=settings.engine)
+            server = serving.start_served(self.settings, folder, device, log, python=stack.python, env=dict(stack.env))
         except serving.ServerFailed as error:
             raise serving.ServerFailed(f"stack {stack.describe()}: {error}") from None
         stopping.callback(server.stop)
-        self.start_s[stack.label].append(server.started_s)
+        if stack.label == "B" and self.b_start_s is None:
+            self.b_start_s = server.started_s
         return _StackServer(stack, server)
 
     def _pair(self, servers: dict[str, _StackServer], index: int, order: str, process: int) -> Pair:
@@ -203,10 +209,10 @@ def _speed(window: WindowFigures, done: Replay) -> tuple[float | None, str | Non
     if window.failed:
         first = next(t.error for t in done.timings if t.error)
         return None, f"{window.failed} of {window.sent} requests failed: {first}"
-    p50 = window.tpot.percentiles.get(50)
-    if not p50:
+    speed = window.output_speed_per_user
+    if speed is None:
         return None, "no request had two output tokens: no TPOT"
-    return 1000.0 / p50, None
+    return speed, None
 
 
 def _fingerprints(stacks: list[Stack]) -> dict[str, dict[str, Any]]:
@@ -219,9 +225,8 @@ def _serving_facts(test: ServingABTest, run: ServerPairs) -> dict[str, Any]:
     """``record.serving``: the trace and SLOs, B's first server start and its windows with their requests pooled, A's
     windows, and the first distinct errors of either."""
     timings = [timing for done in run.replays["B"] for timing in done.timings]
-    errors = list(dict.fromkeys(t.error for label in "AB" for done in run.replays[label] for t in done.timings
-                                if t.error))
-    return {**test.facts, "server_start_s": (run.start_s["B"] or [None])[0],
+    errors = distinct_errors([t for label in "AB" for done in run.replays[label] for t in done.timings])
+    return {**test.facts, "server_start_s": run.b_start_s,
             "windows": [window.to_json() for window in run.windows["B"]],
             "reference_windows": [window.to_json() for window in run.windows["A"]],
             **{name: latency.to_json() for name, latency in latency_summaries(timings).items()},
