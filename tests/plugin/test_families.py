@@ -90,7 +90,7 @@ def test_an_unknown_family_names_the_registered_ones():
                       r"FamilyTraits\)"),
     ({"judged_latency_modes": "decode"}, r"test family 'echo': judged_latency_modes = 'decode' is not a frozenset"),
     ({"view": "scaleout"}, r"test family 'echo' .*: view 'scaleout' is no view the report reads; use one of "
-                           r"ceilings, colocation, models, parity, scaling, spark, or None"),
+                           r"ceilings, colocation, models, parity, scaling, serving, spark, or None"),
 ])
 def test_a_family_that_no_test_could_select_is_refused(clean_registry, change, message):
     with pytest.raises(registry.FamilyError, match=message):

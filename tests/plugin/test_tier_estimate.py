@@ -265,9 +265,9 @@ def test_the_default_tier_is_the_built_in_families_whatever_else_is_registered(m
     assert tier_estimate.estimate({"echo": []}).tests == 0
 
 
-def test_each_built_in_family_but_the_opt_in_spark_and_serving_says_what_its_tests_cost():
+def test_each_built_in_family_but_the_opt_in_spark_says_what_its_tests_cost():
     # the estimator holds no rule of its own: a family's cost is a method beside its measure
-    assert [f.name for f in registry.BUILT_IN if not hasattr(f, "estimated_cost")] == ["spark", "serving"]
+    assert [f.name for f in registry.BUILT_IN if not hasattr(f, "estimated_cost")] == ["spark"]
     source = (REPO / "src/hwregress/plugin/tier_estimate.py").read_text(encoding="utf-8")
     assert not any(f'"{f.name}"' in source.split("RUN_ORDER = ")[0] for f in registry.BUILT_IN)
 

@@ -471,9 +471,10 @@ def test_decode_details_name_the_judged_step_figures_itl_and_tpot_apart():
 def test_a_family_view_is_found_by_name_and_an_unknown_name_lists_the_views():
     from hwregress.report import family_views
 
-    assert family_views.names() == ["parity", "ceilings", "scaleout", "spark"]
+    assert family_views.names() == ["parity", "ceilings", "scaleout", "spark", "serving"]
     assert family_views.get("spark").reads == ("spark",)
-    with pytest.raises(KeyError, match="unknown report view 'echo'; the views: parity, ceilings, scaleout, spark"):
+    with pytest.raises(KeyError, match="unknown report view 'echo'; the views: parity, ceilings, scaleout, spark, "
+                                       "serving"):
         family_views.get("echo")
 
 

@@ -11,7 +11,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hwregress.serving.figures import PERCENTILES, Slo, capacity, summarize_latency, window_figures
+from hwregress.serving.figures import (
+    CDF_LEVELS,
+    PERCENTILES,
+    Slo,
+    capacity,
+    latency_quantiles,
+    pooled_json,
+    summarize_latency,
+    window_figures,
+)
 from hwregress.serving.requests import RequestLogError, RequestTiming
 
 
@@ -68,6 +77,31 @@ def test_the_figures_are_those_recomputed_from_the_raw_timestamps(logs, duration
                 assert summary.percentiles[p] == pytest.approx(_percentile(values, p), rel=1e-9, abs=1e-9)
         else:
             assert summary.mean is None and summary.percentiles == {}
+
+
+@settings(max_examples=100)
+@given(request_logs())
+def test_the_pooled_cdf_is_each_latencys_percentile_at_101_levels_recomputed_from_the_timestamps(logs):
+    pooled = pooled_json(logs)
+    done = [r for r in logs if r.error is None]
+    ttft = [(r.chunk_times_s[0] - r.sent_s) * 1000 for r in done]
+    e2el = [(r.chunk_times_s[-1] - r.sent_s) * 1000 for r in done]
+    for name, values in (("ttft", ttft), ("e2el", e2el)):
+        quantiles = pooled[name]["quantiles"]
+        assert pooled[name]["count"] == len(values)
+        if not values:
+            assert quantiles == []
+            continue
+        assert len(quantiles) == CDF_LEVELS and quantiles == sorted(quantiles)
+        assert quantiles[0] == pytest.approx(min(values)) and quantiles[-1] == pytest.approx(max(values))
+        for level in (10, 50, 90, 99):
+            assert quantiles[level] == pytest.approx(_percentile(values, level), rel=1e-9, abs=1e-9)
+            if level in PERCENTILES:
+                assert pooled[name][f"p{level}"] == pytest.approx(quantiles[level], rel=1e-9, abs=1e-9)
+
+
+def test_quantiles_of_one_value_are_that_value_at_every_level():
+    assert latency_quantiles([7.5]) == [7.5] * CDF_LEVELS and latency_quantiles([]) == []
 
 
 def test_a_request_exactly_at_its_bound_meets_it_and_a_hair_over_does_not():

@@ -12,7 +12,7 @@ import shutil
 import pytest
 from support.project import REPO, SUPPORT_DIR, HwProject
 
-from hwregress.plugin.families.serving import FAMILY, parse_mode, serving_mode
+from hwregress.plugin.families.serving import FAMILY, ServingLoad, parse_mode
 from hwregress.plugin.matrix import Selection
 from hwregress.serving.server import unavailable_reason
 from hwregress.serving.settings import ServingSettings
@@ -60,24 +60,72 @@ def test_a_recorded_serving_test_keeps_its_trace_and_windows_and_a_slower_server
     assert judged["verdict"] == "regression" and judged["ratio"] < 0.5, judged["message"]
     assert json.loads(judged["serving"]["trace"]) == trace  # the same load, replayed
     assert "TPOT p50" in judged["message"]
+    # judged at planned looks: 3 windows, then 6 (twice --serving-windows); a halved speed decides at the first
+    assert judged["looks"]["planned"] == [3, 6] and judged["looks"]["rounds"][0] == 3
+    assert len(judged["serving"]["windows"]) == judged["looks"]["rounds"][-1]
 
 
-def test_the_family_runs_when_asked_for_one_test_per_rate_and_length_profile():
-    settings = ServingSettings(rates=(1.0, 2.5), lengths=("fixed", "long-tail"), requests=12)
+@pytest.mark.needs_extra
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs transformers serve: {UNAVAILABLE}")
+def test_a_closed_loop_and_a_rate_sweep_record_their_figures_and_render_in_the_report(serving_project):
+    loads = ["-m", "serving", "--devices", "cpu", "--workloads", "selftest_support", "--models", "tiny_llama",
+             "--serving-concurrency", "2", "--serving-sweep", "4,16", "--serving-requests", "8",
+             "--serving-windows", "3", "-p", "no:cacheprovider"]
+    result = serving_project.run(*loads, "--update-baselines", fast=False)
+    result.assert_outcomes(passed=2)
+    closed, sweep = sorted(serving_project.results["records"], key=lambda r: r["mode"])
+    assert closed["mode"] == "closed2-fixed" and closed["serving"]["concurrency"] == 2
+    assert closed["serving"]["rate"] is None and len(closed["samples"]) >= 3
+    assert len(closed["serving"]["ttft"]["quantiles"]) == 101
+    assert sweep["mode"] == "sweep4_16-fixed" and sweep["samples"] == []
+    points = sweep["serving"]["sweep"]
+    # a point replays SWEEP_POINT_S (4 s on the CPU) of requests at its rate where more than the window's 8
+    assert [point["rate"] for point in points] == [4.0, 16.0] and [p["completed"] for p in points] == [16, 64]
+    declared = {figure["metric"]: figure["value"] for figure in sweep["declared"]}
+    assert declared["capacity"] in (4.0, 16.0) and sweep["serving"]["peak_goodput"] == max(p["goodput"] for p in points)
+    assert sweep["serving"]["capacity"] == declared["capacity"]
+    page = (serving_project.path / "reports" / "report.html").read_text()
+    assert 'id="serving"' in page and "Goodput over the offered rate" in page and "TTFT — tiny_llama" in page
+    entries = json.loads(serving_project.baseline_files()[0].read_text())["entries"]
+    assert set(entries["serving/tiny_llama/sweep4_16-fixed/bs8/fp32"]["metrics"]) == {"capacity"}
+
+
+def test_the_family_runs_when_asked_for_one_test_per_load_and_length_profile():
+    settings = ServingSettings(rates=(1.0, 2.5), concurrency=(3,), sweep=(1.0, 2.0), lengths=("fixed", "long-tail"),
+                               requests=12)
     asked = Selection(devices=["cpu"], opted_in=frozenset({"serving"}), serving=settings)
     cases = FAMILY.cases(asked)
     assert [(c["mode"], c["batch_size"]) for c in cases] == [
-        ("rate1-fixed", 12), ("rate1-long-tail", 12), ("rate2.5-fixed", 12), ("rate2.5-long-tail", 12)]
+        ("rate1-fixed", 12), ("rate2.5-fixed", 12), ("closed3-fixed", 12), ("sweep1_2-fixed", 12),
+        ("rate1-long-tail", 12), ("rate2.5-long-tail", 12), ("closed3-long-tail", 12), ("sweep1_2-long-tail", 12)]
     assert {c["workload"] for c in cases} == {"llama_small"} and {c["dtype"] for c in cases} == {"fp32"}
     assert FAMILY.cases(Selection(devices=["cpu"], serving=settings)) == []  # opt-in
     assert FAMILY.cases(Selection(devices=["cpu"], dtypes=["bf16"], opted_in=frozenset({"serving"}))) == []
 
 
-@pytest.mark.parametrize(("rate", "lengths"), [(2.0, "fixed"), (0.25, "long-tail"), (1e-3, "fixed")])
-def test_a_mode_reads_back_as_its_rate_and_length_profile(rate, lengths):
-    assert parse_mode(serving_mode(rate, lengths)) == (rate, lengths)
+def test_the_device_default_is_an_open_and_a_closed_loop_a_sweep_runs_when_asked_and_an_empty_load_asks_for_none():
+    defaults = Selection(devices=["cpu"], opted_in=frozenset({"serving"}))
+    assert [c["mode"] for c in FAMILY.cases(defaults)] == ["rate4-fixed", "closed4-fixed"]
+    swept = Selection(devices=["cpu"], opted_in=frozenset({"serving"}), serving=ServingSettings(sweep=(8.0, 4.0)))
+    assert [c["mode"] for c in FAMILY.cases(swept)] == ["rate4-fixed", "closed4-fixed", "sweep4_8-fixed"]
+    only_rates = Selection(devices=["cpu"], opted_in=frozenset({"serving"}),
+                           serving=ServingSettings(rates=(2.0,), concurrency=(), sweep=()))
+    assert [c["mode"] for c in FAMILY.cases(only_rates)] == ["rate2-fixed"]
+
+
+@pytest.mark.parametrize("load", [ServingLoad("fixed", rate=2.0), ServingLoad("long-tail", rate=0.25),
+                                  ServingLoad("fixed", rate=1e-3), ServingLoad("fixed", clients=16),
+                                  ServingLoad("long-tail", sweep_rates=(0.5, 1.0, 2.0)),
+                                  ServingLoad("fixed", sweep_rates=(4.0, 8.0))])
+def test_a_mode_reads_back_as_its_load(load):
+    assert parse_mode(load.mode) == load
+    assert load.sweep == (load.rate is None and load.clients is None)
     with pytest.raises(ValueError, match="'train' is not rate"):
         parse_mode("train")
+    with pytest.raises(ValueError, match="a sweep's rates are numbers"):
+        parse_mode("sweep2__4-fixed")
 
 
 def test_options_that_are_not_rates_engines_or_profiles_are_refused_naming_the_flag(serving_project):
@@ -85,7 +133,11 @@ def test_options_that_are_not_rates_engines_or_profiles_are_refused_naming_the_f
                                ("--serving-rates", "fast", "request rate 'fast'"),
                                ("--serving-engine", "tgi", "choose a serving engine from transformers, vllm"),
                                ("--serving-lengths", "short", "unknown length profile 'short'"),
-                               ("--serving-windows", "0", "--serving-windows")):
+                               ("--serving-windows", "2", "--serving-windows"),
+                               ("--serving-concurrency", "0", "closed-loop clients '0'"),
+                               ("--serving-concurrency", "2.5", "closed-loop clients '2.5'"),
+                               ("--serving-sweep", "4", "a rate sweep needs at least 2 rates"),
+                               ("--serving-sweep", "4,-1", "request rate '-1'")):
         result = serving_project.run("-m", "serving", f"{flag}={value}", inprocess=True)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, flag
         assert fault in result.stderr.str(), result.stderr.str()

@@ -71,11 +71,18 @@ OPTIONS: tuple[Option, ...] = (
            "the serving family's server: transformers (transformers serve) or vllm (vllm serve)"),
     Option("--serving-rates", "hwregress_serving_rates", None,
            "request rates (requests/s) of the serving family's open-loop traces, one test each (default: CPU 4, "
-           "GPU 8)", True),
+           "GPU 8); giving any of --serving-rates, --serving-concurrency and --serving-sweep runs only the loads "
+           "given", True),
+    Option("--serving-concurrency", "hwregress_serving_concurrency", None,
+           "clients of the serving family's closed loops, one test each (default: CPU 4, GPU 32)", True),
+    Option("--serving-sweep", "hwregress_serving_sweep", None,
+           "request rates (requests/s) of the serving family's rate-sweep test, one window each, >= 2 rates, "
+           "e.g. 4,8,16,32,64 on a CPU (default: no sweep)", True),
     Option("--serving-requests", "hwregress_serving_requests", None,
            "requests of the serving family's trace, replayed by each window (default: CPU 32, GPU 200)"),
     Option("--serving-windows", "hwregress_serving_windows", "5",
-           "measured replays of the serving family's trace per test, after an untimed one"),
+           "measured replays of the serving family's trace per test, after an untimed one, >= 3 (a judged test looks "
+           "at 3, and runs to twice this while undecided)"),
     Option("--serving-lengths", "hwregress_serving_lengths", "fixed",
            "prompt and output length profiles of the serving family: fixed, long-tail (one test each)", True),
     Option("--baseline-dir", "hwregress_baseline_dir", "baselines", "folder of the per-hardware baselines files"),

@@ -253,8 +253,8 @@ def _world_sizes(config: pytest.Config) -> list[int] | None:
 def _opted_in(config: pytest.Config) -> frozenset[str]:
     """What this session asks for by name, so that an opt-in family (``scaling`` and ``colocated`` on the CPU,
     ``spark`` and ``serving`` everywhere) runs: the names the ``-m`` expression mentions, and the family
-    ``--world-sizes`` (scaling), ``--colocate`` (colocated), ``--spark-master`` (spark) or ``--serving-rates`` and
-    ``--serving-requests`` (serving) implies."""
+    ``--world-sizes`` (scaling), ``--colocate`` (colocated), ``--spark-master`` (spark) or ``--serving-rates``,
+    ``--serving-concurrency``, ``--serving-sweep`` and ``--serving-requests`` (serving) implies."""
     expression = getattr(config.option, "markexpr", "") or ""
     chosen = set(re.findall(r"[A-Za-z_][\w-]*", expression)) - {"and", "or", "not"}
     if value_of(config, "hwregress_spark_master")[0] is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwregress.report.scaleout_view import COLOCATION_VIEW, SCALING_VIEW, scaleout_context
+from hwregress.report.serving_view import SERVING_VIEW, serving_context
 from hwregress.report.spark_view import SPARK_VIEW, spark_context
 from hwregress.store.results import TestRecord
 
@@ -52,6 +53,7 @@ VIEWS = {view.name: view for view in (
     # the all-reduce ceiling's curve is scale-out too
     FamilyView("scaleout", (SCALING_VIEW, COLOCATION_VIEW, CEILINGS_VIEW), "_scaleout.html.j2", scaleout_context),
     FamilyView("spark", (SPARK_VIEW,), "_spark.html.j2", spark_context),
+    FamilyView("serving", (SERVING_VIEW,), "_serving.html.j2", serving_context),
 )}
 
 

@@ -30,6 +30,7 @@ from hwregress.serving.requests import RequestTiming
 LATENCIES = ("ttft", "tpot", "itl", "e2el")  # a window's latency summaries, as WindowFigures and its JSON name them
 PERCENTILES = (50, 90, 99)  # the percentiles a window states, as vllm bench serve's default "99" and MLPerf's 90/99
 ERRORS_SHOWN = 5  # the distinct errors of failed requests a record keeps and a failure names
+CDF_LEVELS = 101  # the quantiles a test's pooled latency keeps for the report's CDF: levels 0, 0.01, ..., 1
 
 
 @dataclass(frozen=True)
@@ -178,11 +179,32 @@ def window_figures(requests: Sequence[RequestTiming], duration_s: float, slo: Sl
 def latency_summaries(requests: Sequence[RequestTiming]) -> dict[str, LatencySummary]:
     """``{"ttft", "tpot", "itl", "e2el"}``: each latency summarized over the completed ones of ``requests`` (of one
     window, or of several pooled)."""
+    return {name: summarize_latency(seconds) for name, seconds in _latencies_s(requests).items()}
+
+
+def _latencies_s(requests: Sequence[RequestTiming]) -> dict[str, list[float]]:
+    """Each latency's values (s) over the completed ones of ``requests``: TPOT of those with two output tokens or
+    more, ITL every gap."""
     done = [r for r in requests if r.completed]
-    return {"ttft": summarize_latency([r.ttft_s for r in done]),
-            "tpot": summarize_latency([r.tpot_s for r in done if r.tpot_s is not None]),
-            "itl": summarize_latency([gap for r in done for gap in r.itls_s]),
-            "e2el": summarize_latency([r.e2el_s for r in done])}
+    return {"ttft": [r.ttft_s for r in done], "tpot": [r.tpot_s for r in done if r.tpot_s is not None],
+            "itl": [gap for r in done for gap in r.itls_s], "e2el": [r.e2el_s for r in done]}
+
+
+def latency_quantiles(values_ms: Sequence[float], levels: int = CDF_LEVELS) -> list[float]:
+    """``values_ms`` at ``levels`` evenly spaced levels from 0 to 1 (ms; linear interpolation, as
+    :func:`summarize_latency`): the empirical CDF a report draws, the same size however many requests; empty without
+    values."""
+    if not values_ms:
+        return []
+    return [float(q) for q in np.quantile(np.asarray(values_ms, dtype=float), np.linspace(0.0, 1.0, levels))]
+
+
+def pooled_json(requests: Sequence[RequestTiming]) -> dict[str, dict[str, Any]]:
+    """``{"ttft", "tpot", "itl", "e2el"}``: each latency over the completed ones of ``requests`` (of every window) as
+    a record keeps it, :meth:`LatencySummary.to_json` with its CDF's ``quantiles`` (ms, :func:`latency_quantiles`)."""
+    return {name: {**summarize_latency(seconds).to_json(),
+                   "quantiles": latency_quantiles([value * 1000.0 for value in seconds])}
+            for name, seconds in _latencies_s(requests).items()}
 
 
 def distinct_errors(requests: Sequence[RequestTiming]) -> list[str]:

@@ -135,7 +135,7 @@ class TestRecord:
                               "the ceiling family measures: the roof physics checks and diagnoses take", False)
     view: str | None = doc("the report view that shows the record beyond the generic tables, as its family declares it "
                            "(report/family_views.py): models (the charts over batch size and of the GPU over the CPU), "
-                           "parity, ceilings, scaling, colocation, spark; null: none", FAMILY_VIEW)
+                           "parity, ceilings, scaling, colocation, spark, serving; null: none", FAMILY_VIEW)
     peak_memory_bytes: int | None = doc("peak device memory (CUDA allocator) or process RSS (CPU), bytes")
     accuracy: float | None = doc("fraction: parity accuracy, top-1 agreement")
     reference_accuracy: float | None = doc("fraction: the CPU's accuracy in the same session (parity off the CPU)")

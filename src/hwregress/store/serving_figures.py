@@ -21,6 +21,8 @@ class LatencyFigures(Figures):
                                   "values to state it)")
     p90_bound: float | None = doc("ms, the p90's bound (null: fewer than 44 values)")
     p99_bound: float | None = doc("ms, the p99's bound (null: fewer than 459 values)")
+    quantiles: list[float | None] = doc("ms at 101 evenly spaced levels 0, 0.01, ..., 1 (the CDF the report draws); "
+                                        "a test's pooled latencies only, empty in a window's", factory=list)
 
 
 @dataclass
@@ -41,12 +43,20 @@ class ServingWindowFigures(Figures):
 
 
 @dataclass
+class SweepPointFigures(ServingWindowFigures):
+    """One point of a rate sweep: a window of the trace's requests arriving at ``rate``."""
+
+    rate: float | None = doc("requests/s the point's open loop offered")
+
+
+@dataclass
 class ServingFigures(Figures):
     """A served model under a seeded load: the server, the trace every window replayed, the SLOs, each window's
     figures and the requests of all windows pooled (``ttft``, ``tpot``, ``itl``, ``e2el``; docs/serving.md). The
     record's samples are the windows' output speeds per user (tokens/s/user, 1000 / TPOT p50), its declared metrics
     the pooled latency percentiles the requests state and the mean goodput. In an A/B test ``windows`` and the pooled
-    latencies are stack B's and ``reference_windows`` stack A's."""
+    latencies are stack B's and ``reference_windows``, ``reference_ttft`` and ``reference_tpot`` stack A's. A rate
+    sweep's record has no samples: its points (``sweep``), its ``capacity`` (declared) and ``peak_goodput`` instead."""
 
     engine: str | None = doc("the server: transformers (transformers serve) or vllm (vllm serve)")
     engine_version: str | None = doc("the serving package's version")
@@ -55,6 +65,11 @@ class ServingFigures(Figures):
     rate: float | None = doc("requests/s of the open loop (null: a closed loop)")
     burstiness: float | None = doc("the gamma shape of the gaps between requests (1: Poisson; null: constant gaps)")
     concurrency: int | None = doc("clients of a closed loop (null: an open loop)")
+    sweep: list[SweepPointFigures] = doc("a rate-sweep test's points, by rising rate (else empty)", factory=list)
+    capacity: float | None = doc("requests/s, a rate sweep's lowest rate whose goodput is within 5% of its highest "
+                                 "(where goodput stops rising)")
+    peak_goodput: float | None = doc("requests/s, a rate sweep's highest goodput (kept, not judged: it sits at the "
+                                     "curve's knee)")
     lengths: str | None = doc("the length profile: fixed or long-tail")
     prompt_tokens: int | None = doc("tokens of a prompt (its median where long-tailed)")
     output_tokens: int | None = doc("tokens asked of an output (its median where long-tailed)")
@@ -72,5 +87,7 @@ class ServingFigures(Figures):
     tpot: LatencyFigures | None = doc("time per output token after the first, over every window's requests")
     itl: LatencyFigures | None = doc("inter-token latency over every window's requests")
     e2el: LatencyFigures | None = doc("end-to-end latency over every window's requests")
+    reference_ttft: LatencyFigures | None = doc("an A/B test's stack A time to first token over its windows")
+    reference_tpot: LatencyFigures | None = doc("an A/B test's stack A time per output token over its windows")
     errors: list[str] = doc("the first distinct errors of failed requests", factory=list)
     server_log_tail: str | None = doc("the last lines of the server's log, where the server died or failed")

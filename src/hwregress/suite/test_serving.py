@@ -1,6 +1,7 @@
-"""A served LLM under a seeded load (transformers serve by default, vllm serve with --serving-engine vllm): one
-open-loop trace per request rate and length profile, replayed once untimed and then --serving-windows times; each
-window's output speed per user judged, with the pooled p99 TTFT, TPOT p50/p99, E2EL p50 and goodput. Opt-in:
+"""A served LLM under a seeded load (transformers serve by default, vllm serve with --serving-engine vllm): per
+length profile an open loop per request rate and a closed loop per client count, each trace replayed once untimed and
+then in windows judged at planned looks (each window's output speed per user, with the pooled TTFT, TPOT and E2EL
+percentiles the requests state and goodput), and a rate sweep when asked for (its capacity). Opt-in:
 ``-m serving``."""
 
 import pytest

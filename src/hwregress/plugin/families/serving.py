@@ -1,14 +1,16 @@
 """The ``serving`` family: a served LLM under a seeded load (:mod:`hwregress.serving`, docs/serving.md). One real
 server per pytest process and model (``transformers serve``, or ``vllm serve``), started by the first serving test
-under its keeper, restarted where it died, stopped when the pytest session ends; per test one open-loop trace (a
-request rate and a length profile) replayed once untimed and then ``--serving-windows`` times.
+under its keeper, restarted where it died, stopped when the pytest session ends. Per test one load of a length
+profile: an open loop at a request rate, or a closed loop of N clients, its trace replayed once untimed and then in
+windows (:mod:`hwregress.plugin.families.serving_windows`: ``--serving-windows`` recording, at planned looks when
+judged); or the rate sweep, one window per rate, judged on its capacity.
 
 The unit of the verdict is the window, not the request (a window's requests queue behind each other): the record's
 samples are each window's output speed per user (tokens/s/user, ``1000 / TPOT p50``: NVIDIA GenAI-Perf's "output
 token throughput per user"), judged as every family's samples are; the pooled TTFT p90 and p99, TPOT p50, p90 and
 p99 and E2EL p50, each where the windows' requests are enough to state it (a p99 needs 459), and the windows' mean
 goodput are declared metrics (:mod:`hwregress.store.metrics`, the threshold rule), and a request that failed fails
-the test. Opt-in on every device (``-m serving``, or ``--serving-rates``/``--serving-requests``).
+the test. Opt-in on every device (``-m serving``, or any ``--serving-rates``/``-concurrency``/``-sweep``/``-requests``).
 
 A machine without the serving packages skips the family as ``unsupported`` with the install command; a server that
 does not start or dies fails the test with the last lines of its log, and the next test starts a fresh one. In an A/B
@@ -21,15 +23,25 @@ import importlib.metadata
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.serving_ab import UNIT, ServingABTest, measure_serving_ab, session_model
+from hwregress.plugin.families.serving_cost import serving_cost
+from hwregress.plugin.families.serving_windows import (
+    STABLE_REL_IQR,
+    ServedSweep,
+    ServedWindows,
+    sweep_facts,
+    sweep_figures,
+)
 from hwregress.plugin.matrix import Selection
 from hwregress.plugin.record import fail_with, skip_with
+from hwregress.plugin.tier_costs import Cost, CostModel
 from hwregress.serving import server as serving
 from hwregress.serving.figures import (
     ERRORS_SHOWN,
@@ -37,6 +49,7 @@ from hwregress.serving.figures import (
     WindowFigures,
     distinct_errors,
     latency_summaries,
+    pooled_json,
     window_figures,
 )
 from hwregress.serving.requests import RequestTiming
@@ -52,15 +65,9 @@ from hwregress.store.verdicts import Verdict
 from hwregress.summary import relative_iqr, summarize
 from hwregress.workloads.served import FIRST_WORD_ID, SERVED_SHAPES, ServedModel
 
-if TYPE_CHECKING:  # the client needs httpx, of the serving extra: imported when a serving test runs
-    from hwregress.serving.client import Replay
-
 SERVER_KEY = pytest.StashKey["RunningServer"]()
-MODE = re.compile(r"rate(?P<rate>[0-9.e+-]+)-(?P<lengths>[a-z-]+)")
-# the windows' speeds within this IQR/median: stable (recorded into a baseline; judged without a direction: pass, not
-# unstable). Not the model window's 10%: a serving window's median TPOT moves with the batches its Poisson arrivals
-# make, and six quiet sessions of the CPU default spread 9.8-24% (docs/data/serving_verdicts_2026-11-30.md)
-STABLE_REL_IQR = 0.25
+MODE = re.compile(r"(?:rate(?P<rate>[0-9.e+-]+)|closed(?P<clients>[0-9]+)|sweep(?P<sweep>[0-9.e+_]+))"
+                  r"-(?P<lengths>[a-z-]+)")
 # the declared metrics of a serving test, over the requests of all its windows (goodput: the windows' mean); a
 # percentile is declared only where its count states it (MLPerf's early stopping: a p90 needs 44 requests, a p99 459)
 PERCENTILE_METRICS = {"ttft_p90_ms": ("ttft", 90), "ttft_p99_ms": ("ttft", 99), "tpot_p50_ms": ("tpot", 50),
@@ -68,24 +75,63 @@ PERCENTILE_METRICS = {"ttft_p90_ms": ("ttft", 90), "ttft_p99_ms": ("ttft", 99), 
 DECLARED = tuple(register(metric) for metric in (
     *(JudgedMetric(name, "lower", "ms", f"{latency.upper()} p{p}")
       for name, (latency, p) in PERCENTILE_METRICS.items()),
-    JudgedMetric("goodput", "higher", "requests/s", "goodput")))
+    JudgedMetric("goodput", "higher", "requests/s", "goodput"),
+    # a rate sweep's (plugin/families/serving_windows): where goodput stops rising. Its peak goodput is kept, not
+    # judged: the peak sits at the knee, where four unchanged sessions of the CPU default gave 16.5 to 26.4
+    JudgedMetric("capacity", "higher", "requests/s", "capacity")))
 
 
-def serving_mode(rate: float, lengths: str) -> str:
-    """A test's mode: its request rate and length profile (``rate2-fixed``)."""
-    return f"rate{rate:g}-{lengths}"
+@dataclass(frozen=True)
+class ServingLoad:
+    """A serving test's load: an open loop at ``rate`` requests/s, a closed loop of ``clients``, or a rate sweep over
+    ``sweep_rates`` (requests/s, rising), exactly one; requests of the length profile ``lengths``
+    (:data:`hwregress.serving.settings.LENGTH_PROFILES`)."""
+
+    lengths: str
+    rate: float | None = None
+    clients: int | None = None
+    sweep_rates: tuple[float, ...] | None = None
+
+    @property
+    def sweep(self) -> bool:
+        return self.sweep_rates is not None
+
+    @property
+    def mode(self) -> str:
+        """The test's mode: ``rate4-fixed``, ``closed4-fixed`` or ``sweep2_4_8_16_32-fixed`` (the sweep's rates name
+        it: a sweep over other rates has another capacity, and another baseline entry)."""
+        if self.rate is not None:
+            return f"rate{self.rate:g}-{self.lengths}"
+        if self.clients is not None:
+            return f"closed{self.clients}-{self.lengths}"
+        return f"sweep{'_'.join(f'{rate:g}' for rate in self.sweep_rates or ())}-{self.lengths}"
 
 
-def parse_mode(mode: str) -> tuple[float, str]:
-    """The rate (requests/s) and length profile of :func:`serving_mode`'s ``mode``.
+def parse_mode(mode: str) -> ServingLoad:
+    """The load of :attr:`ServingLoad.mode`'s ``mode``.
 
     Raises:
         ValueError: ``mode`` is not of that form.
     """
     matched = MODE.fullmatch(mode)
     if matched is None:
-        raise ValueError(f"serving mode {mode!r} is not rate<requests per second>-<length profile>")
-    return float(matched["rate"]), matched["lengths"]
+        raise ValueError(f"serving mode {mode!r} is not rate<requests per second>-<length profile>, "
+                         "closed<clients>-<length profile> or sweep<rate>_<rate>...-<length profile>")
+    try:
+        sweep = tuple(float(rate) for rate in matched["sweep"].split("_")) if matched["sweep"] else None
+    except ValueError:
+        raise ValueError(f"serving mode {mode!r}: a sweep's rates are numbers joined by '_'") from None
+    return ServingLoad(matched["lengths"], rate=float(matched["rate"]) if matched["rate"] else None,
+                       clients=int(matched["clients"]) if matched["clients"] else None, sweep_rates=sweep)
+
+
+def loads_for(settings: ServingSettings, device: str) -> list[ServingLoad]:
+    """The loads of ``device``'s tests, per length profile: each open-loop rate, each closed loop, the sweep."""
+    sweep = settings.sweep_for(device)
+    return [load for lengths in settings.lengths
+            for load in (*(ServingLoad(lengths, rate=rate) for rate in settings.rates_for(device)),
+                         *(ServingLoad(lengths, clients=clients) for clients in settings.concurrency_for(device)),
+                         *((ServingLoad(lengths, sweep_rates=sweep),) if sweep else ()))]
 
 
 class Serving:
@@ -97,31 +143,38 @@ class Serving:
     marker_help = "a served LLM under a seeded load: latency percentiles, goodput (opt-in: needs the serving extra)"
     requires: frozenset[str] = frozenset()
     sub_records = ("serving",)
-    view = None
+    view = "serving"  # report/serving_view.py
     own_ab = True  # in an A/B session: servers of both stacks, windows interleaved (plugin/families/serving_ab)
 
     def cases(self, selection: Selection) -> list[dict[str, Any]]:
-        """When asked for: device x served model x request rate x length profile, fp32; the batch size is the
-        requests a window replays."""
+        """When asked for: device x served model x load (each open-loop rate, each closed loop, the rate sweep) x
+        length profile, fp32; the batch size is the requests a window replays."""
         if self.name not in selection.opted_in or "fp32" not in selection.dtypes:
             return []  # the served model's weights are fp32
         served = selection.serving
-        return [{"device": device, "workload": model, "mode": serving_mode(rate, lengths),
+        return [{"device": device, "workload": model, "mode": load.mode,
                  "batch_size": served.requests_for(device), "dtype": "fp32"}
                 for device in selection.devices
                 for model in _models(selection, device)
-                for rate in served.rates_for(device)
-                for lengths in served.lengths]
+                for load in loads_for(served, device)]
 
     def measure(self, bench: BenchContext, *, device: str, workload: str, mode: str, batch_size: int,
                 dtype: str) -> TestRecord:
         """Replay the test's trace against this process's server of ``workload`` on ``device``; judge the windows'
         output speed per user and the pooled latency percentiles and goodput against the baseline."""
         record = bench.start(self.name, device, workload, mode, batch_size, dtype)
+        load = parse_mode(mode)
         if bench.settings.ab is not None:
-            return ServingBench(bench).measure_ab(record, device, workload, mode, batch_size)
-        failures = ServingBench(bench).measure(record, device, workload, mode, batch_size)
-        return bench.conclude(record, entry_key(self.name, workload, mode, batch_size, dtype), failures)
+            return ServingBench(bench).measure_ab(record, device, workload, load, batch_size)
+        key = entry_key(self.name, workload, mode, batch_size, dtype)
+        failures = ServingBench(bench).measure(record, key, device, workload, load, batch_size)
+        return bench.conclude(record, key, failures)
+
+    def estimated_cost(self, case: dict[str, Any], cost: CostModel) -> Cost:
+        """The server's start once per process and model, the untimed replay and the recording's windows
+        (:mod:`hwregress.plugin.families.serving_cost`)."""
+        load = parse_mode(case["mode"])
+        return serving_cost(case, cost, load.rate, load.clients, load.sweep_rates)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         stop_server(session.config)
@@ -163,43 +216,88 @@ class ServingBench:
         self.bench = bench
         self.settings = bench.settings.selection.serving
 
-    def measure(self, record: TestRecord, device: str, model: str, mode: str, requests: int) -> list[str]:
-        """Replay the trace and fill ``record``; returns the failures the family adds to the baseline's judgement
+    def measure(self, record: TestRecord, key: str, device: str, model: str, load: ServingLoad,
+                requests: int) -> list[str]:
+        """Replay the test's load and fill ``record``; returns the failures the family adds to the baseline's judgement
         (failed requests)."""
-        trace, slo = self._load(device, mode, requests)
+        if load.sweep:
+            return self._measure_sweep(record, device, model, load, requests)
+        trace, slo = self._load(device, load, requests)
         running = self._server(device, model)
         facts = {**_trace_facts(trace, self.settings.engine, slo), "server_start_s": running.server.started_s}
         put_measured(record, MeasuredFigures(unit=UNIT, serving=ServingFigures.of(facts)))
-        warmup, replays, sampler = self._replays(running, trace, device)
-        if not running.server.alive:
-            tail = running.server.tail()
-            stop_server(self.bench.config)
-            put_measured(record, MeasuredFigures(serving=ServingFigures.of({**facts, "server_log_tail": tail})))
-            fail_with(f"the {self.settings.engine} server died during the test; its log ends:\n{tail}")
-        windows = [window_figures(done.timings, done.duration_s, slo) for done in replays]
-        timings = [timing for done in replays for timing in done.timings]
-        measured, serving_facts = _figures(windows, timings, sampler)
-        put_measured(record, MeasuredFigures(**measured, serving=ServingFigures.of(
-            {**facts, **serving_facts, "warmup_s": warmup.duration_s})))
+        replays = ServedWindows(running, trace, slo, self.settings, _prompt_of(running.model))
+        sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
+        with sampler:
+            rounds = replays.run(self.bench.window_check(record, key))
+        if replays.died:
+            self._server_died(record, running, facts)
+        timings = [timing for done in replays.windows for timing in done.timings]
+        measured, serving_facts = _figures(replays.figures, timings, sampler)
+        put_measured(record, MeasuredFigures(**measured, looks=rounds.looks, serving=ServingFigures.of(
+            {**facts, **serving_facts, "warmup_s": replays.warmup_s})))
         return _request_failures(record, timings)
 
-    def measure_ab(self, record: TestRecord, device: str, model: str, mode: str, requests: int) -> TestRecord:
+    def measure_ab(self, record: TestRecord, device: str, model: str, load: ServingLoad, requests: int) -> TestRecord:
         """The test's A/B form in an A/B session: fresh servers of both stacks every few pairs, their windows
-        interleaved (:mod:`hwregress.plugin.families.serving_ab`); returns the judged record."""
-        trace, slo = self._load(device, mode, requests)
+        interleaved (:mod:`hwregress.plugin.families.serving_ab`); returns the judged record. A rate sweep has no A/B
+        form: skipped as ``unsupported``."""
+        if load.sweep:
+            skip_with(Verdict.UNSUPPORTED, "a rate sweep has no A/B form: compare the stacks at one load "
+                                           "(--serving-rates or --serving-concurrency)")
+        trace, slo = self._load(device, load, requests)
         facts = _trace_facts(trace, self.settings.engine, slo)
         put_measured(record, MeasuredFigures(unit=UNIT, serving=ServingFigures.of(facts)))
         return measure_serving_ab(self.bench, record, ServingABTest(device, model, trace, slo, facts, _prompt_of))
 
-    def _load(self, device: str, mode: str, requests: int) -> tuple[Trace, Slo]:
+    def _measure_sweep(self, record: TestRecord, device: str, model: str, load: ServingLoad,
+                       requests: int) -> list[str]:
+        """The rate sweep: one window at each rate (of at least ``SWEEP_POINT_S`` seconds' requests), after an untimed
+        replay of the test's requests at the highest (the largest batches); figures: each point, the capacity and the
+        peak goodput."""
+        rates = load.sweep_rates or ()
+        traces = [self._trace(device, ServingLoad(load.lengths, rate=rate), self.settings.sweep_requests(rate, device))
+                  for rate in rates]
+        burst = self._trace(device, ServingLoad(load.lengths, rate=max(rates)), requests)
+        slo = self.settings.slo_for(device)
+        running = self._server(device, model)
+        facts = {**_trace_facts(traces[0], self.settings.engine, slo), "rate": None,
+                 "server_start_s": running.server.started_s}
+        put_measured(record, MeasuredFigures(unit=UNIT, serving=ServingFigures.of(facts)))
+        sweep = ServedSweep(running, burst, traces, self.settings, _prompt_of(running.model))
+        sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
+        with sampler:
+            sweep.run()
+        if sweep.died:
+            self._server_died(record, running, facts)
+        points = [window_figures(done.timings, done.duration_s, slo) for done in sweep.points]
+        timings = [timing for done in sweep.points for timing in done.timings]
+        put_measured(record, MeasuredFigures(**sweep_figures(rates, points, sampler), serving=ServingFigures.of(
+            {**facts, **sweep_facts(rates, points, timings), "warmup_s": sweep.warmup_s})))
+        missed = [] if any(point.goodput for point in points) else [
+            f"{record.test_id}: no request met its SLOs (TTFT <= {slo.ttft_ms} ms, TPOT <= {slo.tpot_ms} ms) at any "
+            f"rate of the sweep ({', '.join(f'{rate:g}' for rate in rates)} requests/s)"]
+        return _request_failures(record, timings) + missed
+
+    def _server_died(self, record: TestRecord, running: RunningServer, facts: dict[str, Any]) -> None:
+        """Fail the test with the dead server's log tail (kept in the record); the next test starts a fresh one."""
+        tail = running.server.tail()
+        stop_server(self.bench.config)
+        put_measured(record, MeasuredFigures(serving=ServingFigures.of({**facts, "server_log_tail": tail})))
+        fail_with(f"the {self.settings.engine} server died during the test; its log ends:\n{tail}")
+
+    def _load(self, device: str, load: ServingLoad, requests: int) -> tuple[Trace, Slo]:
         """The test's trace and SLOs; skips the test as ``unsupported`` where the engine is not installed."""
+        return self._trace(device, load, requests), self.settings.slo_for(device)
+
+    def _trace(self, device: str, load: ServingLoad, requests: int) -> Trace:
+        """The seeded trace of an open or closed ``load``; skips the test as ``unsupported`` where the engine is not
+        installed."""
         reason = serving.unavailable_reason(self.settings.engine)
         if reason is not None:
             skip_with(Verdict.UNSUPPORTED, reason)
-        rate, lengths = parse_mode(mode)
-        trace = make_trace(TRACE_SEED, requests, self.settings.arrivals(rate),
-                           self.settings.length_profile(lengths, device))
-        return trace, self.settings.slo_for(device)
+        return make_trace(TRACE_SEED, requests, self.settings.arrivals(load.rate, load.clients),
+                          self.settings.length_profile(load.lengths, device))
 
     def _server(self, device: str, model: str) -> RunningServer:
         stash = self.bench.config.stash
@@ -212,25 +310,6 @@ class ServingBench:
             except serving.ServerFailed as error:
                 fail_with(f"ServerFailed: {error}")
         return stash[SERVER_KEY]
-
-    def _replays(self, running: RunningServer, trace: Trace, device: str) -> tuple[Replay, list[Replay],
-                                                                                   TelemetrySampler]:
-        """The untimed replay, then the measured windows (until the server dies), under the device's telemetry."""
-        from hwregress.serving.client import replay
-
-        model, url = running.model, running.server.url
-        prompt = _prompt_of(model)
-        options = dict(timeout_s=self.settings.request_timeout_s,
-                       extra_body=serving.request_extras(running.server.engine))
-        warmup = replay(url, str(model.folder), trace, prompt, **options)
-        sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
-        windows = []
-        with sampler:
-            for _ in range(self.settings.windows):
-                if not running.server.alive:
-                    break
-                windows.append(replay(url, str(model.folder), trace, prompt, **options))
-        return warmup, windows, sampler
 
 
 def _prompt_of(model: ServedModel) -> Callable[[TraceRequest], str]:
@@ -270,7 +349,7 @@ def _figures(windows: list[WindowFigures], timings: list[RequestTiming],
                     telemetry=sampler.summary(), health=sampler.health,
                     declared={name: value for name, value in declared.items() if value is not None})
     facts = dict(windows=[window.to_json() for window in windows],
-                 **{name: latency.to_json() for name, latency in pooled.items()},
+                 **pooled_json(timings),
                  errors=distinct_errors(timings)[:ERRORS_SHOWN])
     return measured, facts
 

@@ -44,7 +44,7 @@ from hwregress.serving.figures import (
     Slo,
     WindowFigures,
     distinct_errors,
-    latency_summaries,
+    pooled_json,
     window_figures,
 )
 from hwregress.serving.settings import MODEL_SEED, ServingSettings
@@ -223,11 +223,11 @@ def _fingerprints(stacks: list[Stack]) -> dict[str, dict[str, Any]]:
 
 def _serving_facts(test: ServingABTest, run: ServerPairs) -> dict[str, Any]:
     """``record.serving``: the trace and SLOs, B's first server start and its windows with their requests pooled, A's
-    windows, and the first distinct errors of either."""
-    timings = [timing for done in run.replays["B"] for timing in done.timings]
-    errors = distinct_errors([t for label in "AB" for done in run.replays[label] for t in done.timings])
+    windows and pooled TTFT and TPOT, and the first distinct errors of either."""
+    timings = {label: [timing for done in run.replays[label] for timing in done.timings] for label in "AB"}
+    reference = pooled_json(timings["A"])
     return {**test.facts, "server_start_s": run.b_start_s,
             "windows": [window.to_json() for window in run.windows["B"]],
             "reference_windows": [window.to_json() for window in run.windows["A"]],
-            **{name: latency.to_json() for name, latency in latency_summaries(timings).items()},
-            "errors": errors[:ERRORS_SHOWN]}
+            **pooled_json(timings["B"]), "reference_ttft": reference["ttft"], "reference_tpot": reference["tpot"],
+            "errors": distinct_errors(timings["A"] + timings["B"])[:ERRORS_SHOWN]}
