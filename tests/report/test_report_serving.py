@@ -5,12 +5,11 @@ latency-over-rate charts with the SLO lines, and pages that stay whole with miss
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.html_checks import report_section, svg_charts, table_rows
+from support.html_checks import report_section, svg_charts, svg_legend, svg_tooltips, table_rows
 from synthetic import as_loaded
 
 from hwregress.report import render
@@ -85,14 +84,6 @@ def _section(html: str) -> str:
     return report_section(html, "serving")
 
 
-def _legend(svg: str) -> list[str]:
-    return re.findall(r'class="legend"><title>([^<]*)</title>', svg)
-
-
-def _tooltips(svg: str) -> list[str]:
-    return re.findall(r"<(?:circle|rect|path|polygon)[^>]*><title>([^<]*)</title>", svg)
-
-
 def test_the_table_shows_speed_against_the_baseline_stated_percentiles_goodput_and_errors():
     record = load_record(looks=LookFigures(planned=[3, 6, 10], rounds=[3, 6], decision="pass"))
     [row] = table_rows(_section(_page([record])), "serving")
@@ -118,19 +109,19 @@ def test_a_closed_loop_names_its_clients_and_failed_requests_flag_the_row():
 def test_each_test_draws_ttft_and_tpot_cdfs_with_percentiles_baselines_and_the_slo():
     ttft, tpot = svg_charts(_section(_page([load_record()])))
     assert "TTFT — llama_small rate4-fixed, Intel Xeon (cpu)" in ttft
-    assert _legend(ttft) == ["this session", "p50 120 ms", "p90 200 ms", "baseline p90 190 ms", "SLO 1k ms"]
+    assert svg_legend(ttft) == ["this session", "p50 120 ms", "p90 200 ms", "baseline p90 190 ms", "SLO 1k ms"]
     assert "beyond the axis" not in ttft
     # TPOT's SLO, 100 ms, is over 5x its largest value (19 ms): named in the title instead of squeezing the CDF
-    assert _legend(tpot) == ["this session", "p50 16 ms", "p90 18 ms", "baseline p50 16.4 ms"]
+    assert svg_legend(tpot) == ["this session", "p50 16 ms", "p90 18 ms", "baseline p50 16.4 ms"]
     assert "(SLO 100 ms, beyond the axis)" in tpot
-    cdf = [t for t in _tooltips(ttft) if t.startswith("this session")]
+    cdf = [t for t in svg_tooltips(ttft) if t.startswith("this session")]
     assert len(cdf) == 101 and cdf[0] == "this session: 50, 0" and cdf[-1] == "this session: 450, 1"
 
 
 def test_an_slo_far_beyond_the_distribution_is_named_in_the_title_not_drawn():
     served = _served(slo_ttft_ms=5000.0)  # 20x the largest TTFT: a line there would squeeze the CDF into one tick
     ttft, _ = svg_charts(_section(_page([load_record(served=served)])))
-    assert "(SLO 5k ms, beyond the axis)" in ttft and not any(e.startswith("SLO") for e in _legend(ttft))
+    assert "(SLO 5k ms, beyond the axis)" in ttft and not any(e.startswith("SLO") for e in svg_legend(ttft))
 
 
 def test_an_ab_test_draws_stack_a_beside_stack_b():
@@ -140,7 +131,7 @@ def test_an_ab_test_draws_stack_a_beside_stack_b():
     section = _section(_page([load_record(served=served, ab=ab)]))
     assert table_rows(section, "serving")[0][0] == "pass A/B"
     ttft, _ = svg_charts(section)
-    assert _legend(ttft)[:2] == ["stack A", "stack B"]
+    assert svg_legend(ttft)[:2] == ["stack A", "stack B"]
 
 
 def test_a_sweep_shows_its_points_capacity_and_goodput_and_latency_over_rate_with_the_slo_lines():
@@ -153,9 +144,9 @@ def test_a_sweep_shows_its_points_capacity_and_goodput_and_latency_over_rate_wit
     assert "peak goodput 6.2 requests/s." in section
     charts = [s for s in svg_charts(section) if "over the offered rate" in s]
     goodput, ttft, tpot = charts
-    assert _legend(goodput) == ["goodput", "offered rate (every request within its SLOs)", "capacity 8 requests/s"]
-    assert _legend(ttft) == ["TTFT p90", "TTFT p99", "SLO 1k ms"]
-    assert _legend(tpot) == ["TPOT p90", "TPOT p99", "SLO 100 ms"]
+    assert svg_legend(goodput) == ["goodput", "offered rate (every request within its SLOs)", "capacity 8 requests/s"]
+    assert svg_legend(ttft) == ["TTFT p90", "TTFT p99", "SLO 1k ms"]
+    assert svg_legend(tpot) == ["TPOT p90", "TPOT p99", "SLO 100 ms"]
 
 
 def test_a_capacity_at_the_sweeps_highest_rate_reads_as_a_lower_bound():

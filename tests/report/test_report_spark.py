@@ -9,7 +9,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.html_checks import report_section, svg_charts, table_rows
+from support.html_checks import report_section, svg_charts, svg_legend, svg_tooltips, table_rows
 from synthetic import as_loaded
 
 from hwregress.report import render
@@ -72,14 +72,6 @@ def _section(html: str) -> str:
     return report_section(html, "spark")
 
 
-def _tooltips(svg: str) -> list[str]:
-    return re.findall(r"<(?:circle|rect)[^>]*><title>([^<]*)</title>", svg)
-
-
-def _legend(svg: str) -> list[str]:
-    return re.findall(r'class="legend"><title>([^<]*)</title>', svg)
-
-
 # --- batch inference ------------------------------------------------------------------------------------------
 
 def test_batch_table_shows_spark_and_torch_images_per_s_the_overhead_and_the_agreement():
@@ -96,7 +88,7 @@ def test_batch_chart_per_device_draws_spark_beside_plain_torch():
     assert [row[2] for row in table_rows(section, "spark-batch")] == ["AMD EPYC (cpu)", "NVIDIA H100 (cuda:0)"]
     cpu, gpu = (s for s in svg_charts(section) if "Spark vs plain torch" in s)
     assert "AMD EPYC (cpu), amd-epyc" in cpu and "NVIDIA H100 (cuda:0), h100" in gpu
-    assert _tooltips(gpu) == ["Spark mobilenet_v3_small bs16 fp32: 900 images/s",
+    assert svg_tooltips(gpu) == ["Spark mobilenet_v3_small bs16 fp32: 900 images/s",
                               "torch mobilenet_v3_small bs16 fp32: 1k images/s"]
 
 
@@ -120,8 +112,9 @@ def test_stream_table_shows_rates_latency_percentiles_and_the_exactly_once_count
 
 def test_stream_latency_chart_is_the_cdf_of_the_quantiles_with_the_percentiles_marked():
     [chart] = [s for s in svg_charts(_section(_page([stream_record()]))) if "stream latency" in s]
-    assert _legend(chart) == ["fraction of images", "p50 742 ms", "p90 1.04k ms", "p99 1.18k ms", "baseline p50 700 ms"]
-    tips = _tooltips(chart)
+    assert svg_legend(chart) == ["fraction of images", "p50 742 ms", "p90 1.04k ms", "p99 1.18k ms",
+                                 "baseline p50 700 ms"]
+    tips = svg_tooltips(chart)
     cdf = [t for t in tips if t.startswith("fraction of images")]
     assert (len(cdf) == len(QUANTILES) and cdf[0] == "fraction of images: 300, 0"
             and cdf[-1] == "fraction of images: 1.3k, 1")
@@ -188,5 +181,5 @@ def test_any_latency_quantiles_render(quantiles):
     cdf = latency_cdf(quantiles)
     assert [x for x, _ in cdf] == sorted(x for x, _ in cdf) and all(0.0 <= y <= 1.0 for _, y in cdf)
     assert not cdf or cdf[-1][1] == 1.0
-    drawn = [t for t in _tooltips(chart) if t.startswith("fraction of images")]
+    drawn = [t for t in svg_tooltips(chart) if t.startswith("fraction of images")]
     assert len(drawn) == sum(abs(x) <= 1e30 for x, _ in cdf)  # the chart leaves out only figures beyond any axis

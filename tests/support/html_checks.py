@@ -57,6 +57,16 @@ def svg_charts(html: str) -> list[str]:
     return re.findall(r"<svg.*?</svg>", html, re.S)
 
 
+def svg_tooltips(svg: str) -> list[str]:
+    """The tooltip of each point (circle) or bar (rect) of a chart, in drawing order."""
+    return re.findall(r"<(?:circle|rect)[^>]*><title>([^<]*)</title>", svg)
+
+
+def svg_legend(svg: str) -> list[str]:
+    """The legend entries of a chart, in order."""
+    return re.findall(r'class="legend"><title>([^<]*)</title>', svg)
+
+
 VOID_ELEMENTS = {"meta", "br", "input", "img", "hr", "link", "col", "wbr"}
 
 
