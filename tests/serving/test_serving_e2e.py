@@ -10,6 +10,9 @@ import os
 import shutil
 
 import pytest
+from support.gpt2_cache import REPO as GPT2_REPO
+from support.gpt2_cache import REVISION as GPT2_REVISION
+from support.gpt2_cache import write_gpt2_cache
 from support.project import REPO, SUPPORT_DIR, HwProject
 
 from hwregress.plugin.families.serving import FAMILY, ServingLoad, parse_mode
@@ -39,6 +42,7 @@ def test_a_recorded_serving_test_keeps_its_trace_and_windows_and_a_slower_server
     served = record["serving"]
     assert record["test_id"].endswith("[cpu-tiny_llama-rate4-fixed-bs8-fp32]") and record["unit"] == "tokens/s/user"
     assert served["engine"] == "transformers" and served["rate"] == 4.0 and served["requests"] == 8
+    assert served["model_seed"] == 0 and served["model_source"] is None
     assert len(served["windows"]) == 3 == len(record["samples"]) and served["warmup_s"] > 0
     assert all(w["completed"] == 8 and w["failed"] == 0 for w in served["windows"])
     trace = json.loads(served["trace"])
@@ -90,6 +94,37 @@ def test_a_closed_loop_and_a_rate_sweep_record_their_figures_and_render_in_the_r
     assert 'id="serving"' in page and "Goodput over the offered rate" in page and "TTFT — tiny_llama" in page
     entries = json.loads(serving_project.baseline_files()[0].read_text())["entries"]
     assert set(entries["serving/tiny_llama/sweep4_16-fixed/bs8/fp32"]["metrics"]) == {"capacity"}
+
+
+@pytest.mark.needs_extra
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs transformers serve: {UNAVAILABLE}")
+def test_gpt2_is_served_from_the_hugging_face_cache(serving_project, tmp_path):
+    hub = tmp_path / "hub"
+    write_gpt2_cache(hub)
+    gpt2 = ["-m", "serving", "--devices", "cpu", "--models", "gpt2", "--serving-rates", "8", "--serving-requests", "8",
+            "--serving-windows", "3", "-p", "no:cacheprovider"]
+    served = serving_project.run(*gpt2, "--update-baselines", env={"HF_HUB_CACHE": str(hub)}, fast=False)
+    served.assert_outcomes(passed=1)
+    [record] = serving_project.results["records"]
+    assert record["model"] == "gpt2" and record["serving"]["model_source"] == f"{GPT2_REPO}@{GPT2_REVISION}"
+    assert record["serving"]["model_seed"] is None
+    windows = record["serving"]["windows"]
+    assert all(w["completed"] == 8 and w["failed"] == 0 for w in windows)
+    # the trace's prompts were exactly its lengths, and every output its max_tokens: no end token stopped one
+    assert record["serving"]["e2el"]["count"] == 8 * len(windows)
+
+
+@pytest.mark.needs_extra
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs transformers serve: {UNAVAILABLE}")
+def test_gpt2_without_its_weights_in_the_cache_is_unsupported_naming_the_download(serving_project, tmp_path):
+    missing = serving_project.run("-m", "serving", "--devices", "cpu", "--models", "gpt2", "--serving-rates", "4",
+                                  env={"HF_HUB_CACHE": str(tmp_path / "empty")}, inprocess=True)
+    missing.assert_outcomes(skipped=1)
+    [skipped] = serving_project.results["records"]
+    assert skipped["verdict"] == "unsupported"
+    assert "huggingface-cli download openai-community/gpt2" in skipped["message"]
 
 
 def test_the_family_runs_when_asked_for_one_test_per_load_and_length_profile():

@@ -175,12 +175,12 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def _error_rate(windows: Sequence[ServingWindowFigures]) -> float | None:
     """Failed requests over those sent, over ``windows``."""
-    failed = [number(w.failed) for w in windows]
-    done = [number(w.completed) for w in windows]
-    if any(v is None for v in (*failed, *done)) or not windows:
-        return _mean([number(w.error_rate) for w in windows])
-    sent = sum(done) + sum(failed)  # type: ignore[arg-type]
-    return sum(failed) / sent if sent else None  # type: ignore[arg-type]
+    counts = [(number(w.failed), number(w.completed)) for w in windows]
+    if not windows or any(failed is None or done is None for failed, done in counts):
+        return _mean([number(w.error_rate) for w in windows])  # counts missing: the windows' rates
+    failed = sum(f for f, _ in counts if f is not None)
+    sent = failed + sum(d for _, d in counts if d is not None)
+    return failed / sent if sent else None
 
 
 def serving_row(record: TestRecord) -> ServingRow:

@@ -48,13 +48,19 @@ class ServedModel:
         name: the workload whose architecture it is.
         folder: the folder (config, weights, tokenizer, generation config).
         vocab_size: token ids run from 0 to ``vocab_size - 1``; prompts use ``FIRST_WORD_ID`` and up.
-        seed: the seed its weights were drawn from.
+        seed: the seed its weights were drawn from; None for published weights.
+        words: a published model's prompt words (:mod:`hwregress.workloads.pretrained_served`): prompt id ``i`` is
+            ``words[i - FIRST_WORD_ID]``, each one token with its leading space; None for the word-level tokenizer
+            written here (id ``i`` is the word ``t<i>``).
+        source: where published weights came from (``repository@revision``); None for seeded ones.
     """
 
     name: str
     folder: Path
     vocab_size: int
-    seed: int
+    seed: int | None
+    words: tuple[str, ...] | None = None
+    source: str | None = None
 
     def prompt_text(self, token_ids: Sequence[int]) -> str:
         """The text that the model's tokenizer reads as exactly ``token_ids`` (each in ``[FIRST_WORD_ID,
@@ -67,6 +73,8 @@ class ServedModel:
         if bad is not None:
             raise ValueError(f"token id {bad} is not a word of {self.name}'s tokenizer ({FIRST_WORD_ID} to "
                              f"{self.vocab_size - 1})")
+        if self.words is not None:
+            return "".join(self.words[i - FIRST_WORD_ID] for i in token_ids)
         return " ".join(f"{WORD_PREFIX}{i}" for i in token_ids)
 
 

@@ -53,7 +53,7 @@ from hwregress.serving.figures import (
     window_figures,
 )
 from hwregress.serving.requests import RequestTiming
-from hwregress.serving.settings import MODEL_SEED, TRACE_SEED, ServingSettings
+from hwregress.serving.settings import TRACE_SEED, ServingSettings
 from hwregress.serving.trace import Trace, TraceRequest, make_trace
 from hwregress.store.assembly import put_measured
 from hwregress.store.baseline_file import entry_key
@@ -63,6 +63,7 @@ from hwregress.store.results import TestRecord
 from hwregress.store.serving_figures import ServingFigures
 from hwregress.store.verdicts import Verdict
 from hwregress.summary import relative_iqr, summarize
+from hwregress.workloads.pretrained_served import PRETRAINED_SERVED, is_cached
 from hwregress.workloads.served import FIRST_WORD_ID, SERVED_SHAPES, ServedModel
 
 SERVER_KEY = pytest.StashKey["RunningServer"]()
@@ -181,11 +182,12 @@ class Serving:
 
 
 def _models(selection: Selection, device: str) -> list[str]:
-    """The selected models a server can load (:data:`hwregress.workloads.served.SERVED_SHAPES`), else the device
-    kind's default."""
+    """The selected models a server can load (:data:`hwregress.workloads.served.SERVED_SHAPES`, and the published
+    ones of :data:`hwregress.workloads.pretrained_served.PRETRAINED_SERVED`), else the device kind's default and each
+    published model this machine's Hugging Face cache holds."""
     if selection.models is not None:
-        return [model for model in selection.models if model in SERVED_SHAPES]
-    return list(selection.serving.models_for(device))
+        return [model for model in selection.models if model in SERVED_SHAPES or model in PRETRAINED_SERVED]
+    return [*selection.serving.models_for(device), *(name for name in PRETRAINED_SERVED if is_cached(name))]
 
 
 class RunningServer:
@@ -224,7 +226,7 @@ class ServingBench:
             return self._measure_sweep(record, device, model, load, requests)
         trace, slo = self._load(device, load, requests)
         running = self._server(device, model)
-        facts = {**_trace_facts(trace, self.settings.engine, slo), "server_start_s": running.server.started_s}
+        facts = {**_trace_facts(trace, self.settings.engine, slo), **_model_facts(running)}
         put_measured(record, MeasuredFigures(unit=UNIT, serving=ServingFigures.of(facts)))
         replays = ServedWindows(running, trace, slo, self.settings, _prompt_of(running.model))
         sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
@@ -261,8 +263,7 @@ class ServingBench:
         burst = self._trace(device, ServingLoad(load.lengths, rate=max(rates)), requests)
         slo = self.settings.slo_for(device)
         running = self._server(device, model)
-        facts = {**_trace_facts(traces[0], self.settings.engine, slo), "rate": None,
-                 "server_start_s": running.server.started_s}
+        facts = {**_trace_facts(traces[0], self.settings.engine, slo), "rate": None, **_model_facts(running)}
         put_measured(record, MeasuredFigures(unit=UNIT, serving=ServingFigures.of(facts)))
         sweep = ServedSweep(running, burst, traces, self.settings, _prompt_of(running.model))
         sampler = TelemetrySampler(device, self.bench.settings.telemetry_interval_s)
@@ -312,6 +313,12 @@ class ServingBench:
         return stash[SERVER_KEY]
 
 
+def _model_facts(running: RunningServer) -> dict[str, Any]:
+    """The served model's seed or published source, and the server's start time, for ``record.serving``."""
+    return {"model_seed": running.model.seed, "model_source": running.model.source,
+            "server_start_s": running.server.started_s}
+
+
 def _prompt_of(model: ServedModel) -> Callable[[TraceRequest], str]:
     return lambda request: model.prompt_text(request.prompt_token_ids(model.vocab_size, FIRST_WORD_ID))
 
@@ -319,7 +326,7 @@ def _prompt_of(model: ServedModel) -> Callable[[TraceRequest], str]:
 def _trace_facts(trace: Trace, engine: str, slo: Slo) -> dict[str, Any]:
     """The engine, the trace and the SLOs, for ``record.serving`` before anything is measured."""
     lengths = trace.lengths
-    return dict(engine=engine, engine_version=_version(engine), model_seed=MODEL_SEED, rate=trace.arrivals.rate,
+    return dict(engine=engine, engine_version=_version(engine), rate=trace.arrivals.rate,
                 burstiness=None if math.isinf(trace.arrivals.burstiness) else trace.arrivals.burstiness,
                 concurrency=trace.arrivals.concurrency, lengths=lengths.name, prompt_tokens=lengths.prompt_tokens,
                 output_tokens=lengths.output_tokens, requests=len(trace.requests), trace_seed=trace.seed,

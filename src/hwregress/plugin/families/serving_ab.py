@@ -36,7 +36,7 @@ from hwregress.ab.stacks import Stack, fingerprint_difference, package_fingerpri
 from hwregress.hardware.telemetry import TelemetrySampler
 from hwregress.plugin.context import BenchContext
 from hwregress.plugin.families.ab_window import ab_outcome
-from hwregress.plugin.record import fail_with
+from hwregress.plugin.record import fail_with, skip_with
 from hwregress.plugin.xdist import session_temp
 from hwregress.serving import server as serving
 from hwregress.serving.figures import (
@@ -53,6 +53,8 @@ from hwregress.store.assembly import put_measured
 from hwregress.store.measured import MeasuredFigures
 from hwregress.store.results import TestRecord
 from hwregress.store.serving_figures import ServingFigures
+from hwregress.store.verdicts import Verdict
+from hwregress.workloads.pretrained_served import PRETRAINED_SERVED, PretrainedMissing, write_pretrained_served
 from hwregress.workloads.served import ServedModel, write_served_model
 
 if TYPE_CHECKING:
@@ -122,9 +124,16 @@ def measure_serving_ab(bench: BenchContext, record: TestRecord, test: ServingABT
 
 
 def session_model(bench: BenchContext, name: str, tag: str) -> ServedModel:
-    """The served model ``name`` written from :data:`MODEL_SEED` into a folder of its own under the session's
-    temporary folder (``<tag>-pid<pid>-<ns>``), beside which its servers' logs go."""
+    """The served model ``name`` written into a folder of its own under the session's temporary folder
+    (``<tag>-pid<pid>-<ns>``), beside which its servers' logs go: seeded from :data:`MODEL_SEED`, or a published
+    model's cached weights (:mod:`hwregress.workloads.pretrained_served`); the test is ``unsupported`` where those are
+    not in the cache."""
     folder = session_temp(bench.request) / "hwregress-serving" / f"{tag}-pid{os.getpid()}-{time.time_ns():x}"
+    if name in PRETRAINED_SERVED:
+        try:
+            return write_pretrained_served(name, folder / name)
+        except PretrainedMissing as missing:
+            skip_with(Verdict.UNSUPPORTED, str(missing))
     return write_served_model(name, folder / f"{name}-seed{MODEL_SEED}", MODEL_SEED)
 
 
@@ -226,7 +235,8 @@ def _serving_facts(test: ServingABTest, run: ServerPairs) -> dict[str, Any]:
     windows and pooled TTFT and TPOT, and the first distinct errors of either."""
     timings = {label: [timing for done in run.replays[label] for timing in done.timings] for label in "AB"}
     reference = pooled_json(timings["A"])
-    return {**test.facts, "server_start_s": run.b_start_s,
+    return {**test.facts, "server_start_s": run.b_start_s, "model_seed": run.model.seed,
+            "model_source": run.model.source,
             "windows": [window.to_json() for window in run.windows["B"]],
             "reference_windows": [window.to_json() for window in run.windows["A"]],
             **pooled_json(timings["B"]), "reference_ttft": reference["ttft"], "reference_tpot": reference["tpot"],
