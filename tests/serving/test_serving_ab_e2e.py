@@ -19,10 +19,10 @@ from hwregress.serving.server import unavailable_reason
 UNAVAILABLE = unavailable_reason("transformers")
 pytestmark = [pytest.mark.needs_extra, pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs transformers serve: {UNAVAILABLE}")]
-# 8 requests at 4/s: windows of about 2 s; one look at 8 pairs, a fresh pair of servers every 2: 4 units, enough for
+# 8 requests at 8/s: windows of about 1 s; one look at 8 pairs, a fresh pair of servers every 2: 4 units, enough for
 # a gross drop (a ratio below 0.75 on 4 units) to decide alone
 SERVING_AB = ["-m", "serving", "--devices", "cpu", "--workloads", "selftest_support", "--models", "tiny_llama",
-              "--serving-rates", "4", "--serving-requests", "8", "--ab-looks", "8", "-p", "no:cacheprovider"]
+              "--serving-rates", "8", "--serving-requests", "8", "--ab-looks", "8", "-p", "no:cacheprovider"]
 SLEEP = "HWREGRESS_SELFTEST_SERVE_SLEEP_S"
 
 

@@ -22,7 +22,7 @@ from hwregress.serving.settings import ServingSettings
 
 UNAVAILABLE = unavailable_reason("transformers")
 SERVING = ["-m", "serving", "--devices", "cpu", "--workloads", "selftest_support", "--models", "tiny_llama",
-           "--serving-rates", "4", "--serving-requests", "8", "--serving-windows", "3", "-p", "no:cacheprovider"]
+           "--serving-rates", "8", "--serving-requests", "8", "--serving-windows", "3", "-p", "no:cacheprovider"]
 
 
 @pytest.fixture
@@ -40,8 +40,8 @@ def test_a_recorded_serving_test_keeps_its_trace_and_windows_and_a_slower_server
     first.assert_outcomes(passed=1)
     record = serving_project.results["records"][0]
     served = record["serving"]
-    assert record["test_id"].endswith("[cpu-tiny_llama-rate4-fixed-bs8-fp32]") and record["unit"] == "tokens/s/user"
-    assert served["engine"] == "transformers" and served["rate"] == 4.0 and served["requests"] == 8
+    assert record["test_id"].endswith("[cpu-tiny_llama-rate8-fixed-bs8-fp32]") and record["unit"] == "tokens/s/user"
+    assert served["engine"] == "transformers" and served["rate"] == 8.0 and served["requests"] == 8
     assert served["model_seed"] == 0 and served["model_source"] is None
     assert len(served["windows"]) == 3 == len(record["samples"]) and served["warmup_s"] > 0
     assert all(w["completed"] == 8 and w["failed"] == 0 for w in served["windows"])
@@ -53,7 +53,7 @@ def test_a_recorded_serving_test_keeps_its_trace_and_windows_and_a_slower_server
     assert set(declared) == {"tpot_p50_ms", "e2el_p50_ms", "goodput"}  # a p90 needs 44 requests, a p99 459
     assert record["samples"] == pytest.approx([1000 / w["tpot"]["p50"] for w in served["windows"]])
     entries = json.loads(serving_project.baseline_files()[0].read_text())["entries"]
-    assert set(entries["serving/tiny_llama/rate4-fixed/bs8/fp32"]["metrics"]) == set(declared)
+    assert set(entries["serving/tiny_llama/rate8-fixed/bs8/fp32"]["metrics"]) == set(declared)
 
     # every forward of the served Llama 0.1 s later: each output token of every request comes 0.1 s later
     slower = {"HWREGRESS_SELFTEST_SERVE_SLEEP_S": "0.1",
