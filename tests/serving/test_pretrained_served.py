@@ -15,6 +15,7 @@ from hwregress.plugin.matrix import Selection
 from hwregress.serving.server import unavailable_reason
 from hwregress.workloads.pretrained_served import PretrainedMissing, cached_snapshot, is_cached, write_pretrained_served
 from hwregress.workloads.served import FIRST_WORD_ID
+from hwregress.workloads.transformers import import_transformers
 
 pytestmark = [pytest.mark.needs_extra,
               pytest.mark.skipif(unavailable_reason("transformers") is not None,
@@ -51,8 +52,7 @@ def test_the_served_folder_links_the_cached_weights_untouched_and_generates_to_m
 
 
 def test_a_prompt_of_any_ids_is_exactly_that_many_tokens_to_the_models_tokenizer(hub, tmp_path):
-    import transformers
-
+    transformers = import_transformers()
     model = write_pretrained_served("gpt2", tmp_path / "served", hub)
     tokenizer = transformers.AutoTokenizer.from_pretrained(model.folder)
     assert model.vocab_size == FIRST_WORD_ID + len(model.words) and len(model.words) >= 64

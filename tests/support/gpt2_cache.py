@@ -16,8 +16,11 @@ SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "po", "qu", "
 def write_gpt2_cache(cache: Path, seed: int = 0) -> Path:
     """Write the stand-in into the cache folder ``cache`` (``HF_HUB_CACHE``); returns its snapshot folder."""
     import torch
-    import transformers
     from tokenizers import ByteLevelBPETokenizer
+
+    from hwregress.workloads.transformers import import_transformers
+
+    transformers = import_transformers()  # the torchvision shim first, as every transformers import here
 
     root = cache / f"models--{REPO.replace('/', '--')}"
     snapshot = root / "snapshots" / REVISION

@@ -18,6 +18,10 @@
                                 (the fleet store: SQLite by default, PostgreSQL for a fleet; docs/store.md)
     python -m hwregress check [--devices cuda:0,cpu|all] [--only NAME,...] [--json FILE]
                                 (does hwregress measure this machine right? hwregress.check.command)
+    python -m hwregress bisect --stacks PY1,PY2,... [--threshold F] [--looks 20,40,80] [--json FILE]
+                               [--work-dir DIR] [--probe-timeout S] [-- PYTEST ARGS]
+                                (which stack first made the tests slower: docs/bisect.md; exit 0 culprit, 1 none,
+                                3 undecided)
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
@@ -36,7 +40,7 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from hwregress.cli import baselines, history, report, store
+from hwregress.cli import baselines, bisect, history, report, store
 from hwregress.cli.common import CliError
 from hwregress.store.baseline_file import BaselineError
 
@@ -55,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m hwregress", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in (baselines, report, history, store):
+    for command in (baselines, report, history, store, bisect):
         command.add_commands(commands)
     return parser
 

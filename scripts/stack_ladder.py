@@ -1,0 +1,44 @@
+"""Write a ladder of interpreter wrappers for ``python -m hwregress bisect --stacks``: ``COUNT`` executable scripts in
+DIR, each running PYTHON, those from CULPRIT on with SETTINGS in their environment (one step: a thread count, an oneDNN
+ISA). Prints the stacks, comma-separated, for --stacks.
+
+Usage: python scripts/stack_ladder.py DIR --count 16 --culprit 11 --setting ONEDNN_MAX_CPU_ISA=AVX2 [--python PY]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def write_ladder(folder: Path, count: int, culprit: int, settings: list[str], python: str) -> list[Path]:
+    """The wrappers ``folder/py00`` .. ``py<count - 1>``; from ``culprit`` on each exports ``settings`` (KEY=VALUE)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stacks = []
+    for index in range(count):
+        exports = "".join(f"export {shlex.quote(setting)}\n" for setting in settings) if index >= culprit else ""
+        wrapper = folder / f"py{index:02d}"
+        wrapper.write_text(f"#!/bin/sh\n{exports}exec {shlex.quote(python)} \"$@\"\n")
+        wrapper.chmod(0o755)
+        stacks.append(wrapper)
+    return stacks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--count", type=int, default=16)
+    parser.add_argument("--culprit", type=int, required=True)
+    parser.add_argument("--setting", action="append", default=[], help="KEY=VALUE of the bad stacks (repeatable)")
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args()
+    if not 0 < args.culprit < args.count or not all("=" in setting for setting in args.setting):
+        parser.error("give 0 < --culprit < --count and each --setting as KEY=VALUE")
+    print(",".join(str(path) for path in write_ladder(args.folder, args.count, args.culprit, args.setting,
+                                                      args.python)))
+
+
+if __name__ == "__main__":
+    main()
