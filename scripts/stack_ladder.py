@@ -1,6 +1,8 @@
 """Write a ladder of interpreter wrappers for ``python -m hwregress bisect --stacks``: ``COUNT`` executable scripts in
 DIR, each running PYTHON, those from CULPRIT on with SETTINGS in their environment (one step: a thread count, an oneDNN
-ISA). Prints the stacks, comma-separated, for --stacks.
+ISA), those before it with the same keys unset: a probe's stack B inherits stack A's environment (the reference runs
+the A/B session), so each wrapper sets or unsets every key the ladder varies. Prints the stacks, comma-separated, for
+--stacks.
 
 Usage: python scripts/stack_ladder.py DIR --count 16 --culprit 11 --setting ONEDNN_MAX_CPU_ISA=AVX2 [--python PY]
 """
@@ -14,11 +16,16 @@ from pathlib import Path
 
 
 def write_ladder(folder: Path, count: int, culprit: int, settings: list[str], python: str) -> list[Path]:
-    """The wrappers ``folder/py00`` .. ``py<count - 1>``; from ``culprit`` on each exports ``settings`` (KEY=VALUE)."""
+    """The wrappers ``folder/py00`` .. ``py<count - 1>``; from ``culprit`` on each exports ``settings`` (KEY=VALUE),
+    before it each unsets their keys."""
     folder.mkdir(parents=True, exist_ok=True)
     stacks = []
+    keys = [setting.split("=", 1)[0] for setting in settings]
     for index in range(count):
-        exports = "".join(f"export {shlex.quote(setting)}\n" for setting in settings) if index >= culprit else ""
+        if index >= culprit:
+            exports = "".join(f"export {shlex.quote(setting)}\n" for setting in settings)
+        else:
+            exports = "".join(f"unset {shlex.quote(key)}\n" for key in keys)
         wrapper = folder / f"py{index:02d}"
         wrapper.write_text(f"#!/bin/sh\n{exports}exec {shlex.quote(python)} \"$@\"\n")
         wrapper.chmod(0o755)

@@ -1,7 +1,8 @@
 """``python -m hwregress bisect --stacks PY1,PY2,... [-- PYTEST ARGS]``: which interpreter of an ordered list (one venv
 per nightly, a wrapper per setting; the first known good, the last known bad) first made the selected tests slower
 (:mod:`hwregress.bisect`, docs/bisect.md). Each probe is an A/B session of the selection, the candidate against an
-endpoint, run by the endpoint's interpreter (every stack needs hwregress and the selection's packages).
+endpoint, run by the endpoint's interpreter (every stack needs hwregress and the selection's packages). A wrapper
+stack sets or unsets every setting the ladder varies: stack B's workers inherit the reference's environment.
 
 Prints each probe as it ends, then the culprit (or why there is none), and writes ``--json``. Exit status: 0 culprit
 found, 1 no regression between the endpoints, 2 usage error, 3 undecided within the probes' budget (or only skipped
