@@ -16,7 +16,7 @@ from hwregress.bisect.search import (
     bisect,
     probes_bound,
 )
-from hwregress.bisect.sides import Side, side_against_bad, side_against_good
+from hwregress.bisect.sides import Side, side_of
 
 
 def ladder(first_bad: int, skipped: frozenset[int] = frozenset(), undecided: frozenset[int] = frozenset(),
@@ -104,4 +104,4 @@ def test_two_candidates_need_only_the_endpoints():
     ("regression", Side.BAD, Side.BAD), ("pass", Side.GOOD, Side.BAD), ("improvement", Side.GOOD, Side.GOOD),
     ("unstable", Side.UNDECIDED, Side.UNDECIDED)])
 def test_a_verdict_against_each_endpoint_puts_the_candidate_on_its_side(verdict, good, bad):
-    assert side_against_good(verdict) == good and side_against_bad(verdict) == bad
+    assert side_of(verdict, "good") == good and side_of(verdict, "bad") == bad

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwregress.bisect.sides import Side, side_against_bad, side_against_good
+from hwregress.bisect.sides import Side, side_of
 
 CULPRIT = "culprit"
 NO_REGRESSION = "no regression between the endpoints"
@@ -178,8 +178,8 @@ class _Search:
         except CandidateSkipped as skip:
             probe = Probe(candidate, reference, Side.SKIP, None, skipped=str(skip) or "skipped")
         else:
-            judge = side_against_good if reference == 0 else side_against_bad
-            probe = Probe(candidate, reference, judge(outcome.verdict), outcome)
+            side = side_of(outcome.verdict, "good" if reference == 0 else "bad")
+            probe = Probe(candidate, reference, side, outcome)
         self.probes.append(probe)
         return probe
 

@@ -31,21 +31,19 @@ class Side(str, Enum):
         return self.value
 
 
-def side_against_good(verdict: Verdict | str) -> Side:
-    """The candidate's side from the A/B verdict of candidate (B) against the good endpoint (A)."""
-    verdict = Verdict(verdict)
-    if verdict == Verdict.REGRESSION:
-        return Side.BAD
-    if verdict in (Verdict.PASS, Verdict.IMPROVEMENT):
-        return Side.GOOD
-    return Side.UNDECIDED
+# what an A/B verdict of candidate (B) against each endpoint (A) says of the candidate; any other: undecided
+SIDES: dict[str, dict[Verdict, Side]] = {
+    "good": {Verdict.REGRESSION: Side.BAD, Verdict.PASS: Side.GOOD, Verdict.IMPROVEMENT: Side.GOOD},
+    "bad": {Verdict.IMPROVEMENT: Side.GOOD, Verdict.PASS: Side.BAD, Verdict.REGRESSION: Side.BAD},
+}
 
 
-def side_against_bad(verdict: Verdict | str) -> Side:
-    """The candidate's side from the A/B verdict of candidate (B) against the bad endpoint (A)."""
-    verdict = Verdict(verdict)
-    if verdict == Verdict.IMPROVEMENT:
-        return Side.GOOD
-    if verdict in (Verdict.PASS, Verdict.REGRESSION):
-        return Side.BAD
-    return Side.UNDECIDED
+def side_of(verdict: Verdict | str, against: str) -> Side:
+    """The candidate's side from the A/B verdict of candidate (B) against the ``against`` endpoint (A: ``good`` or
+    ``bad``), as the module doc says.
+
+    Raises:
+        KeyError: ``against`` is neither ``good`` nor ``bad``.
+        ValueError: ``verdict`` is no verdict.
+    """
+    return SIDES[against].get(Verdict(verdict), Side.UNDECIDED)
