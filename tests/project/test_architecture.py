@@ -70,9 +70,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "spark": {"measure", "hardware", "workloads", "store"},
     "check": {"measure", "hardware", "workloads", "store"},
     "ab": {"judge", "measure", "hardware", "workloads", "store"},
+    "bisect": {"ab.session", "ab.pairs", "store"},
     "serving": {"judge", "hardware.facts"},
     "report": {"store", "judge", "hardware.roofline"},
-    "cli": {"report", "store", "judge"},
+    "cli": {"report", "store", "judge", "bisect"},
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab", "serving"},
     "suite": {"plugin", "store", "measure", "hardware", "workloads", "judge"},
 }
