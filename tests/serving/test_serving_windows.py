@@ -83,7 +83,7 @@ def _sampler() -> TelemetrySampler:
 def test_a_sweeps_capacity_is_where_goodput_stops_rising_and_its_points_keep_their_rates():
     rates = (2.0, 4.0, 8.0, 16.0)
     points = [_window(2.0), _window(4.0), _window(8.0), _window(16.0, good=False)]
-    figures = sweep_figures(rates, points, _sampler())
+    figures = sweep_figures(sweep_facts(rates, points, []), _sampler())
     assert figures["declared"]["capacity"] == 8.0
     assert set(figures["declared"]) == {"capacity"}
     assert "samples" not in figures and figures["rounds"] == 4
@@ -95,7 +95,7 @@ def test_a_sweeps_capacity_is_where_goodput_stops_rising_and_its_points_keep_the
 
 def test_a_sweep_where_no_request_met_its_slos_declares_nothing_to_judge():
     points = [_window(2.0, good=False), _window(4.0, good=False)]
-    assert sweep_figures((2.0, 4.0), points, _sampler())["declared"] == {}
+    assert sweep_figures(sweep_facts((2.0, 4.0), points, []), _sampler())["declared"] == {}
 
 
 def test_the_estimate_of_a_window_is_its_trace_and_the_last_decode_as_measured_on_the_vm():

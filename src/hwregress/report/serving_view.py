@@ -147,11 +147,7 @@ def _cells(latency: LatencyFigures | None, name: str, declared: Mapping[str, tup
 
 
 def load_text(serving: ServingFigures) -> str:
-    """``4 requests/s, open loop``, ``4 clients, closed loop`` or ``sweep 2–16 requests/s``."""
-    if serving.sweep:
-        rates = [rate for rate in (number(point.rate) for point in serving.sweep) if rate is not None]
-        return f"sweep {charts.format_value(min(rates))}–{charts.format_value(max(rates))} requests/s" if rates \
-            else "sweep"
+    """``4 requests/s, open loop (Poisson)`` or ``4 clients, closed loop`` (a sweep's load is its table's)."""
     if number(serving.rate) is not None:
         burst = number(serving.burstiness)  # None: constant gaps (an infinite gamma shape)
         shape = "constant gaps" if burst is None else "Poisson" if burst == 1 else f"gamma shape {burst:g}"

@@ -273,9 +273,10 @@ class ServingBench:
             self._server_died(record, running, facts)
         points = [window_figures(done.timings, done.duration_s, slo) for done in sweep.points]
         timings = [timing for done in sweep.points for timing in done.timings]
-        put_measured(record, MeasuredFigures(**sweep_figures(rates, points, sampler), serving=ServingFigures.of(
-            {**facts, **sweep_facts(rates, points, timings), "warmup_s": sweep.warmup_s})))
-        missed = [] if any(point.goodput for point in points) else [
+        swept = sweep_facts(rates, points, timings)
+        put_measured(record, MeasuredFigures(**sweep_figures(swept, sampler), serving=ServingFigures.of(
+            {**facts, **swept, "warmup_s": sweep.warmup_s})))
+        missed = [] if swept["peak_goodput"] else [
             f"{record.test_id}: no request met its SLOs (TTFT <= {slo.ttft_ms} ms, TPOT <= {slo.tpot_ms} ms) at any "
             f"rate of the sweep ({', '.join(f'{rate:g}' for rate in rates)} requests/s)"]
         return _request_failures(record, timings) + missed

@@ -147,20 +147,19 @@ class ServedSweep(_Replays):
         self.died = not self.running.server.alive
 
 
-def sweep_figures(rates: Sequence[float], points: Sequence[WindowFigures],
-                  sampler: TelemetrySampler) -> dict[str, Any]:
-    """A sweep's :class:`hwregress.store.measured.MeasuredFigures` fields: no samples (its points are at different
-    loads), the declared ``capacity`` (requests/s, :func:`hwregress.serving.figures.capacity`), the telemetry; no
+def sweep_figures(swept: dict[str, Any], sampler: TelemetrySampler) -> dict[str, Any]:
+    """A sweep's :class:`hwregress.store.measured.MeasuredFigures` fields from its :func:`sweep_facts` (``swept``):
+    no samples (its points are at different loads), the declared ``capacity`` (requests/s), the telemetry; no
     declared figure where no request met its SLOs (the family fails such a sweep)."""
-    goodputs = [point.goodput for point in points]
-    declared = {"capacity": capacity(rates[:len(points)], goodputs)} if any(goodputs) else {}
-    return dict(rounds=len(points), telemetry=sampler.summary(), health=sampler.health, declared=declared)
+    declared = {"capacity": swept["capacity"]} if swept["peak_goodput"] else {}
+    return dict(rounds=len(swept["sweep"]), telemetry=sampler.summary(), health=sampler.health, declared=declared)
 
 
 def sweep_facts(rates: Sequence[float], points: Sequence[WindowFigures],
                 timings: Sequence[RequestTiming]) -> dict[str, Any]:
     """``record.serving``'s sweep: each point with its rate (:class:`hwregress.store.serving_figures.
-    SweepPointFigures`), the capacity, the peak goodput, the first distinct errors."""
+    SweepPointFigures`), the capacity (:func:`hwregress.serving.figures.capacity`), the peak goodput (requests/s),
+    the first distinct errors."""
     goodputs = [point.goodput for point in points]
     return {"sweep": [{"rate": rate, **point.to_json()} for rate, point in zip(rates, points, strict=False)],
             "capacity": capacity(rates[:len(points)], goodputs) if points else None,
