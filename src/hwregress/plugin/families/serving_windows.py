@@ -59,6 +59,7 @@ def window_plan(windows: int, window_s: float) -> TimingPlan:
     """
     if not window_s > 0:
         raise ValueError(f"window time {window_s!r} s: the untimed replay's wall time is > 0")
+    window_s = max(1, round(window_s * 1e6)) / 1e6  # as run_rounds plans its looks, so the budget holds its windows
     return TimingPlan(warmup_steps=1, rounds=windows, first_look=FIRST_LOOK, min_round_s=window_s,
                       max_rel_iqr=STABLE_REL_IQR, budget_s=WINDOWS_BUDGET * windows * window_s, confirm_s=0.0)
 
