@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hwregress.bisect.ladders import stacks_ladder
 from hwregress.bisect.search import CULPRIT, CandidateSkipped, ProbeOutcome, bisect
 from hwregress.bisect.stacks import ProbeSettings, StackProbes, ab_command, outcome_of
 from hwregress.cli import main
@@ -59,7 +60,8 @@ def test_an_interpreter_that_cannot_run_the_session_is_skipped_with_its_output(t
     broken = tmp_path / "broken-python"
     broken.write_text("#!/bin/sh\necho 'no pytest here' >&2\nexit 3\n")
     broken.chmod(0o755)
-    probes = StackProbes([str(broken), sys.executable], ProbeSettings((), 0.05, (20,), tmp_path / "work"))
+    stacks = [str(broken), sys.executable]
+    probes = StackProbes(stacks.__getitem__, ProbeSettings((), 0.05, (20,), tmp_path / "work"))
     with pytest.raises(CandidateSkipped, match=r"(?s)wrote no results.json \(exit 3\).*no pytest here"):
         probes(1, 0)
 
@@ -75,8 +77,9 @@ def test_the_summary_and_json_name_the_culprit_the_last_good_and_every_probe(tmp
     assert found.status == CULPRIT
     assert summary(found, stacks)[0] == "culprit: py-c (the first bad; the last good: py-b)"
     assert summary(found, stacks)[-1] == f"{len(found.probes)} probes, {30 * len(found.probes)} s"
-    document = bisection_json(found, stacks, ProbeSettings(("-m", "cpu"), 0.05, (20, 40), tmp_path))
+    document = bisection_json(found, stacks_ladder(stacks), ProbeSettings(("-m", "cpu"), 0.05, (20, 40), tmp_path))
     assert document["culprit"] == "py-c" and document["exit_code"] == 0 and document["last_good"] == "py-b"
+    assert document["kind"] == "stacks" and document["candidates"] == stacks == document["labels"]
     assert document["probes"][0] == {"candidate": "py-d", "reference": "py-a", "side": "bad", "skipped": None,
                                      "verdict": "regression", "ratio": 0.9, "ratio_low": None, "ratio_high": None,
                                      "pairs": 40, "seconds": 30.0, "details": {}}

@@ -61,6 +61,7 @@ FLOOR = ("summary", "process_group")
 MAY_IMPORT: dict[str, set[str]] = {
     "summary": set(),
     "process_group": set(),
+    "process_keeper": set(),
     "store": set(),
     "judge": {"store", "hardware.facts", "hardware.roofline", "hardware.health"},
     "hardware": set(),
@@ -70,8 +71,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "spark": {"measure", "hardware", "workloads", "store"},
     "check": {"measure", "hardware", "workloads", "store"},
     "ab": {"judge", "measure", "hardware", "workloads", "store"},
-    "bisect": {"ab.session", "ab.pairs", "store"},
-    "serving": {"judge", "hardware.facts"},
+    "bisect": {"ab.session", "ab.pairs", "store", "process_keeper"},
+    "serving": {"judge", "hardware.facts", "process_keeper"},
     "report": {"store", "judge", "hardware.roofline"},
     "cli": {"report", "store", "judge", "bisect"},
     "plugin": {"report", "store", "judge", "measure", "hardware", "workloads", "scaleout", "spark", "ab", "serving"},

@@ -1,7 +1,7 @@
-"""A real ``transformers serve`` under load (hwregress.serving.server, .client, .keeper; hwregress.workloads.served):
-a tiny Llama with random weights and the word tokenizer written here, started on a free port, replayed open- and
-closed-loop, killed mid-window, failing to start, and outliving no process that owned it, even one killed by
-SIGKILL."""
+"""A real ``transformers serve`` under load (hwregress.serving.server, .client, hwregress.process_keeper;
+hwregress.workloads.served): a tiny Llama with random weights and the word tokenizer written here, started on a free
+port, replayed open- and closed-loop, killed mid-window, failing to start, and outliving no process that owned it,
+even one killed by SIGKILL."""
 
 from __future__ import annotations
 

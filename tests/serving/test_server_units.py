@@ -1,6 +1,7 @@
-"""The server's process without a model (hwregress.serving.server, .keeper): a real HTTP server from the standard
-library stands in for an engine where the point is the start, the health check, the retry on a taken port, the
-failure with the log's tail and the stop that leaves nothing; the engines' command lines and request fields."""
+"""The server's process without a model (hwregress.serving.server, hwregress.process_keeper): a real HTTP server from
+the standard library stands in for an engine where the point is the start, the health check, the retry on a taken
+port, the failure with the log's tail and the stop that leaves nothing; the engines' command lines and request
+fields."""
 
 from __future__ import annotations
 

@@ -1,7 +1,11 @@
-"""The probes of a bisection over interpreters (``python -m hwregress bisect --stacks PY1,PY2,...``): each probe is an
-A/B session of the user's pytest selection (:mod:`hwregress.ab`), run by the reference's interpreter (stack A) with
-the candidate's as stack B (``--ab-python``), at the probe's plan (:mod:`hwregress.bisect.budget`); its results.json
-is read back and its tests' verdicts make the probe's.
+"""The probes of a bisection over stacks (interpreters, commits' built stacks, environment steps' wrappers): each
+probe is an A/B session of the user's pytest selection (:mod:`hwregress.ab`), run by the reference's interpreter
+(stack A) with the candidate's as stack B (``--ab-python``), at the probe's plan (:mod:`hwregress.bisect.budget`); its
+results.json is read back and its tests' verdicts make the probe's.
+
+The session runs under a keeper (:mod:`hwregress.process_keeper`) in a process group of its own: a bisection that
+stops (Ctrl-C, SIGTERM, an error) ends the session, and one killed outright closes the keeper's standard input, which
+ends it too. Its A/B workers exit when the session is gone (they watch their standard input).
 
 A probe's verdict over its tests: ``regression`` where any test regressed (B slower beyond the threshold), else
 ``unstable`` where any stayed undecided, else ``improvement`` where every test was faster, else ``pass``. Its ratio
@@ -15,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwregress import process_keeper
 from hwregress.bisect.search import CandidateSkipped, ProbeOutcome
 
 TAIL_CHARACTERS = 2000  # of a failed session's output, in the skip's reason
@@ -84,34 +90,54 @@ def outcome_of(results: dict[str, Any], seconds: float, report_dir: Path) -> Pro
 
 
 class StackProbes:
-    """The :data:`hwregress.bisect.search.ProbeRunner` of a bisection over the interpreters ``stacks`` (the first
-    the good, the last the bad): ``probes(candidate, reference)`` runs one A/B session (:func:`ab_command`)."""
+    """The :data:`hwregress.bisect.search.ProbeRunner` of a bisection over stacks: ``probes(candidate, reference)``
+    runs one A/B session (:func:`ab_command`) of the interpreters ``python_of(reference)`` (stack A) and
+    ``python_of(candidate)`` (stack B); ``python_of`` raises :class:`CandidateSkipped` for a stack that cannot be
+    built."""
 
-    def __init__(self, stacks: Sequence[str], settings: ProbeSettings) -> None:
-        self.stacks = list(stacks)
+    def __init__(self, python_of: Callable[[int], str], settings: ProbeSettings) -> None:
+        self.python_of = python_of
         self.settings = settings
         self.run_count = 0
 
     def __call__(self, candidate: int, reference: int) -> ProbeOutcome:
         self.run_count += 1
-        report_dir = self.settings.work_dir / f"probe-{self.run_count:02d}-c{candidate}-vs-c{reference}"
-        command = ab_command(self.stacks[reference], self.stacks[candidate], self.settings, report_dir,
-                             seed=self.run_count)
         started = time.perf_counter()
+        report_dir = self.settings.work_dir / f"probe-{self.run_count:02d}-c{candidate}-vs-c{reference}"
+        command = ab_command(self.python_of(reference), self.python_of(candidate), self.settings, report_dir,
+                             seed=self.run_count)
         log = self.settings.work_dir / f"{report_dir.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with log.open("w") as out:
-                done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=self.settings.timeout_s,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
-        except subprocess.TimeoutExpired:
-            raise CandidateSkipped(f"its A/B session ran past {self.settings.timeout_s:g} s (log: {log})") from None
-        except OSError as error:
-            raise CandidateSkipped(f"its A/B session did not start: {error}") from None
+        log.write_text(f"$ {' '.join(command)}\n")
+        status = run_kept(command, log, self.settings.timeout_s)
         seconds = time.perf_counter() - started
         results = report_dir / "results.json"
         if not results.is_file():
             tail = log.read_text(errors="replace")[-TAIL_CHARACTERS:]
-            raise CandidateSkipped(f"its A/B session wrote no results.json (exit {done.returncode}); its output "
-                                   f"ends:\n{tail}")
+            raise CandidateSkipped(f"its A/B session wrote no results.json (exit {status}); its output ends:\n{tail}")
         return outcome_of(json.loads(results.read_text()), seconds, report_dir)
+
+
+def run_kept(command: list[str], log: Path, timeout_s: float | None) -> int | str:
+    """Run ``command`` under a keeper (module doc), its output appended to ``log``; returns its exit status (a
+    negative one: killed by that signal), or what is known of it where the keeper did not say.
+
+    Raises:
+        CandidateSkipped: it could not start, or ran past ``timeout_s`` (then it is ended).
+    """
+    try:
+        keeper = subprocess.Popen([sys.executable, "-m", process_keeper.__name__, str(log), "--", *command],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    except OSError as error:
+        raise CandidateSkipped(f"its A/B session did not start: {error}") from None
+    try:
+        keeper.wait(timeout_s)
+        said = (keeper.stdout.read() if keeper.stdout else b"").decode(errors="replace").split()
+    except subprocess.TimeoutExpired:
+        raise CandidateSkipped(f"its A/B session ran past {timeout_s:g} s (log: {log})") from None
+    finally:
+        process_keeper.stop(keeper)  # ends the session's group wherever this returns or raises from
+    if "exited" in said and said.index("exited") + 1 < len(said):
+        return int(said[said.index("exited") + 1])
+    return f"unknown: its keeper said {' '.join(said)!r} and ended with {keeper.returncode}"

@@ -22,6 +22,10 @@
                                [--work-dir DIR] [--probe-timeout S] [-- PYTEST ARGS]
                                 (which stack first made the tests slower: docs/bisect.md; exit 0 culprit, 1 none,
                                 3 undecided)
+    python -m hwregress bisect --repo PATH --good REV [--bad REV] [--setup CMD] | --env-steps FILE  [...as above]
+                                (the same over a repository's commits, or over environment settings)
+    python -m hwregress bisect-step --against REV [--setup CMD] [-- PYTEST ARGS]
+                                (one step of git bisect run: exit 0 good, 1 bad, 125 skip, 128 usage error)
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``
 exits 1 when a test's direction matches ``--fail-on``;
@@ -40,7 +44,8 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from hwregress.cli import baselines, bisect, history, report, store
+from hwregress.bisect.usage import BisectUsageError
+from hwregress.cli import baselines, bisect, bisect_step, history, report, store
 from hwregress.cli.common import CliError
 from hwregress.store.baseline_file import BaselineError
 
@@ -59,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m hwregress", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in (baselines, report, history, store, bisect):
+    for command in (baselines, report, history, store, bisect, bisect_step):
         command.add_commands(commands)
     return parser
 
@@ -79,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe or a full disk shows here, not at exit where it cannot be handled
         return status
-    except (CliError, BaselineError) as error:
+    except (CliError, BaselineError, BisectUsageError) as error:
         message = str(error)
     except OSError as error:
         if error.filename == STDOUT:
@@ -93,7 +98,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         sys.stdout = stdout
     print(f"hwregress: {message}", file=sys.stderr)
-    return 2
+    return _usage_status(argv, args)
+
+
+def _usage_status(argv: Sequence[str] | None, args: argparse.Namespace) -> int:
+    """2, or the status a command declares for its usage errors (``bisect-step``: 128, which ``git bisect run``
+    reads as "stop"), found from the command line where parsing failed before the command was known."""
+    if hasattr(args, "usage_status"):
+        return int(args.usage_status)
+    words = list(sys.argv[1:] if argv is None else argv)
+    return bisect_step.USAGE_ERROR if words[:1] == ["bisect-step"] else 2
 
 
 class _Output:

@@ -1,34 +1,63 @@
-"""``python -m hwregress bisect --stacks PY1,PY2,... [-- PYTEST ARGS]``: which interpreter of an ordered list (one venv
-per nightly, a wrapper per setting; the first known good, the last known bad) first made the selected tests slower
-(:mod:`hwregress.bisect`, docs/bisect.md). Each probe is an A/B session of the selection, the candidate against an
-endpoint, run by the endpoint's interpreter (every stack needs hwregress and the selection's packages). A wrapper
-stack sets or unsets every setting the ladder varies: stack B's workers inherit the reference's environment.
+"""``python -m hwregress bisect`` (``--stacks PY1,PY2,...``, ``--repo PATH --good REV --bad REV [--setup CMD]`` or
+``--env-steps FILE``) ``[-- PYTEST ARGS]``: which candidate of an ordered list (interpreters, commits, environment
+settings; the first known good, the last known bad) first made the selected tests slower (:mod:`hwregress.bisect`,
+docs/bisect.md). Each probe is an A/B session of the selection, the candidate against an endpoint, run by the
+endpoint's interpreter (every stack needs hwregress and the selection's packages).
+
+Over commits, each probed commit is checked out in a worktree of a temporary folder (the checkout is never touched)
+and ``--setup CMD`` builds its stack there: ``{worktree}`` is the checked-out folder, ``{stack}`` an empty folder for
+the stack and ``{python}`` (``{stack}/bin/python``) where CMD must leave the stack's interpreter (a venv's, or an
+executable wrapper). Without ``--setup``: this interpreter with the worktree on PYTHONPATH. Stacks are built once per
+commit; a commit that does not build is skipped, as ``git bisect skip``. Worktrees and stacks are removed at the end,
+on Ctrl-C too.
 
 Prints each probe as it ends, then the culprit (or why there is none), and writes ``--json``. Exit status: 0 culprit
 found, 1 no regression between the endpoints, 2 usage error, 3 undecided within the probes' budget (or only skipped
-candidates left where the culprit is).
+candidates left where the culprit is), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
 from hwregress.bisect.budget import DEFAULT_LOOKS, DEFAULT_THRESHOLD
-from hwregress.bisect.search import CULPRIT, Bisection, Probe, bisect
+from hwregress.bisect.commits import repository_root
+from hwregress.bisect.ladders import Ladder, commits_ladder, env_steps_ladder, stacks_ladder
+from hwregress.bisect.search import CULPRIT, Bisection, CandidateSkipped, Probe, bisect
 from hwregress.bisect.stacks import ProbeSettings, StackProbes
 from hwregress.cli.common import CliError, command_inputs, fraction, output_path, write_output
+
+INTERRUPTED = 130  # the shell's status of a command ended by SIGINT
 
 
 def add_commands(commands: Any) -> None:
     """Add ``bisect`` to the top-level subcommands (``add_subparsers()``'s object)."""
-    parser = commands.add_parser("bisect", help="which stack of an ordered list first made the tests slower",
-                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stacks", required=True,
-                        help="the interpreters in order, comma-separated: the first known good, the last known bad")
+    parser = commands.add_parser("bisect", help="which commit, stack or setting of an ordered list first made the "
+                                 "tests slower", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ladder = parser.add_mutually_exclusive_group(required=True)
+    ladder.add_argument("--stacks", help="the interpreters in order, comma-separated: the first known good, the last "
+                                         "known bad")
+    ladder.add_argument("--repo", help="the git repository whose commits to bisect (with --good and --bad)")
+    ladder.add_argument("--env-steps", help="a file of one line of KEY=VALUE settings per step, the good first")
+    parser.add_argument("--good", help="with --repo: the known good commit")
+    parser.add_argument("--bad", help="with --repo: the known bad commit (default HEAD)")
+    add_probe_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def add_probe_options(parser: argparse.ArgumentParser) -> None:
+    """The options every probe takes (``bisect`` and ``bisect-step``): --setup, --threshold, --looks, --work-dir,
+    --probe-timeout, --json and the pytest selection after ``--``."""
+    parser.add_argument("--setup", default=None,
+                        help="the shell command that builds a commit's stack: {worktree}, {stack} and {python} are "
+                             "replaced (default: this interpreter with the worktree on PYTHONPATH)")
     parser.add_argument("--threshold", type=fraction, default=DEFAULT_THRESHOLD,
                         help=f"the smallest slowdown looked for, a fraction (default {DEFAULT_THRESHOLD})")
     parser.add_argument("--looks", default=",".join(str(n) for n in DEFAULT_LOOKS),
@@ -38,34 +67,76 @@ def add_commands(commands: Any) -> None:
                                                                      "reports/bisect)")
     parser.add_argument("--probe-timeout", type=float, default=None,
                         help="seconds one probe may take; past it the candidate is skipped (default: no limit)")
-    parser.add_argument("--json", default=None, help="also write the bisection as JSON to this file")
+    parser.add_argument("--json", default=None, help="also write the result as JSON to this file")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="after --: the pytest selection every probe runs, e.g. -- -m cpu -k resnet18")
-    parser.set_defaults(handler=run)
+
+
+def probe_settings(args: argparse.Namespace) -> ProbeSettings:
+    """The probes' settings from the options of :func:`add_probe_options`."""
+    pytest_args = tuple(args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args)
+    return ProbeSettings(pytest_args, args.threshold, _looks(args.looks), Path(args.work_dir).absolute(),
+                         args.probe_timeout)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Any:
+    """SIGTERM raises KeyboardInterrupt while the block runs, so that a terminated bisection cleans up as a Ctrl-C
+    does (its A/B session ended, its worktrees removed)."""
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(args: argparse.Namespace) -> int:
-    stacks = _stacks(args.stacks)
-    pytest_args = tuple(args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args)
-    settings = ProbeSettings(pytest_args, args.threshold, _looks(args.looks), Path(args.work_dir),
-                             args.probe_timeout)
+    settings = probe_settings(args)
     json_path = output_path(args.json, command_inputs()) if args.json else None
-    print(f"bisect: {len(stacks)} stacks, {stacks[0]} (good) .. {stacks[-1]} (bad); each probe an A/B of "
-          f"pytest {' '.join(pytest_args) or '(the default selection)'}", flush=True)
-    probes = StackProbes(stacks, settings)
-    found = bisect(len(stacks), _printing(probes, stacks))
-    for line in summary(found, stacks):
+    with sigterm_as_interrupt(), contextlib.ExitStack() as cleanup:
+        try:
+            ladder = _ladder(args, settings, cleanup)
+            print(f"bisect: {len(ladder.labels)} {ladder.kind}, {ladder.labels[0]} (good) .. {ladder.labels[-1]} "
+                  f"(bad); each probe an A/B of pytest {' '.join(settings.pytest_args) or '(the default selection)'}",
+                  flush=True)
+            probes = StackProbes(ladder.python_of, settings)
+            found = bisect(len(ladder.labels), _printing(probes, ladder.labels))
+        except KeyboardInterrupt:
+            print("interrupted: the running A/B session is ended and the worktrees removed", flush=True)
+            return INTERRUPTED
+    for line in summary(found, ladder.labels):
         print(line)
     if json_path is not None:
-        write_output(json_path, json.dumps(bisection_json(found, stacks, settings), indent=2) + "\n")
+        write_output(json_path, json.dumps(bisection_json(found, ladder, settings), indent=2) + "\n")
     return found.exit_code
 
 
-def _printing(probes: StackProbes, stacks: list[str]) -> Any:
+def _ladder(args: argparse.Namespace, settings: ProbeSettings, cleanup: contextlib.ExitStack) -> Ladder:
+    if args.repo is None:
+        for option in ("good", "bad", "setup"):
+            if getattr(args, option) is not None:
+                raise CliError(f"--{option}", "is for a bisection over commits", "give --repo with it, or leave it out")
+    if args.stacks is not None:
+        return stacks_ladder(_stacks(args.stacks))
+    if args.env_steps is not None:
+        return env_steps_ladder(Path(args.env_steps), cleanup)
+    if args.good is None:
+        raise CliError("--good", "is missing", "give the known good commit of --repo")
+    repo = repository_root(Path(args.repo), "--repo")
+    return commits_ladder(repo, args.good, args.bad or "HEAD", args.setup, settings.work_dir, cleanup)
+
+
+def _printing(probes: StackProbes, labels: list[str]) -> Any:
     """``probes``, printing each probe as it ends."""
     def run(candidate: int, reference: int) -> Any:
-        print(f"probe {probes.run_count + 1}: {stacks[candidate]} against {stacks[reference]} ...", flush=True)
-        outcome = probes(candidate, reference)
+        print(f"probe {probes.run_count + 1}: {labels[candidate]} against {labels[reference]} ...", flush=True)
+        try:
+            outcome = probes(candidate, reference)
+        except CandidateSkipped as skipped:
+            print(f"  skipped: {str(skipped).splitlines()[0]}", flush=True)
+            raise
         print(f"  {outcome.verdict}, B/A {_ratio(outcome.ratio, outcome.ratio_low, outcome.ratio_high)}, "
               f"{outcome.pairs} pairs, {outcome.seconds:.0f} s", flush=True)
         return outcome
@@ -119,21 +190,22 @@ def summary(found: Bisection, stacks: list[str]) -> list[str]:
     return lines
 
 
-def bisection_json(found: Bisection, stacks: list[str], settings: ProbeSettings) -> dict[str, Any]:
-    """The bisection as a JSON-able dict: the status, exit code, culprit, bounds, every probe and the settings."""
-    return {"status": found.status, "exit_code": found.exit_code, "stacks": stacks,
-            "culprit": None if found.culprit is None else stacks[found.culprit],
-            "last_good": stacks[found.last_good],
-            "first_bad": None if found.first_bad is None else stacks[found.first_bad],
-            "probes": [_probe_json(probe, stacks) for probe in found.probes], "skipped": {
-                stacks[index]: why for index, why in found.skipped.items()}, "seconds": found.seconds,
+def bisection_json(found: Bisection, ladder: Ladder, settings: ProbeSettings) -> dict[str, Any]:
+    """The bisection as a JSON-able dict: the status, exit code, the candidates (by id: a path, a full sha, a step's
+    settings), culprit, bounds, every probe, the skipped candidates and the settings."""
+    ids = ladder.ids
+    return {"status": found.status, "exit_code": found.exit_code, "kind": ladder.kind, "candidates": ids,
+            "labels": ladder.labels, "culprit": None if found.culprit is None else ids[found.culprit],
+            "last_good": ids[found.last_good], "first_bad": None if found.first_bad is None else ids[found.first_bad],
+            "probes": [_probe_json(probe, ids) for probe in found.probes],
+            "skipped": {ids[index]: why for index, why in found.skipped.items()}, "seconds": found.seconds,
             "settings": {"pytest_args": list(settings.pytest_args), "threshold": settings.threshold,
                          "looks": list(settings.looks), "work_dir": str(settings.work_dir)}}
 
 
-def _probe_json(probe: Probe, stacks: list[str]) -> dict[str, Any]:
+def _probe_json(probe: Probe, ids: list[str]) -> dict[str, Any]:
     outcome = probe.outcome
-    return {"candidate": stacks[probe.candidate], "reference": stacks[probe.reference], "side": str(probe.side),
+    return {"candidate": ids[probe.candidate], "reference": ids[probe.reference], "side": str(probe.side),
             "skipped": probe.skipped,
             **({} if outcome is None else {"verdict": outcome.verdict, "ratio": outcome.ratio,
                                            "ratio_low": outcome.ratio_low, "ratio_high": outcome.ratio_high,

@@ -1,5 +1,5 @@
 """A served model's server process: started on a free port of 127.0.0.1 under a keeper
-(:mod:`hwregress.serving.keeper`, which ends the server's process group when this process is done with it or dies),
+(:mod:`hwregress.process_keeper`, which ends the server's process group when this process is done with it or dies),
 health-checked until it answers, watched, and stopped with nothing left behind.
 
 The engines: ``transformers serve`` (OpenAI-compatible, continuous batching; CPU and GPU) and ``vllm serve`` where
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hwregress.process_group import TERM_GRACE_S, end_process_group, exit_status, log_tail
-from hwregress.serving import keeper
+from hwregress import process_keeper as keeper
+from hwregress.process_group import exit_status, log_tail
 
 if TYPE_CHECKING:
     from hwregress.serving.settings import ServingSettings
@@ -137,7 +137,7 @@ class Server:
 
     def stop(self) -> None:
         """End the server's process group (through the keeper) and the keeper; idempotent."""
-        stop_keeper(self._keeper)
+        keeper.stop(self._keeper)
 
 
 def start_server(command_for_port: Callable[[int], list[str]], log: Path, env: dict[str, str] | None = None,
@@ -162,7 +162,7 @@ def start_server(command_for_port: Callable[[int], list[str]], log: Path, env: d
         try:
             _wait_healthy(process, f"http://127.0.0.1:{port}", log, timeout_s)
         except ServerFailed:
-            stop_keeper(process)
+            keeper.stop(process)
             if attempt + 1 < PORT_ATTEMPTS and _port_taken(log, offset):
                 continue
             raise
@@ -179,7 +179,7 @@ def _start_keeper(command: Sequence[str], log: Path, env: dict[str, str]) -> tup
         raise ServerFailed(f"the server's keeper could not start: {error}") from error
     line = process.stdout.readline().decode(errors="replace").strip() if process.stdout else ""
     if not line.startswith("started "):
-        stop_keeper(process)
+        keeper.stop(process)
         raise ServerFailed(f"{' '.join(command[:4])} ... could not start ({line or 'no word from its keeper'}); "
                            f"{log} ends:\n{_tail(log)}")
     return process, int(line.split()[1])
@@ -202,7 +202,7 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: Path, timeout
 
 
 def _server_ended(process: subprocess.Popen[bytes]) -> str:
-    if process.returncode == keeper.SERVER_EXITED:
+    if process.returncode == keeper.CHILD_EXITED:
         return "the server process ended"
     return f"its keeper ended: {exit_status(process.returncode)}"
 
@@ -219,16 +219,3 @@ def _port_taken(log: Path, offset: int) -> bool:
     except OSError:
         return False
     return "address already in use" in text
-
-
-def stop_keeper(process: subprocess.Popen[bytes]) -> None:
-    """Ask the keeper to end the server (close its standard input), wait for it, and end the keeper's own group if it
-    does not exit in time."""
-    if process.stdin is not None and not process.stdin.closed:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(4 * TERM_GRACE_S)
-    end_process_group(process)
-    if process.stdout is not None:
-        process.stdout.close()

@@ -1,0 +1,177 @@
+"""A bisection over commits with real A/B sessions (python -m hwregress bisect --repo, bisect-step) on a ladder of
+scripts/commit_ladder.py: a probe that cannot decide within its budget ends the bisection undecided (exit 3, nothing
+guessed); Ctrl-C and SIGTERM end the running A/B session, its workers and keeper, and remove the worktrees (exit
+130); a bisection killed outright leaves no process behind (its keeper ends the session) and its worktrees are pruned
+by the next; bisect-step's exits as git bisect run reads them.
+
+The sessions are short: one look of 2 pairs (one process pair) cannot decide, so the undecided exits do not hang on
+the machine's noise; the interrupted probes are stopped within seconds of their workers starting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from support.processes import gone
+
+from hwregress.bisect.commits import Worktrees, git
+from hwregress.bisect.sides import Side
+from hwregress.cli.bisect_step import STEP_EXIT
+from scripts.commit_ladder import SELECTION, SETUP, make_ladder
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKER_SEEN_S = 120.0
+
+
+@pytest.fixture
+def ladder(tmp_path: Path) -> tuple[Path, list[str]]:
+    repo = tmp_path / "ladder"
+    return repo, make_ladder(repo, count=4, culprit=2, slowdown=0.5, broken=(1,))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The bisection's environment: its temporary folders under tmp_path/tmp, where a test sees what is left."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    return {**os.environ, "TMPDIR": str(folder), "LADDER_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+
+
+def _bisect(repo: Path, tmp_path: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "hwregress", "bisect", "--repo", str(repo), "--good", "main~3", "--bad", "main",
+            "--work-dir", str(tmp_path / "work"), *options, "--", *SELECTION]
+
+
+def _left_behind(tmp_path: Path) -> list[str]:
+    """The processes still running whose command line or environment names tmp_path (sessions, keepers, workers)."""
+    left = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if process.pid == os.getpid() or process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            text = " ".join(process.info["cmdline"] or []) + " ".join(process.environ().values())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if str(tmp_path) in text:
+            left.append(f"{process.pid}: {' '.join(process.info['cmdline'] or [])[:120]}")
+    return left
+
+
+def _ours(tmp_path: Path) -> list[Path]:
+    """The bisection's temporary folders left in tmp_path/tmp (a session's own caches may stay)."""
+    return list((tmp_path / "tmp").glob("hwregress-bisect-*"))
+
+
+def _wait_for_workers(bisection: subprocess.Popen[str]) -> list[int]:
+    """The pids of the bisection's descendants once two A/B workers run among them."""
+    deadline = time.monotonic() + WORKER_SEEN_S
+    while time.monotonic() < deadline and bisection.poll() is None:
+        descendants = psutil.Process(bisection.pid).children(recursive=True)
+        workers = [p for p in descendants if "runpy" in " ".join(_cmdline(p))]
+        if len(workers) >= 2:
+            return [p.pid for p in descendants]
+        time.sleep(0.2)
+    output = bisection.communicate(timeout=30)[0] if bisection.poll() is not None else "(still running)"
+    raise AssertionError(f"no two A/B workers within {WORKER_SEEN_S:.0f} s; the bisection said:\n{output}")
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def test_a_probe_undecided_at_its_budget_ends_the_bisection_undecided_exit_3(ladder, env, tmp_path):
+    repo, shas = ladder
+    report = tmp_path / "bisect.json"
+    done = subprocess.run(_bisect(repo, tmp_path, "--looks", "2", "--json", str(report)), cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    document = json.loads(report.read_text())
+    assert document["status"] == "undecided" and document["first_bad"] is None
+    assert document["probes"][0]["candidate"] == shas[-1] and document["probes"][0]["verdict"] == "unstable"
+    assert document["probes"][0]["pairs"] == 2 and document["kind"] == "commits"
+    assert "undecided" in done.stdout.splitlines()[-2]
+    assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_mid_probe_ends_the_session_and_its_workers_and_removes_the_worktrees(ladder, env, sig,
+                                                                                                tmp_path):
+    repo, _ = ladder
+    bisection = subprocess.Popen(_bisect(repo, tmp_path, "--looks", "40"), cwd=REPO_ROOT, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        running = _wait_for_workers(bisection)
+        bisection.send_signal(sig)
+        output = bisection.communicate(timeout=60)[0]
+    finally:
+        bisection.kill()
+    assert bisection.returncode == 130, output
+    assert "interrupted" in output
+    assert all(gone(pid, within_s=20) for pid in running), _left_behind(tmp_path)
+    assert _left_behind(tmp_path) == []
+    assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_bisection_killed_outright_leaves_no_process_and_its_worktrees_go_with_the_next(ladder, env, tmp_path):
+    repo, _ = ladder
+    bisection = subprocess.Popen(_bisect(repo, tmp_path, "--looks", "40"), cwd=REPO_ROOT, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        running = _wait_for_workers(bisection)
+    finally:
+        bisection.kill()  # SIGKILL: nothing of the bisection itself runs any more
+    bisection.wait()
+    assert all(gone(pid, within_s=30) for pid in running), _left_behind(tmp_path)
+    assert len(git(repo, "worktree", "list").splitlines()) > 1  # nothing could remove them
+    os.environ["TMPDIR"], previous = env["TMPDIR"], os.environ.get("TMPDIR")
+    try:
+        with Worktrees(repo):
+            pass
+    finally:
+        os.environ.pop("TMPDIR") if previous is None else os.environ.update(TMPDIR=previous)
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    assert not _ours(tmp_path)
+
+
+def _step(repo: Path, tmp_path: Path, env: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "hwregress", "bisect-step", "--repo", str(repo), "--work-dir",
+               str(tmp_path / "work"), *options, "--", *SELECTION]
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_bisect_step_skips_a_checkout_that_does_not_build_and_stops_git_bisect_on_bad_input(ladder, env, tmp_path):
+    repo, shas = ladder
+    git(repo, "checkout", "-q", shas[1])  # commit 01 does not build with the ladder's setup
+    done = _step(repo, tmp_path, env, "--against", shas[0], "--setup", SETUP)
+    assert done.returncode == 125 and "skip (exit 125): its setup failed" in done.stdout, done.stdout + done.stderr
+    assert _step(repo, tmp_path, env, "--against", "nope").returncode == 128  # above 127: git bisect run stops
+    (repo / "ladder_model" / "hw.py").write_text("changed\n")
+    dirty = _step(repo, tmp_path, env, "--against", shas[0])
+    assert dirty.returncode == 128 and "uncommitted changes (ladder_model/hw.py)" in dirty.stderr
+    assert _step(repo, tmp_path, env).returncode == 128  # --against missing: argparse's error, still 128
+    assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
+
+
+def test_bisect_step_runs_one_probe_of_the_checkout_against_rev_and_exits_125_when_undecided(ladder, env, tmp_path):
+    repo, shas = ladder
+    git(repo, "checkout", "-q", shas[2])
+    report = tmp_path / "step.json"
+    done = _step(repo, tmp_path, env, "--against", shas[0], "--looks", "2", "--json", str(report))
+    assert done.returncode == 125, done.stdout + done.stderr
+    document = json.loads(report.read_text())
+    assert document["checkout"] == shas[2] and document["against"] == shas[0] and document["verdict"] == "unstable"
+    assert document["pairs"] == 2 and document["side"] == "undecided"
+    assert STEP_EXIT == {Side.GOOD: 0, Side.BAD: 1, Side.UNDECIDED: 125}
+    assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
