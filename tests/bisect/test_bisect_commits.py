@@ -181,7 +181,7 @@ def test_without_setup_a_commits_stack_runs_this_interpreter_with_the_worktree_f
         blocks = [subprocess.run([found.python_of(i), "-c", "import ladder_model, sys; print(ladder_model.BLOCKS, "
                                   "sys.path[1])"], capture_output=True, text=True, env={**os.environ},
                                  check=True).stdout.split() for i in (0, 5)]
-    assert [b[0] for b in blocks] == ["20", "22"] and blocks[0][1].endswith(shas[0][:12])
+    assert [b[0] for b in blocks] == ["20", "24"] and blocks[0][1].endswith(shas[0][:12])
     assert found.ids == shas and found.kind == "commits"
 
 

@@ -10,12 +10,14 @@ the machine's noise; the interrupted probes are stopped within seconds of their 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -23,7 +25,11 @@ import pytest
 from support.processes import gone
 
 from hwregress.bisect.commits import Worktrees, git
+from hwregress.bisect.ladders import commits_ladder
 from hwregress.bisect.sides import Side
+from hwregress.bisect.stacks import ProbeSettings, StackProbes
+from hwregress.cli import main
+from hwregress.cli.bisect import probe_devices
 from hwregress.cli.bisect_step import STEP_EXIT
 from scripts.commit_ladder import SELECTION, SETUP, make_ladder
 
@@ -175,3 +181,32 @@ def test_bisect_step_runs_one_probe_of_the_checkout_against_rev_and_exits_125_wh
     assert document["pairs"] == 2 and document["side"] == "undecided"
     assert STEP_EXIT == {Side.GOOD: 0, Side.BAD: 1, Side.UNDECIDED: 125}
     assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
+
+
+def test_a_round_runs_its_probes_at_once_each_pinned_to_a_device_of_its_own(ladder, env, tmp_path, monkeypatch):
+    repo, _ = ladder
+    for key in ("TMPDIR", "LADDER_PYTHON"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.chdir(REPO_ROOT)
+    settings = ProbeSettings(SELECTION, 0.05, (2,), tmp_path / "work", timeout_s=240)
+    with contextlib.ExitStack() as cleanup:
+        found = commits_ladder(repo, "main~3", "main", None, tmp_path / "work", cleanup)
+        probes = StackProbes(found.python_of, settings, devices=["7", "8"])
+        outcomes = probes.run_round([(2, 0), (3, 0)])
+    assert [o.verdict for o in outcomes] == ["unstable", "unstable"], outcomes  # one process pair: undecided
+    logs = sorted((tmp_path / "work").glob("probe-*.log"))
+    assert [log.read_text().split()[1] for log in logs] == ["CUDA_VISIBLE_DEVICES=7", "CUDA_VISIBLE_DEVICES=8"]
+    spans = [json.loads((Path(o.details["report_dir"]) / "results.json").read_text())["meta"] for o in outcomes]
+    starts = [datetime.fromisoformat(m["started_at"]) for m in spans]
+    ends = [datetime.fromisoformat(m["finished_at"]) for m in spans]
+    assert max(starts) < min(ends)  # the two sessions overlapped: run at once
+    with pytest.raises(ValueError, match="3 probes at once need as many devices, have 2"):
+        probes.run_round([(1, 0), (2, 0), (3, 0)])
+
+
+def test_probes_at_once_need_a_device_each(capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert main(["bisect", "--stacks", f"{sys.executable},{sys.executable}", "-n", "2"]) == 2
+    assert "-n: 2 probes at once need 2 GPUs, 0 found (none)" in capsys.readouterr().err
+    assert probe_devices(2, "3,5,6") == ["3", "5"] and probe_devices(1, None) == []

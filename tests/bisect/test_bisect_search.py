@@ -14,6 +14,7 @@ from hwregress.bisect.search import (
     CandidateSkipped,
     ProbeOutcome,
     bisect,
+    bisect_in_rounds,
     probes_bound,
 )
 from hwregress.bisect.sides import Side, side_of
@@ -105,3 +106,52 @@ def test_two_candidates_need_only_the_endpoints():
     ("unstable", Side.UNDECIDED, Side.UNDECIDED)])
 def test_a_verdict_against_each_endpoint_puts_the_candidate_on_its_side(verdict, good, bad):
     assert side_of(verdict, "good") == good and side_of(verdict, "bad") == bad
+
+
+def _rounds_of(run):
+    """A round runner of ``run``, keeping each round's jobs."""
+    rounds: list[list[tuple[int, int]]] = []
+
+    def run_round(jobs):
+        rounds.append(list(jobs))
+        outcomes = []
+        for job in jobs:
+            try:
+                outcomes.append(run(*job))
+            except CandidateSkipped as skipped:
+                outcomes.append(skipped)
+        return outcomes
+
+    return run_round, rounds
+
+
+@pytest.mark.parametrize("first_bad", range(1, 16))
+def test_three_devices_settle_two_levels_a_round_and_find_every_culprit(first_bad):
+    run, _ = ladder(first_bad)
+    run_round, rounds = _rounds_of(run)
+    found = bisect_in_rounds(16, run_round, width=3)
+    assert found.status == CULPRIT and found.culprit == first_bad
+    assert rounds[0] == [(15, 0)] and len(rounds) <= 3 and all(len(jobs) <= 3 for jobs in rounds)
+    assert rounds[1] == [(7, 0), (3, 0), (11, 0)]  # the midpoint, then both halves' midpoints
+    assert [len(members) for members in found.rounds] == [len(jobs) for jobs in rounds]
+
+
+@pytest.mark.parametrize("first_bad", [2, 5, 6, 8])
+def test_one_device_runs_the_sequential_search_probe_for_probe(first_bad):
+    sequential, calls = ladder(first_bad, skipped=frozenset({4}), undecided=frozenset({6}))
+    bisect(9, sequential)
+    in_rounds, _ = ladder(first_bad, skipped=frozenset({4}), undecided=frozenset({6}))
+    run_round, rounds = _rounds_of(in_rounds)
+    bisect_in_rounds(9, run_round, width=1)
+    assert [job for jobs in rounds for job in jobs] == calls and all(len(jobs) == 1 for jobs in rounds)
+
+
+def test_a_second_opinion_runs_with_the_lookahead_below_it_and_skips_are_searched_around():
+    run, _ = ladder(6, skipped=frozenset({3}), undecided=frozenset({4}))
+    run_round, rounds = _rounds_of(run)
+    found = bisect_in_rounds(9, run_round, width=3)
+    assert found.status == CULPRIT and found.culprit == 6 and set(found.skipped) == {3}
+    assert rounds[1] == [(4, 0), (2, 0), (6, 0)]
+    assert rounds[2][0] == (4, 8)  # the second opinion first, then what lies below it
+    with pytest.raises(ValueError, match="a width of 0"):
+        bisect_in_rounds(9, run_round, width=0)

@@ -14,9 +14,16 @@ error and reach (:mod:`hwregress.bisect.sides`), never by one noisy score.
    search tries the untried candidate nearest the middle instead. Where only skipped candidates are left between
    the bounds, the first bad candidate is one of them or the bad bound: :data:`SKIPPED_RANGE` (exit 3).
 
-The probes are the caller's (:data:`ProbeRunner`): real A/B sessions of two stacks, or a simulation of them through the
-same decision rule (tests/bisect). Exit codes as ``python -m hwregress bisect`` gives them: 0 culprit found, 1 none,
-3 undecided (2 is a usage error, the command line's).
+4. Rounds, where there are several devices (``width`` > 1): each round runs up to ``width`` probes at once, one per
+   device, as Chromium's Pinpoint looks ahead: the midpoint, then the midpoints of both halves, and so on breadth
+   first through the search's tree, so that 3 devices settle two levels a round. The results are then taken as the
+   binary search would have asked for them; a probe off the path the search took is kept in the record and changes
+   nothing. A probe left undecided asks for its second opinion in the next round, with the lookahead below it. With
+   ``width`` 1 a round is one probe: the sequential search above, probe for probe.
+
+The probes are the caller's (:data:`ProbeRunner`, or :data:`RoundRunner` for rounds): real A/B sessions of two
+stacks, or a simulation of them through the same decision rule (tests/bisect). Exit codes as ``python -m hwregress
+bisect`` gives them: 0 culprit found, 1 none, 3 undecided (2 is a usage error, the command line's).
 """
 
 from __future__ import annotations
@@ -66,6 +73,10 @@ ProbeRunner = Callable[[int, int], ProbeOutcome]
 (stack A; 0 the good, the last the bad), both indices of the ordered candidates; raises :class:`CandidateSkipped`
 where the candidate cannot be probed."""
 
+RoundRunner = Callable[[list[tuple[int, int]]], list["ProbeOutcome | CandidateSkipped"]]
+"""``run_round(jobs)``: the probes ``(candidate, reference)`` of one round, run at once (one per device); returns each
+job's outcome, or the :class:`CandidateSkipped` it raised, in the jobs' order."""
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -88,8 +99,9 @@ class Bisection:
         count: the candidates searched.
         last_good: the highest candidate known to be good (0 at least).
         first_bad: the lowest candidate known to be bad (None where the endpoints did not differ).
-        probes: every probe, in the order run.
+        probes: every probe, in the order run (a round's in its jobs' order).
         skipped: the candidates that could not be probed, with why.
+        rounds: the indices into ``probes`` of each round's probes, in order (one each, without devices to share).
     """
 
     status: str
@@ -108,23 +120,48 @@ class Bisection:
         """The first bad candidate where the search found it, else None."""
         return self.first_bad if self.status == CULPRIT else None
 
+    rounds: list[list[int]] = field(default_factory=list)
+
     @property
     def seconds(self) -> float:
-        """The probes' wall time in all, s."""
+        """The probes' time in all, s (device time: probes run at once add up)."""
         return sum(p.outcome.seconds for p in self.probes if p.outcome is not None)
+
+    @property
+    def wall_seconds(self) -> float:
+        """The rounds' wall time, s: each round as long as its longest probe."""
+        return sum(max((self.probes[i].outcome.seconds if self.probes[i].outcome else 0.0) for i in members)
+                   for members in self.rounds if members)
 
 
 def bisect(count: int, run: ProbeRunner) -> Bisection:
-    """Search ``count`` ordered candidates (index 0 the known good, ``count - 1`` the known bad) with ``run`` (module
-    doc).
+    """Search ``count`` ordered candidates (index 0 the known good, ``count - 1`` the known bad) with ``run``, one probe
+    at a time (module doc).
 
     Raises:
         ValueError: fewer than 2 candidates.
     """
+    return bisect_in_rounds(count, lambda jobs: [_outcome_or_skip(run, *job) for job in jobs], width=1)
+
+
+def bisect_in_rounds(count: int, run_round: RoundRunner, width: int) -> Bisection:
+    """Search ``count`` ordered candidates with up to ``width`` probes a round, run by ``run_round`` (module doc).
+
+    Raises:
+        ValueError: fewer than 2 candidates, or a width below 1.
+    """
     if isinstance(count, bool) or not isinstance(count, int) or count < 2:
         raise ValueError(f"a bisection needs a good and a bad candidate at least, got {count!r} candidates")
-    search = _Search(count, run)
-    return search.run()
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ValueError(f"a round runs 1 probe at least, got a width of {width!r}")
+    return _Search(count, run_round, width).run()
+
+
+def _outcome_or_skip(run: ProbeRunner, candidate: int, reference: int) -> ProbeOutcome | CandidateSkipped:
+    try:
+        return run(candidate, reference)
+    except CandidateSkipped as skipped:
+        return skipped
 
 
 def probes_bound(count: int) -> int:
@@ -134,61 +171,101 @@ def probes_bound(count: int) -> int:
 
 
 class _Search:
-    def __init__(self, count: int, run: ProbeRunner) -> None:
-        self.count, self.run_probe = count, run
+    def __init__(self, count: int, run_round: RoundRunner, width: int) -> None:
+        self.count, self.run_round, self.width = count, run_round, width
         self.good, self.bad = 0, count - 1
         self.probes: list[Probe] = []
+        self.rounds: list[list[int]] = []
         self.skipped: dict[int, str] = {}
+        self.against_good: dict[int, Side] = {}  # probes run, not yet taken by the search
+        self.against_bad: dict[int, Side] = {}
 
     def run(self) -> Bisection:
-        endpoints = self._probe(self.bad, 0)
+        (endpoints,) = self._round([(self.bad, 0)])
         if endpoints.side == Side.SKIP:
-            self.skipped[self.bad] = endpoints.skipped or ""
             return self._end(UNDECIDED, found=False)
         if endpoints.side != Side.BAD:
             return self._end(NO_REGRESSION if endpoints.side == Side.GOOD else UNDECIDED, found=False)
         while self.bad - self.good > 1:
-            candidate = self._next_candidate()
-            if candidate is None:
+            status = self._take_known()
+            if status is not None:
+                return self._end(status)
+            if self.bad - self.good <= 1:
+                break
+            jobs = self._plan()
+            if not jobs:
                 return self._end(SKIPPED_RANGE)
-            side = self._side_of(candidate)
-            if side == Side.SKIP:
-                continue
+            self._round(jobs)
+        return self._end(CULPRIT)
+
+    def _take_known(self) -> str | None:
+        """Move the bounds as the binary search would, with the results already run; stops at a candidate not yet
+        probed, or one waiting for its second opinion. Returns an end's status where the search cannot go on."""
+        while self.bad - self.good > 1:
+            candidate = self._middle(self.good, self.bad, ())
+            if candidate is None:
+                return SKIPPED_RANGE
+            side = self.against_good.get(candidate)
             if side == Side.UNDECIDED:
-                return self._end(UNDECIDED)
+                side = self.against_bad.get(candidate)
+                if side == Side.UNDECIDED:
+                    return UNDECIDED
+            if side is None:
+                return None
             if side == Side.GOOD:
                 self.good = candidate
             else:
                 self.bad = candidate
-        return self._end(CULPRIT)
+        return None
 
-    def _side_of(self, candidate: int) -> Side:
-        """Against the good endpoint; undecided there, against the bad one."""
-        first = self._probe(candidate, 0)
-        if first.side == Side.SKIP:
-            self.skipped[candidate] = first.skipped or ""
-            return Side.SKIP
-        if first.side != Side.UNDECIDED:
-            return first.side
-        return self._probe(candidate, self.count - 1).side
-
-    def _probe(self, candidate: int, reference: int) -> Probe:
-        try:
-            outcome = self.run_probe(candidate, reference)
-        except CandidateSkipped as skip:
-            probe = Probe(candidate, reference, Side.SKIP, None, skipped=str(skip) or "skipped")
+    def _plan(self) -> list[tuple[int, int]]:
+        """This round's probes: the second opinion the middle waits for, or the middle itself, then the lookahead,
+        breadth first through the halves, up to the width."""
+        jobs: list[tuple[int, int]] = []
+        middle = self._middle(self.good, self.bad, ())
+        if middle is None:
+            return jobs
+        if self.against_good.get(middle) == Side.UNDECIDED:
+            jobs.append((middle, self.count - 1))
+            frontier = [(self.good, middle), (middle, self.bad)]
         else:
-            side = side_of(outcome.verdict, "good" if reference == 0 else "bad")
-            probe = Probe(candidate, reference, side, outcome)
-        self.probes.append(probe)
-        return probe
+            frontier = [(self.good, self.bad)]
+        planned: set[int] = {middle} if jobs else set()
+        while frontier and len(jobs) < self.width:
+            low, high = frontier.pop(0)
+            candidate = self._middle(low, high, planned)
+            if candidate is None:
+                continue
+            planned.add(candidate)
+            if candidate not in self.against_good:
+                jobs.append((candidate, 0))
+            frontier += [(low, candidate), (candidate, high)]
+        return jobs
 
-    def _next_candidate(self) -> int | None:
-        """The untried candidate strictly between the bounds nearest their middle (the lower on a tie), or None."""
-        middle = (self.good + self.bad) / 2
-        open_ = [c for c in range(self.good + 1, self.bad) if c not in self.skipped]
+    def _round(self, jobs: list[tuple[int, int]]) -> list[Probe]:
+        outcomes = self.run_round(jobs)
+        first = len(self.probes)
+        for (candidate, reference), outcome in zip(jobs, outcomes, strict=True):
+            self.probes.append(self._probe(candidate, reference, outcome))
+        self.rounds.append(list(range(first, len(self.probes))))
+        return self.probes[first:]
+
+    def _probe(self, candidate: int, reference: int, outcome: ProbeOutcome | CandidateSkipped) -> Probe:
+        if isinstance(outcome, CandidateSkipped):
+            self.skipped[candidate] = str(outcome) or "skipped"
+            return Probe(candidate, reference, Side.SKIP, None, skipped=self.skipped[candidate])
+        side = side_of(outcome.verdict, "good" if reference == 0 else "bad")
+        (self.against_good if reference == 0 else self.against_bad)[candidate] = side
+        return Probe(candidate, reference, side, outcome)
+
+    def _middle(self, low: int, high: int, taken: Any) -> int | None:
+        """The candidate strictly between ``low`` and ``high`` nearest their middle (the lower on a tie), neither
+        skipped nor in ``taken``; None where there is none."""
+        middle = (low + high) / 2
+        open_ = [c for c in range(low + 1, high) if c not in self.skipped and c not in taken]
         return min(open_, key=lambda c: (abs(c - middle), c)) if open_ else None
 
     def _end(self, status: str, found: bool = True) -> Bisection:
         """The search's end; ``found``: the endpoints differed, so the bad bound is known bad."""
-        return Bisection(status, self.count, self.good, self.bad if found else None, self.probes, dict(self.skipped))
+        return Bisection(status, self.count, self.good, self.bad if found else None, self.probes, dict(self.skipped),
+                         [list(members) for members in self.rounds])

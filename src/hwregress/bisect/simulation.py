@@ -20,7 +20,7 @@ import numpy as np
 from hwregress.ab.pairs import Pair
 from hwregress.ab.session import judged_at_looks
 from hwregress.bisect.budget import DEFAULT_LOOKS, DEFAULT_THRESHOLD, probe_plan
-from hwregress.bisect.search import Bisection, ProbeOutcome, ProbeRunner, bisect
+from hwregress.bisect.search import Bisection, CandidateSkipped, ProbeOutcome, ProbeRunner, bisect_in_rounds
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,24 @@ def simulated_probes(levels: list[float], rng: np.random.Generator, noise: Noise
 
 
 def simulated_bisection(count: int, step: float, seed: int, noise: Noise = Noise(),
-                        threshold: float = DEFAULT_THRESHOLD) -> tuple[Bisection, int]:
+                        threshold: float = DEFAULT_THRESHOLD, width: int = 1) -> tuple[Bisection, int]:
     """One search of a ladder of ``count`` candidates with a ``step`` slowdown at a candidate drawn from ``seed``
-    (1 to ``count - 1``); returns the search's end and the planted culprit."""
+    (1 to ``count - 1``), ``width`` probes a round (devices); returns the search's end and the planted culprit."""
     rng = np.random.default_rng(seed)
     culprit = int(rng.integers(1, count))
     probes = simulated_probes(ladder_levels(count, step, culprit), rng, noise, threshold)
-    return bisect(count, probes), culprit
+
+    def run_round(jobs: list[tuple[int, int]]) -> list[ProbeOutcome | CandidateSkipped]:
+        return [probes(candidate, reference) for candidate, reference in jobs]
+
+    return bisect_in_rounds(count, run_round, width), culprit
+
+
+def wall_pairs(found: Bisection) -> int:
+    """A search's wall time in pairs: each round as long as its longest probe (the probes of a round run at once,
+    each on a device of its own, every pair taking the same time)."""
+    return sum(max(found.probes[i].outcome.pairs if found.probes[i].outcome else 0 for i in members)
+               for members in found.rounds if members)
 
 
 def one_score_per_commit(count: int, step: float, seed: int, noise: Noise = Noise(),

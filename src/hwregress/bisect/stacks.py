@@ -21,7 +21,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from hwregress import process_keeper
 from hwregress.bisect.search import CandidateSkipped, ProbeOutcome
 
 TAIL_CHARACTERS = 2000  # of a failed session's output, in the skip's reason
+DEVICE_VARIABLE = "CUDA_VISIBLE_DEVICES"  # a probe's device, where probes run at once
 DECIDED = ("regression", "improvement", "pass", "unstable")
 
 
@@ -90,26 +92,68 @@ def outcome_of(results: dict[str, Any], seconds: float, report_dir: Path) -> Pro
 
 
 class StackProbes:
-    """The :data:`hwregress.bisect.search.ProbeRunner` of a bisection over stacks: ``probes(candidate, reference)``
-    runs one A/B session (:func:`ab_command`) of the interpreters ``python_of(reference)`` (stack A) and
-    ``python_of(candidate)`` (stack B); ``python_of`` raises :class:`CandidateSkipped` for a stack that cannot be
-    built."""
+    """The probes of a bisection over stacks: ``probes(candidate, reference)`` runs one A/B session
+    (:func:`ab_command`) of the interpreters ``python_of(reference)`` (stack A) and ``python_of(candidate)`` (stack
+    B), a :data:`hwregress.bisect.search.ProbeRunner`; :meth:`run_round` runs a round's probes at once, one per device
+    of ``devices`` (each session sees its device alone, as ``CUDA_VISIBLE_DEVICES``), a
+    :data:`hwregress.bisect.search.RoundRunner`. ``python_of`` raises :class:`CandidateSkipped` for a stack that
+    cannot be built; stacks are built one at a time, before a round's sessions start."""
 
-    def __init__(self, python_of: Callable[[int], str], settings: ProbeSettings) -> None:
+    def __init__(self, python_of: Callable[[int], str], settings: ProbeSettings, devices: Sequence[str] = ()) -> None:
         self.python_of = python_of
         self.settings = settings
+        self.devices = list(devices)
         self.run_count = 0
+        self._keepers: set[subprocess.Popen[bytes]] = set()  # the running sessions' keepers
 
     def __call__(self, candidate: int, reference: int) -> ProbeOutcome:
-        self.run_count += 1
+        (outcome,) = self.run_round([(candidate, reference)])
+        if isinstance(outcome, CandidateSkipped):
+            raise outcome
+        return outcome
+
+    def run_round(self, jobs: list[tuple[int, int]]) -> list[ProbeOutcome | CandidateSkipped]:
+        """The probes ``jobs`` (``(candidate, reference)``), at once where there are devices for them.
+
+        Raises:
+            ValueError: more jobs than devices (with devices), or more than one job without.
+        """
+        if len(jobs) > max(1, len(self.devices)):
+            raise ValueError(f"{len(jobs)} probes at once need as many devices, have {len(self.devices)}")
         started = time.perf_counter()
-        report_dir = self.settings.work_dir / f"probe-{self.run_count:02d}-c{candidate}-vs-c{reference}"
-        command = ab_command(self.python_of(reference), self.python_of(candidate), self.settings, report_dir,
-                             seed=self.run_count)
+        prepared: list[tuple[int, list[str], Path] | CandidateSkipped] = []
+        for candidate, reference in jobs:
+            self.run_count += 1
+            try:
+                command_of = self._command(self.run_count, candidate, reference)
+            except CandidateSkipped as skipped:
+                prepared.append(skipped)
+            else:
+                prepared.append(command_of)
+        devices: list[str | None] = list(self.devices) if self.devices else [None]
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            futures = [pool.submit(self._session, job, device, started) if not isinstance(job, CandidateSkipped)
+                       else None for job, device in zip(prepared, devices, strict=False)]
+            try:
+                return [job if future is None else _outcome(future)
+                        for job, future in zip(prepared, futures, strict=True)]
+            except BaseException:  # Ctrl-C, SIGTERM: end every session before the pool waits for its thread
+                for keeper in list(self._keepers):
+                    process_keeper.stop(keeper)
+                raise
+
+    def _command(self, number: int, candidate: int, reference: int) -> tuple[int, list[str], Path]:
+        report_dir = self.settings.work_dir / f"probe-{number:02d}-c{candidate}-vs-c{reference}"
+        return number, ab_command(self.python_of(reference), self.python_of(candidate), self.settings, report_dir,
+                                  seed=number), report_dir
+
+    def _session(self, job: tuple[int, list[str], Path], device: str | None, started: float) -> ProbeOutcome:
+        _, command, report_dir = job
         log = self.settings.work_dir / f"{report_dir.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"$ {' '.join(command)}\n")
-        status = run_kept(command, log, self.settings.timeout_s)
+        pinned = {} if device is None else {DEVICE_VARIABLE: device}
+        log.write_text("$ " + " ".join([*(f"{k}={v}" for k, v in pinned.items()), *command]) + "\n")
+        status = run_kept(command, log, self.settings.timeout_s, pinned, self._keepers)
         seconds = time.perf_counter() - started
         results = report_dir / "results.json"
         if not results.is_file():
@@ -118,8 +162,17 @@ class StackProbes:
         return outcome_of(json.loads(results.read_text()), seconds, report_dir)
 
 
-def run_kept(command: list[str], log: Path, timeout_s: float | None) -> int | str:
-    """Run ``command`` under a keeper (module doc), its output appended to ``log``; returns its exit status (a
+def _outcome(future: Future[ProbeOutcome]) -> ProbeOutcome | CandidateSkipped:
+    try:
+        return future.result()
+    except CandidateSkipped as skipped:
+        return skipped
+
+
+def run_kept(command: list[str], log: Path, timeout_s: float | None, env: dict[str, str] | None = None,
+             live: set[subprocess.Popen[bytes]] | None = None) -> int | str:
+    """Run ``command`` under a keeper (module doc), its output appended to ``log``, with ``env`` over this process's
+    environment, the keeper in ``live`` while it runs (so that another thread can stop it); returns its exit status (a
     negative one: killed by that signal), or what is known of it where the keeper did not say.
 
     Raises:
@@ -128,9 +181,11 @@ def run_kept(command: list[str], log: Path, timeout_s: float | None) -> int | st
     try:
         keeper = subprocess.Popen([sys.executable, "-m", process_keeper.__name__, str(log), "--", *command],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     except OSError as error:
         raise CandidateSkipped(f"its A/B session did not start: {error}") from None
+    live = set() if live is None else live
+    live.add(keeper)
     try:
         keeper.wait(timeout_s)
         said = (keeper.stdout.read() if keeper.stdout else b"").decode(errors="replace").split()
@@ -138,6 +193,7 @@ def run_kept(command: list[str], log: Path, timeout_s: float | None) -> int | st
         raise CandidateSkipped(f"its A/B session ran past {timeout_s:g} s (log: {log})") from None
     finally:
         process_keeper.stop(keeper)  # ends the session's group wherever this returns or raises from
+        live.discard(keeper)
     if "exited" in said and said.index("exited") + 1 < len(said):
         return int(said[said.index("exited") + 1])
     return f"unknown: its keeper said {' '.join(said)!r} and ended with {keeper.returncode}"

@@ -23,15 +23,17 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from hwregress.bisect.budget import DEFAULT_LOOKS, DEFAULT_THRESHOLD
 from hwregress.bisect.commits import repository_root
 from hwregress.bisect.ladders import Ladder, commits_ladder, env_steps_ladder, stacks_ladder
-from hwregress.bisect.search import CULPRIT, Bisection, CandidateSkipped, Probe, bisect
+from hwregress.bisect.search import CULPRIT, Bisection, CandidateSkipped, Probe, ProbeOutcome, bisect_in_rounds
 from hwregress.bisect.stacks import ProbeSettings, StackProbes
 from hwregress.cli.common import CliError, command_inputs, fraction, output_path, write_output
+from hwregress.report.bisect_view import render_bisection
 
 INTERRUPTED = 130  # the shell's status of a command ended by SIGINT
 
@@ -48,6 +50,10 @@ def add_commands(commands: Any) -> None:
     ladder.add_argument("--env-steps", help="a file of one line of KEY=VALUE settings per step, the good first")
     parser.add_argument("--good", help="with --repo: the known good commit")
     parser.add_argument("--bad", help="with --repo: the known bad commit (default HEAD)")
+    parser.add_argument("-n", type=int, default=1, help="probes at once, each on a GPU of its own (default 1: one "
+                                                        "probe at a time, on whatever the selection uses)")
+    parser.add_argument("--devices", default=None, help="with -n: the GPUs to run probes on, as CUDA_VISIBLE_DEVICES "
+                        "names them, comma-separated (default: CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists)")
     add_probe_options(parser)
     parser.set_defaults(handler=run)
 
@@ -94,6 +100,7 @@ def sigterm_as_interrupt() -> Any:
 
 def run(args: argparse.Namespace) -> int:
     settings = probe_settings(args)
+    devices = probe_devices(args.n, args.devices)
     json_path = output_path(args.json, command_inputs()) if args.json else None
     with sigterm_as_interrupt(), contextlib.ExitStack() as cleanup:
         try:
@@ -101,16 +108,59 @@ def run(args: argparse.Namespace) -> int:
             print(f"bisect: {len(ladder.labels)} {ladder.kind}, {ladder.labels[0]} (good) .. {ladder.labels[-1]} "
                   f"(bad); each probe an A/B of pytest {' '.join(settings.pytest_args) or '(the default selection)'}",
                   flush=True)
-            probes = StackProbes(ladder.python_of, settings)
-            found = bisect(len(ladder.labels), _printing(probes, ladder.labels))
+            probes = StackProbes(ladder.python_of, settings, devices)
+            found = bisect_in_rounds(len(ladder.labels), _printing(probes, ladder.labels), max(1, len(devices)))
         except KeyboardInterrupt:
             print("interrupted: the running A/B session is ended and the worktrees removed", flush=True)
             return INTERRUPTED
     for line in summary(found, ladder.labels):
         print(line)
-    if json_path is not None:
-        write_output(json_path, json.dumps(bisection_json(found, ladder, settings), indent=2) + "\n")
+    write_record(bisection_json(found, ladder, settings), settings.work_dir, json_path)
     return found.exit_code
+
+
+def write_record(document: dict[str, Any], work_dir: Path, json_path: Path | None) -> None:
+    """The bisection's record: ``bisect.json`` and its page ``bisect.html`` in the work folder (and ``--json``)."""
+    text = json.dumps(document, indent=2) + "\n"
+    for path in (work_dir / "bisect.json", json_path):
+        if path is not None:
+            write_output(path, text)
+    page = work_dir / "bisect.html"
+    write_output(page, render_bisection(document))
+    print(f"page: {page}")
+
+
+def probe_devices(count: int, listed: str | None) -> list[str]:
+    """The devices of ``-n count`` probes at once: none for one probe at a time; else the first ``count`` of
+    ``--devices`` (else of :func:`visible_gpus`).
+
+    Raises:
+        CliError: a count below 1, or more than the devices there are.
+    """
+    if count < 1:
+        raise CliError("-n", f"{count}", "give 1 or more probes at once")
+    if count == 1:
+        return []
+    devices = [d.strip() for d in listed.split(",") if d.strip()] if listed is not None else visible_gpus()
+    if len(devices) < count:
+        found = ",".join(devices) or "none"
+        raise CliError("-n", f"{count} probes at once need {count} GPUs, {len(devices)} found ({found})",
+                       "probes at once each need a device of their own: give -n 1, or --devices with enough GPUs")
+    return devices[:count]
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs a probe may be pinned to, as ``CUDA_VISIBLE_DEVICES`` names them: its entries where it is set, else
+    the indices ``nvidia-smi`` lists; none without either (torch is not imported here)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in listed.splitlines() if line.strip()]
 
 
 def _ladder(args: argparse.Namespace, settings: ProbeSettings, cleanup: contextlib.ExitStack) -> Ladder:
@@ -129,18 +179,27 @@ def _ladder(args: argparse.Namespace, settings: ProbeSettings, cleanup: contextl
 
 
 def _printing(probes: StackProbes, labels: list[str]) -> Any:
-    """``probes``, printing each probe as it ends."""
-    def run(candidate: int, reference: int) -> Any:
-        print(f"probe {probes.run_count + 1}: {labels[candidate]} against {labels[reference]} ...", flush=True)
-        try:
-            outcome = probes(candidate, reference)
-        except CandidateSkipped as skipped:
-            print(f"  skipped: {str(skipped).splitlines()[0]}", flush=True)
-            raise
-        print(f"  {outcome.verdict}, B/A {_ratio(outcome.ratio, outcome.ratio_low, outcome.ratio_high)}, "
-              f"{outcome.pairs} pairs, {outcome.seconds:.0f} s", flush=True)
-        return outcome
-    return run
+    """``probes.run_round``, printing each probe as it starts and as it ends."""
+    def run_round(jobs: list[tuple[int, int]]) -> list[ProbeOutcome | CandidateSkipped]:
+        first = probes.run_count + 1
+        for number, (candidate, reference) in enumerate(jobs, start=first):
+            device = f" on device {probes.devices[number - first]}" if probes.devices else ""
+            print(f"probe {number}: {labels[candidate]} against {labels[reference]}{device} ...", flush=True)
+        outcomes = probes.run_round(jobs)
+        for number, outcome in enumerate(outcomes, start=first):
+            prefix = f"  probe {number}: " if len(jobs) > 1 else "  "
+            if isinstance(outcome, CandidateSkipped):
+                print(f"{prefix}skipped: {_first_and_last_line(str(outcome))}", flush=True)
+            else:
+                print(f"{prefix}{outcome.verdict}, B/A {_ratio(outcome.ratio, outcome.ratio_low, outcome.ratio_high)}, "
+                      f"{outcome.pairs} pairs, {outcome.seconds:.0f} s", flush=True)
+        return outcomes
+    return run_round
+
+
+def _first_and_last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""
 
 
 def _stacks(text: str) -> list[str]:
@@ -186,7 +245,11 @@ def summary(found: Bisection, stacks: list[str]) -> list[str]:
     else:
         lines.append(found.status)
     lines += [f"skipped {stacks[index]}: {why.splitlines()[0] if why else ''}" for index, why in found.skipped.items()]
-    lines.append(f"{len(found.probes)} probes, {found.seconds:.0f} s")
+    if len(found.rounds) < len(found.probes):
+        lines.append(f"{len(found.probes)} probes in {len(found.rounds)} rounds, {found.seconds:.0f} s of devices' "
+                     f"time, {found.wall_seconds:.0f} s of wall time")
+    else:
+        lines.append(f"{len(found.probes)} probes, {found.seconds:.0f} s")
     return lines
 
 
@@ -199,6 +262,7 @@ def bisection_json(found: Bisection, ladder: Ladder, settings: ProbeSettings) ->
             "last_good": ids[found.last_good], "first_bad": None if found.first_bad is None else ids[found.first_bad],
             "probes": [_probe_json(probe, ids) for probe in found.probes],
             "skipped": {ids[index]: why for index, why in found.skipped.items()}, "seconds": found.seconds,
+            "wall_seconds": found.wall_seconds, "rounds": found.rounds,
             "settings": {"pytest_args": list(settings.pytest_args), "threshold": settings.threshold,
                          "looks": list(settings.looks), "work_dir": str(settings.work_dir)}}
 
