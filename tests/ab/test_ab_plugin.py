@@ -153,7 +153,10 @@ def test_a_b_that_hangs_at_start_fails_the_devices_later_tests_at_once_naming_th
     (["--ab-python=/no/such/python"], "--ab-python '/no/such/python'"),
     (["--ab-env", "A=1", "--ab-looks", "3,6"], "--ab-looks='3,6'"),
     (["--ab-env", "A=1", "--ab-looks", "10,x"], "give whole pair counts"),
-], ids=["update-baselines", "env-without-equals", "no-interpreter", "odd-look", "not-a-number"])
+    ([f"--ab-python-a={sys.executable}"], "--ab-python-a without --ab-python or --ab-env"),
+    (["--ab-env", "A=1", "--ab-python-a=/no/such/python"], "--ab-python-a '/no/such/python'"),
+], ids=["update-baselines", "env-without-equals", "no-interpreter", "odd-look", "not-a-number", "a-without-b",
+        "no-interpreter-a"])
 def test_bad_ab_options_are_usage_errors_naming_the_value(hw_project, args, said):
     result = hw_project.run(*args, inprocess=True)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

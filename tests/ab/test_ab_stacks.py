@@ -47,6 +47,15 @@ def test_stack_b_runs_the_interpreter_ab_python_names(tmp_path):
     assert stacks_for(str(python), [])[1].python == str(python)
 
 
+def test_stack_a_runs_the_interpreter_ab_python_a_names_and_a_bad_one_is_refused_naming_the_flag(tmp_path):
+    python = tmp_path / "python-a"
+    python.symlink_to(sys.executable)
+    a, b = stacks_for(sys.executable, [], str(python))
+    assert a == Stack("A", str(python), {}) and b.python == sys.executable
+    with pytest.raises(ValueError, match=r"--ab-python-a '.*no-such': No such file"):
+        stacks_for(sys.executable, [], str(tmp_path / "no-such"))
+
+
 def _missing(tmp_path):
     return tmp_path / "no-such" / "python", "No such file or directory"
 

@@ -31,6 +31,7 @@ from hwregress.bisect.stacks import ProbeSettings, StackProbes
 from hwregress.cli import main
 from hwregress.cli.bisect import probe_devices
 from hwregress.cli.bisect_step import STEP_EXIT
+from hwregress.store.database import open_store
 from scripts.commit_ladder import SELECTION, SETUP, make_ladder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,20 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 def _bisect(repo: Path, tmp_path: Path, *options: str) -> list[str]:
     return [sys.executable, "-m", "hwregress", "bisect", "--repo", str(repo), "--good", "main~3", "--bad", "main",
-            "--work-dir", str(tmp_path / "work"), *options, "--", *SELECTION]
+            "--work-dir", str(tmp_path / "work"), "--store", _store_url(tmp_path), *options, "--", *SELECTION]
+
+
+def _store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.sqlite'}"
+
+
+def _kept(tmp_path: Path) -> list[dict]:
+    """The bisections the test's store keeps, each as its document."""
+    store = open_store(_store_url(tmp_path), reading=True)
+    try:
+        return [store.bisection(row["id"]) for row in store.bisections()]
+    finally:
+        store.close()
 
 
 def _left_behind(tmp_path: Path) -> list[str]:
@@ -106,7 +120,11 @@ def test_a_probe_undecided_at_its_budget_ends_the_bisection_undecided_exit_3(lad
     assert document["status"] == "undecided" and document["first_bad"] is None
     assert document["probes"][0]["candidate"] == shas[-1] and document["probes"][0]["verdict"] == "unstable"
     assert document["probes"][0]["pairs"] == 2 and document["kind"] == "commits"
-    assert "undecided" in done.stdout.splitlines()[-2]
+    assert any(line.startswith("undecided") for line in done.stdout.splitlines())
+    (kept,) = _kept(tmp_path)
+    assert kept["status"] == "undecided" and kept["exit_code"] == 3 and kept["id"] == document["id"]
+    assert [p["verdict"] for p in kept["probes"]] == ["unstable"] and kept["candidates"] == shas
+    assert (tmp_path / "work" / "bisect.html").is_file() and json.loads((tmp_path / "work" / "bisect.json").read_text())
     assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
 
 
@@ -124,6 +142,8 @@ def test_ctrl_c_or_sigterm_mid_probe_ends_the_session_and_its_workers_and_remove
         bisection.kill()
     assert bisection.returncode == 130, output
     assert "interrupted" in output
+    (kept,) = _kept(tmp_path)
+    assert kept["status"] == "running" and kept["probes"] == []  # kept as it stood: no probe had ended
     assert all(gone(pid, within_s=20) for pid in running), _left_behind(tmp_path)
     assert _left_behind(tmp_path) == []
     assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)

@@ -28,9 +28,10 @@ def _record(test: str, verdict: str, ratio: float | None, pairs: int = 20) -> di
 def test_a_probe_is_the_references_ab_session_with_the_candidate_as_stack_b(tmp_path):
     settings = ProbeSettings(("-m", "cpu", "-k", "resnet18"), 0.05, (20, 40, 80), tmp_path)
     command = ab_command("/venvs/good/bin/python", "/venvs/mid/bin/python", settings, tmp_path / "probe-01", seed=3)
-    assert command[:3] == ["/venvs/good/bin/python", "-m", "pytest"]
+    assert command[:3] == ["/venvs/good/bin/python", "-m", "pytest"]  # the session is the reference's
     assert command[3:7] == ["-m", "cpu", "-k", "resnet18"]
-    assert "--ab-python=/venvs/mid/bin/python" in command and "--ab-threshold=0.05" in command
+    assert "--ab-python-a=/venvs/good/bin/python" in command and "--ab-python=/venvs/mid/bin/python" in command
+    assert "--ab-threshold=0.05" in command
     assert "--ab-looks=20,40,80" in command and "--ab-seed=3" in command
     assert f"--report-dir={tmp_path / 'probe-01'}" in command
 
@@ -50,7 +51,10 @@ def test_a_probes_verdict_is_its_worst_test(verdicts, expected, tmp_path):
 
 def test_a_session_that_judged_no_test_skips_the_candidate_naming_why(tmp_path):
     results = {"records": [{"test_id": "t0", "verdict": "failed", "message": "stack B cannot import torch"}]}
-    with pytest.raises(CandidateSkipped, match=r"judged no test: t0: failed \(stack B cannot import torch"):
+    with pytest.raises(CandidateSkipped, match=r"judged no test: 1 failed \(first: t0: stack B cannot import torch"):
+        outcome_of(results, 1.0, tmp_path)
+    results["records"] += [{"test_id": f"s{i}", "verdict": "unsupported", "message": "no GPU"} for i in range(3)]
+    with pytest.raises(CandidateSkipped, match=r"judged no test: 1 failed \(first: t0: .*\), 3 unsupported$"):
         outcome_of(results, 1.0, tmp_path)
     with pytest.raises(CandidateSkipped, match="no test ran"):
         outcome_of({"records": []}, 1.0, tmp_path)
@@ -61,9 +65,15 @@ def test_an_interpreter_that_cannot_run_the_session_is_skipped_with_its_output(t
     broken.write_text("#!/bin/sh\necho 'no pytest here' >&2\nexit 3\n")
     broken.chmod(0o755)
     stacks = [str(broken), sys.executable]
-    probes = StackProbes(stacks.__getitem__, ProbeSettings((), 0.05, (20,), tmp_path / "work"))
+    selection = ("bench_tests/test_throughput.py", "-m", "cpu", "--models", "resnet18", "--modes", "infer",
+                 "--batch-sizes", "8")
+    probes = StackProbes(stacks.__getitem__, ProbeSettings(selection, 0.05, (20,), tmp_path / "work"))
     with pytest.raises(CandidateSkipped, match=r"(?s)wrote no results.json \(exit 3\).*no pytest here"):
-        probes(1, 0)
+        probes(1, 0)  # the reference runs the session
+    with pytest.raises(CandidateSkipped, match=r"(?s)judged no test: 1 failed \(first: .*resnet18.*no pytest here"):
+        probes(0, 1)  # the candidate's workers cannot start
+    with pytest.raises(CandidateSkipped, match=r"(?s)wrote no results.json \(exit 4\).*no-such-file"):
+        StackProbes(stacks.__getitem__, ProbeSettings(("no-such-file.py",), 0.05, (20,), tmp_path / "w2"))(0, 1)
 
 
 def test_the_summary_and_json_name_the_culprit_the_last_good_and_every_probe(tmp_path):

@@ -89,16 +89,19 @@ def check_interpreter(python: str, source: str) -> str:
     return python
 
 
-def stacks_for(ab_python: str | None, ab_env: list[str]) -> tuple[Stack, Stack]:
-    """Stacks A and B: A is ``sys.executable`` with no settings of its own; B is ``ab_python`` (default
-    ``sys.executable``) with the settings of ``ab_env`` (``--ab-env`` values, :func:`parse_ab_env`).
+def stacks_for(ab_python: str | None, ab_env: list[str], ab_python_a: str | None = None) -> tuple[Stack, Stack]:
+    """Stacks A and B: A is ``ab_python_a`` (default ``sys.executable``) with no settings of its own; B is
+    ``ab_python`` (default ``sys.executable``) with the settings of ``ab_env`` (``--ab-env`` values,
+    :func:`parse_ab_env`). A bisection names both (``--ab-python-a``), so that both stacks' workers start the same way,
+    each through its own interpreter or wrapper.
 
     Raises:
-        ValueError: see :func:`parse_ab_env` and :func:`check_interpreter` (``--ab-python``).
+        ValueError: see :func:`parse_ab_env` and :func:`check_interpreter` (``--ab-python``, ``--ab-python-a``).
     """
     settings = parse_ab_env(ab_env)
     python = sys.executable if ab_python is None else check_interpreter(ab_python, "--ab-python")
-    return Stack("A", sys.executable), Stack("B", python, settings)
+    python_a = sys.executable if ab_python_a is None else check_interpreter(ab_python_a, "--ab-python-a")
+    return Stack("A", python_a), Stack("B", python, settings)
 
 
 def fingerprint_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

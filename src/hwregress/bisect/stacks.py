@@ -1,7 +1,7 @@
 """The probes of a bisection over stacks (interpreters, commits' built stacks, environment steps' wrappers): each
-probe is an A/B session of the user's pytest selection (:mod:`hwregress.ab`), run by the reference's interpreter
-(stack A) with the candidate's as stack B (``--ab-python``), at the probe's plan (:mod:`hwregress.bisect.budget`); its
-results.json is read back and its tests' verdicts make the probe's.
+probe is an A/B session of the user's pytest selection (:mod:`hwregress.ab`), run by the reference's interpreter with
+the reference as stack A (``--ab-python-a``) and the candidate as stack B (``--ab-python``), at the probe's plan
+(:mod:`hwregress.bisect.budget`); its results.json is read back and its tests' verdicts make the probe's.
 
 The session runs under a keeper (:mod:`hwregress.process_keeper`) in a process group of its own: a bisection that
 stops (Ctrl-C, SIGTERM, an error) ends the session, and one killed outright closes the keeper's standard input, which
@@ -33,6 +33,7 @@ from hwregress.bisect.search import CandidateSkipped, ProbeOutcome
 TAIL_CHARACTERS = 2000  # of a failed session's output, in the skip's reason
 DEVICE_VARIABLE = "CUDA_VISIBLE_DEVICES"  # a probe's device, where probes run at once
 DECIDED = ("regression", "improvement", "pass", "unstable")
+FAILING = ("failed", "invalid", "oom")  # verdicts whose first test a skip names
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,12 @@ class ProbeSettings:
 
 
 def ab_command(reference: str, candidate: str, settings: ProbeSettings, report_dir: Path, seed: int) -> list[str]:
-    """The command of one probe: the reference interpreter's pytest A/B session with the candidate as stack B."""
-    return [reference, "-m", "pytest", *settings.pytest_args, f"--ab-python={candidate}",
+    """The command of one probe: a pytest A/B session run by the reference's interpreter (the selection's modules,
+    ``--workloads`` among them, must import where the session runs), the reference as stack A (``--ab-python-a``) and
+    the candidate as stack B (``--ab-python``): both stacks' workers start the same way, each through its own
+    interpreter or wrapper."""
+    return [reference, "-m", "pytest", *settings.pytest_args, f"--ab-python-a={reference}",
+            f"--ab-python={candidate}",
             f"--ab-threshold={settings.threshold}", f"--ab-looks={','.join(str(n) for n in settings.looks)}",
             f"--ab-seed={seed}", f"--report-dir={report_dir}", "-p", "no:cacheprovider"]
 
@@ -69,9 +74,7 @@ def outcome_of(results: dict[str, Any], seconds: float, report_dir: Path) -> Pro
     """
     judged = [r for r in results.get("records", []) if isinstance(r.get("ab"), dict) and r.get("verdict") in DECIDED]
     if not judged:
-        seen = "; ".join(f"{r.get('test_id')}: {r.get('verdict')} ({(r.get('message') or '')[:200]})"
-                         for r in results.get("records", [])) or "no test ran"
-        raise CandidateSkipped(f"the A/B session judged no test: {seen}")
+        raise CandidateSkipped(f"the A/B session judged no test: {_what_ran(results.get('records', []))}")
     verdicts = [r["verdict"] for r in judged]
     if "regression" in verdicts:
         verdict = "regression"
@@ -89,6 +92,22 @@ def outcome_of(results: dict[str, Any], seconds: float, report_dir: Path) -> Pro
     return ProbeOutcome(verdict, ab.get("ratio"), ab.get("ratio_low"), ab.get("ratio_high"),
                         pairs=sum(test["pairs"] for test in tests.values()), seconds=seconds,
                         details={"report_dir": str(report_dir), "slowest_test": slowest["test_id"], "tests": tests})
+
+
+def _what_ran(records: list[dict[str, Any]]) -> str:
+    """``2 failed (first: <test>: <message>), 30 unsupported``: the session's verdicts counted, with the first test of
+    each failing verdict and its message."""
+    if not records:
+        return "no test ran"
+    by_verdict: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_verdict.setdefault(str(record.get("verdict")), []).append(record)
+    parts = []
+    for verdict, group in sorted(by_verdict.items(), key=lambda item: (item[0] not in FAILING, -len(item[1]))):
+        first = f" (first: {group[0].get('test_id')}: {(group[0].get('message') or '')[:300]})" \
+            if verdict in FAILING else ""
+        parts.append(f"{len(group)} {verdict}{first}")
+    return ", ".join(parts)
 
 
 class StackProbes:

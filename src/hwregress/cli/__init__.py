@@ -16,10 +16,13 @@
                                 (the finished records of dead sessions' journals, marked interrupted, once)
     python -m hwregress store push RESULTS.json... | import PATH... | export --dir DIR [--store URL]
                                 (the fleet store: SQLite by default, PostgreSQL for a fleet; docs/store.md)
+    python -m hwregress store bisections [--last N] | bisection ID [-o PAGE.html] [--json FILE]
+                                (the bisections the store keeps: listed, or one's page)
     python -m hwregress check [--devices cuda:0,cpu|all] [--only NAME,...] [--json FILE]
                                 (does hwregress measure this machine right? hwregress.check.command)
     python -m hwregress bisect --stacks PY1,PY2,... [--threshold F] [--looks 20,40,80] [--json FILE]
-                               [--work-dir DIR] [--probe-timeout S] [-- PYTEST ARGS]
+                               [--work-dir DIR] [--probe-timeout S] [-n N --devices LIST] [--store URL]
+                               [-- PYTEST ARGS]
                                 (which stack first made the tests slower: docs/bisect.md; exit 0 culprit, 1 none,
                                 3 undecided)
     python -m hwregress bisect --repo PATH --good REV [--bad REV] [--setup CMD] | --env-steps FILE  [...as above]

@@ -1,8 +1,9 @@
 """``python -m hwregress bisect`` (``--stacks PY1,PY2,...``, ``--repo PATH --good REV --bad REV [--setup CMD]`` or
 ``--env-steps FILE``) ``[-- PYTEST ARGS]``: which candidate of an ordered list (interpreters, commits, environment
 settings; the first known good, the last known bad) first made the selected tests slower (:mod:`hwregress.bisect`,
-docs/bisect.md). Each probe is an A/B session of the selection, the candidate against an endpoint, run by the
-endpoint's interpreter (every stack needs hwregress and the selection's packages).
+docs/bisect.md). Each probe is an A/B session of the selection run by the endpoint's interpreter, the endpoint as
+stack A and the candidate as stack B, each stack's workers started through its own interpreter (every stack needs
+hwregress and the selection's packages).
 
 Over commits, each probed commit is checked out in a worktree of a temporary folder (the checkout is never touched)
 and ``--setup CMD`` builds its stack there: ``{worktree}`` is the checked-out folder, ``{stack}`` an empty folder for
@@ -31,9 +32,12 @@ from hwregress.bisect.budget import DEFAULT_LOOKS, DEFAULT_THRESHOLD
 from hwregress.bisect.commits import repository_root
 from hwregress.bisect.ladders import Ladder, commits_ladder, env_steps_ladder, stacks_ladder
 from hwregress.bisect.search import CULPRIT, Bisection, CandidateSkipped, Probe, ProbeOutcome, bisect_in_rounds
+from hwregress.bisect.sides import Side, side_of
 from hwregress.bisect.stacks import ProbeSettings, StackProbes
+from hwregress.bisect.store_record import StoreRecord
 from hwregress.cli.common import CliError, command_inputs, fraction, output_path, write_output
 from hwregress.report.bisect_view import render_bisection
+from hwregress.store.store_errors import NoStoreUrl
 
 INTERRUPTED = 130  # the shell's status of a command ended by SIGINT
 
@@ -52,6 +56,9 @@ def add_commands(commands: Any) -> None:
     parser.add_argument("--bad", help="with --repo: the known bad commit (default HEAD)")
     parser.add_argument("-n", type=int, default=1, help="probes at once, each on a GPU of its own (default 1: one "
                                                         "probe at a time, on whatever the selection uses)")
+    parser.add_argument("--store", default=None, metavar="URL", help="the fleet store that keeps the bisection, "
+                        "probe by probe (default: HWREGRESS_STORE, else sqlite:///reports/hwregress.sqlite; none: "
+                        "not kept)")
     parser.add_argument("--devices", default=None, help="with -n: the GPUs to run probes on, as CUDA_VISIBLE_DEVICES "
                         "names them, comma-separated (default: CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists)")
     add_probe_options(parser)
@@ -102,20 +109,30 @@ def run(args: argparse.Namespace) -> int:
     settings = probe_settings(args)
     devices = probe_devices(args.n, args.devices)
     json_path = output_path(args.json, command_inputs()) if args.json else None
+    try:
+        record = StoreRecord(args.store)
+    except NoStoreUrl as error:
+        raise CliError("--store", str(error), "give a database URL, or none") from None
     with sigterm_as_interrupt(), contextlib.ExitStack() as cleanup:
+        cleanup.callback(record.close)
         try:
             ladder = _ladder(args, settings, cleanup)
             print(f"bisect: {len(ladder.labels)} {ladder.kind}, {ladder.labels[0]} (good) .. {ladder.labels[-1]} "
                   f"(bad); each probe an A/B of pytest {' '.join(settings.pytest_args) or '(the default selection)'}",
                   flush=True)
+            record.start(ladder.kind, ladder.ids, ladder.labels, settings_json(settings))
             probes = StackProbes(ladder.python_of, settings, devices)
-            found = bisect_in_rounds(len(ladder.labels), _printing(probes, ladder.labels), max(1, len(devices)))
+            found = bisect_in_rounds(len(ladder.labels), _printing(probes, ladder, record), max(1, len(devices)))
         except KeyboardInterrupt:
-            print("interrupted: the running A/B session is ended and the worktrees removed", flush=True)
+            print("interrupted: the running A/B session is ended and the worktrees removed; the probes that ended "
+                  "are kept in the store", flush=True)
             return INTERRUPTED
-    for line in summary(found, ladder.labels):
-        print(line)
-    write_record(bisection_json(found, ladder, settings), settings.work_dir, json_path)
+        for line in summary(found, ladder.labels):
+            print(line)
+        document = bisection_json(found, ladder, settings)
+        document["id"] = record.bisection_id
+        write_record(document, settings.work_dir, json_path)
+        record.finish(document)
     return found.exit_code
 
 
@@ -178,21 +195,26 @@ def _ladder(args: argparse.Namespace, settings: ProbeSettings, cleanup: contextl
     return commits_ladder(repo, args.good, args.bad or "HEAD", args.setup, settings.work_dir, cleanup)
 
 
-def _printing(probes: StackProbes, labels: list[str]) -> Any:
-    """``probes.run_round``, printing each probe as it starts and as it ends."""
+def _printing(probes: StackProbes, ladder: Ladder, record: StoreRecord) -> Any:
+    """``probes.run_round``, printing each probe as it starts and as it ends, and keeping it in the store."""
+    labels = ladder.labels
+
     def run_round(jobs: list[tuple[int, int]]) -> list[ProbeOutcome | CandidateSkipped]:
         first = probes.run_count + 1
         for number, (candidate, reference) in enumerate(jobs, start=first):
             device = f" on device {probes.devices[number - first]}" if probes.devices else ""
             print(f"probe {number}: {labels[candidate]} against {labels[reference]}{device} ...", flush=True)
         outcomes = probes.run_round(jobs)
-        for number, outcome in enumerate(outcomes, start=first):
+        for number, ((candidate, reference), outcome) in enumerate(zip(jobs, outcomes, strict=True), start=first):
             prefix = f"  probe {number}: " if len(jobs) > 1 else "  "
             if isinstance(outcome, CandidateSkipped):
                 print(f"{prefix}skipped: {_first_and_last_line(str(outcome))}", flush=True)
+                side, skipped, ran = Side.SKIP, str(outcome) or "skipped", None
             else:
                 print(f"{prefix}{outcome.verdict}, B/A {_ratio(outcome.ratio, outcome.ratio_low, outcome.ratio_high)}, "
                       f"{outcome.pairs} pairs, {outcome.seconds:.0f} s", flush=True)
+                side, skipped, ran = side_of(outcome.verdict, "good" if reference == 0 else "bad"), None, outcome
+            record.probe(number, probe_document(ladder.ids[candidate], ladder.ids[reference], side, ran, skipped))
         return outcomes
     return run_round
 
@@ -263,14 +285,24 @@ def bisection_json(found: Bisection, ladder: Ladder, settings: ProbeSettings) ->
             "probes": [_probe_json(probe, ids) for probe in found.probes],
             "skipped": {ids[index]: why for index, why in found.skipped.items()}, "seconds": found.seconds,
             "wall_seconds": found.wall_seconds, "rounds": found.rounds,
-            "settings": {"pytest_args": list(settings.pytest_args), "threshold": settings.threshold,
-                         "looks": list(settings.looks), "work_dir": str(settings.work_dir)}}
+            "settings": settings_json(settings)}
+
+
+def settings_json(settings: ProbeSettings) -> dict[str, Any]:
+    """The probes' settings as the JSON and the store keep them."""
+    return {"pytest_args": list(settings.pytest_args), "threshold": settings.threshold, "looks": list(settings.looks),
+            "work_dir": str(settings.work_dir), "timeout_s": settings.timeout_s}
 
 
 def _probe_json(probe: Probe, ids: list[str]) -> dict[str, Any]:
-    outcome = probe.outcome
-    return {"candidate": ids[probe.candidate], "reference": ids[probe.reference], "side": str(probe.side),
-            "skipped": probe.skipped,
+    return probe_document(ids[probe.candidate], ids[probe.reference], probe.side, probe.outcome, probe.skipped)
+
+
+def probe_document(candidate: str, reference: str, side: Side, outcome: ProbeOutcome | None,
+                   skipped: str | None) -> dict[str, Any]:
+    """One probe as the JSON and the store keep it: the candidate's and the reference's ids, the side, and the
+    outcome's verdict, ratio, bounds, pairs, seconds and details (a skipped probe: why, instead)."""
+    return {"candidate": candidate, "reference": reference, "side": str(side), "skipped": skipped,
             **({} if outcome is None else {"verdict": outcome.verdict, "ratio": outcome.ratio,
                                            "ratio_low": outcome.ratio_low, "ratio_high": outcome.ratio_high,
                                            "pairs": outcome.pairs, "seconds": outcome.seconds,

@@ -1,5 +1,6 @@
-"""``python -m hwregress store import|push|export``: the fleet store (:mod:`hwregress.store.fleet_store`) from the
-command line, at ``--store URL`` (default: ``HWREGRESS_STORE``, else ``sqlite:///reports/hwregress.sqlite``).
+"""``python -m hwregress store import|push|export|fleet|bisections|bisection``: the fleet store
+(:mod:`hwregress.store.fleet_store`) from the command line, at ``--store URL`` (default: ``HWREGRESS_STORE``, else
+``sqlite:///reports/hwregress.sqlite``).
 
     store push RESULTS.json...        each session, whole and once: "inserted" or "already present"
     store import PATH...              results.json files, history folders or history files (*.jsonl): their
@@ -10,6 +11,8 @@ command line, at ``--store URL`` (default: ``HWREGRESS_STORE``, else ``sqlite://
     store fleet -o FILE.html          the fleet page: one section per hardware key (--hardware-key KEY: that one),
                                       each host's latest median per test over the fleet's, outliers, defective hosts
                                       and the sessions, filterable (hwregress.report.fleet_view)
+    store bisections | bisection ID   the bisections stored probe by probe: one line each, or one's page, JSON or
+                                      summary (hwregress.cli.store_bisections)
 
 Every input is read and checked before anything is written (each record of a results.json against the types
 :class:`hwregress.store.results.TestRecord` declares: :func:`hwregress.store.session_rows.typed_record`); an
@@ -25,6 +28,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hwregress.cli import store_bisections
 from hwregress.cli.common import RESULTS_FIX, CliError, command_inputs, output_path, require_regular, write_output
 from hwregress.cli.store_source import REPORT_DIR, cli_store_url, reading_store
 from hwregress.store.atomic import read_regular_file
@@ -41,13 +45,16 @@ if TYPE_CHECKING:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    """``store push|import|export|fleet``: see the module doc. Exit status 0.
+    """``store push|import|export|fleet``, and ``bisections|bisection``
+    (:func:`hwregress.cli.store_bisections.cmd_bisections`): see the module doc. Exit status 0.
 
     Raises:
         hwregress.cli.common.CliError: a missing or unreadable input, a file that is no results.json or history, a
             store that cannot be opened or written, a SQLite store to read that is not there, a ``--store`` that
             stores nothing (empty, in memory).
     """
+    if args.action in store_bisections.ACTIONS:
+        return store_bisections.cmd_bisections(args)
     if args.action == "fleet":
         return _fleet_page(args)
     if args.action == "export":
@@ -236,7 +243,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     fleet = actions.add_parser("fleet", help="the fleet page: hosts side by side per test, outliers, defective hosts")
     fleet.add_argument("--hardware-key", default=None, metavar="KEY", help="only this key's section (default: all)")
     fleet.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
-    for parser in (push, imported, export, fleet):
+    for parser in (push, imported, export, fleet, *store_bisections.add_actions(actions)):
         parser.add_argument("--store", default=None, metavar="URL",
                             help="SQLAlchemy URL of the store (default: HWREGRESS_STORE, else "
                                  f"sqlite:///{REPORT_DIR}/hwregress.sqlite)")

@@ -63,6 +63,9 @@ def ab_settings(config: pytest.Config, update_mode: str | None, nnodes: int) -> 
     env_cli = config.getoption("hwregress_ab_env")
     env = list(env_cli) if env_cli is not None else list(config.getini("hwregress_ab_env"))
     if python is None and not env:
+        if value_of(config, "hwregress_ab_python_a")[0] is not None:
+            raise pytest.UsageError("--ab-python-a without --ab-python or --ab-env: stack A's interpreter is for an "
+                                    "A/B session; give stack B with --ab-python, or drop --ab-python-a")
         return None
     if update_mode is not None:
         raise pytest.UsageError("--update-baselines with --ab-python/--ab-env: an A/B session judges stack B against "
@@ -71,7 +74,8 @@ def ab_settings(config: pytest.Config, update_mode: str | None, nnodes: int) -> 
         raise pytest.UsageError(f"--nnodes {nnodes} with --ab-python/--ab-env: an A/B session runs on one node; drop "
                                 "--nnodes")
     try:
-        stacks = stacks_for(None if python is None else str(python), env)
+        python_a = value_of(config, "hwregress_ab_python_a")[0]
+        stacks = stacks_for(None if python is None else str(python), env, None if python_a is None else str(python_a))
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
     per_process = number_of(config, "hwregress_ab_pairs_per_process", int, 2, 100_000)

@@ -129,6 +129,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--ab-python", "hwregress_ab_python", None,
            "A/B: stack B's interpreter (e.g. a venv with another torch); judges B against this interpreter, A, in "
            "interleaved pairs of windows (default with --ab-env: this interpreter)"),
+    Option("--ab-python-a", "hwregress_ab_python_a", None,
+           "A/B: stack A's interpreter (default: this interpreter); a bisection names both stacks' wrappers, so that "
+           "both start their workers the same way"),
     Option("--ab-threshold", "hwregress_ab_threshold", "0.05",
            "A/B: the change of B against A that counts, fraction; a pass bounds B/A within 1 +- this"),
     Option("--ab-looks", "hwregress_ab_looks", "20,40",

@@ -6,6 +6,9 @@ where the session names only a hostname, :mod:`hwregress.store.host_identity`), 
 so that a reader sees the whole session or none of it, and a writer killed halfway leaves nothing.
 It is idempotent by the session's name: a session already there is left as it is (``inserted`` False), also when
 two writers push it at once (the second's insert does nothing on the unique name, and it re-reads the first's).
+
+A bisection is stored probe by probe as it runs, and read back as its JSON document
+(:mod:`hwregress.store.bisection_store`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from sqlalchemy import Connection, Engine, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from hwregress.store import bisection_store
 from hwregress.store.history import HistoryStore, iter_history
 from hwregress.store.history_export import history_rows
 from hwregress.store.history_row import HistoryRow
@@ -209,6 +213,58 @@ class Store:
                 history.append(key, absent)
             appended[key] = len(absent)
         return appended
+
+    def start_bisection(self, bisection_id: str, started_at: _dt.datetime, hostname: str | None, kind: str,
+                        candidates: list[str], labels: list[str], settings: Mapping[str, Any]) -> None:
+        """Store a bisection as it starts, status ``running``, once
+        (:func:`hwregress.store.bisection_store.start_bisection`).
+
+        Raises:
+            ValueError: a value that does not fit its column (named).
+            StoreUnavailable: the store cannot be reached or written.
+        """
+        bisection_store.start_bisection(self.engine, self.url, bisection_id, started_at, hostname, kind, candidates,
+                                        labels, settings)
+
+    def add_bisection_probe(self, bisection_id: str, number: int, probe: Mapping[str, Any]) -> None:
+        """Store probe ``number`` (1 the first) of a bisection as it ends, once
+        (:func:`hwregress.store.bisection_store.add_bisection_probe`).
+
+        Raises:
+            ValueError: a malformed probe, or no such bisection.
+            StoreUnavailable: the store cannot be reached or written.
+        """
+        bisection_store.add_bisection_probe(self.engine, self.url, bisection_id, number, probe)
+
+    def finish_bisection(self, bisection_id: str, document: Mapping[str, Any], finished_at: _dt.datetime) -> None:
+        """Store a bisection's end: its final JSON document, status and bounds, and the probes not stored yet
+        (:func:`hwregress.store.bisection_store.finish_bisection`).
+
+        Raises:
+            ValueError: a malformed document, or no such bisection.
+            StoreUnavailable: the store cannot be reached or written.
+        """
+        bisection_store.finish_bisection(self.engine, self.url, bisection_id, document, finished_at)
+
+    def bisections(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The bisections, newest first, without their documents, each with its count of ``probes``
+        (:func:`hwregress.store.bisection_store.list_bisections`).
+
+        Raises:
+            ValueError: a negative ``limit``.
+            StoreUnavailable: the store cannot be read.
+        """
+        return bisection_store.list_bisections(self.engine, self.url, limit)
+
+    def bisection(self, id_or_prefix: str) -> dict[str, Any] | None:
+        """The JSON document of the bisection of this id or id prefix, rebuilt from its rows where it never finished;
+        None when there is none (:func:`hwregress.store.bisection_store.find_bisection`).
+
+        Raises:
+            ValueError: an empty id, or a prefix of several bisections' ids (naming them).
+            StoreUnavailable: the store cannot be read.
+        """
+        return bisection_store.find_bisection(self.engine, self.url, id_or_prefix)
 
     def _existing(self, name: str) -> PushOutcome | None:
         count = (select(func.count()).select_from(figures).where(figures.c.session_id == sessions.c.id)

@@ -1,4 +1,4 @@
-"""The fleet store's schema (:mod:`hwregress.store.database`): three tables in SQLAlchemy Core, portable to SQLite and
+"""The fleet store's schema (:mod:`hwregress.store.database`): five tables in SQLAlchemy Core, portable to SQLite and
 PostgreSQL; docs/store.md, 'Schema' describes each column.
 
 - ``hosts``: one row per machine, ``host_id`` stable across renames (:func:`hwregress.store.session_rows.host_id`),
@@ -6,7 +6,11 @@ PostgreSQL; docs/store.md, 'Schema' describes each column.
 - ``sessions``: one row per pytest session, ``name`` (``results.json``'s ``meta.session``) unique, so that a second
   push of a session inserts nothing;
 - ``figures``: one row per judged figure of a test (its throughput, latency, peak memory, ...), unique per session,
-  test and metric, deleted with its session.
+  test and metric, deleted with its session;
+- ``bisections``: one row per ``python -m hwregress bisect`` (migration 0002), ``status`` "running" until it finishes,
+  its final JSON document in ``document``;
+- ``bisection_probes``: one row per probe of a bisection, unique per bisection and number (1 the first probe), each
+  stored as it ends, deleted with its bisection.
 
 The migrations (``migrations/versions``) create exactly these tables; a self-test compares them
 (tests/store/test_store_schema.py). A change here is a new migration there. :func:`owned_by_hwregress` says whether a
@@ -105,6 +109,45 @@ figures = Table(
     Column("diagnosis", JSON),  # list of likely causes, most likely first
     UniqueConstraint("session_id", "test_id", "metric", name="uq_figures_session_test_metric"),
     Index(None, "hardware_key", "test_id"),
+)
+
+bisections = Table(
+    "bisections", metadata,
+    Column("id", String(36), primary_key=True),  # a UUID, text: the caller's
+    Column("hostname", String(300)),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("kind", String(16), nullable=False),  # what the candidates are: stacks, commits, env-steps
+    Column("candidates", JSON, nullable=False),  # their ids, good endpoint first
+    Column("labels", JSON, nullable=False),  # their labels, as many
+    Column("settings", JSON, nullable=False),  # pytest_args, threshold, looks, work_dir
+    Column("status", String(64), nullable=False),  # "running", then the search's status
+    Column("exit_code", Integer),
+    Column("culprit", Text),
+    Column("last_good", Text),
+    Column("first_bad", Text),
+    Column("seconds", Float),
+    Column("document", JSON),  # the final JSON document (hwregress.cli.bisect.bisection_json); null while running
+    Index(None, "started_at"),
+)
+
+bisection_probes = Table(
+    "bisection_probes", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("bisection_id", String(36), ForeignKey("bisections.id", ondelete="CASCADE"), nullable=False),
+    Column("number", Integer, nullable=False),  # 1 the first probe
+    Column("candidate", Text, nullable=False),
+    Column("reference", Text, nullable=False),
+    Column("side", String(16), nullable=False),  # good, bad, undecided, skip
+    Column("verdict", String(32)),  # the A/B verdict; null: skipped (the probe did not run)
+    Column("ratio", Float),
+    Column("ratio_low", Float),
+    Column("ratio_high", Float),
+    Column("pairs", Integer),
+    Column("seconds", Float),
+    Column("skipped", Text),  # why the candidate could not be probed
+    Column("details", JSON),
+    UniqueConstraint("bisection_id", "number", name="uq_bisection_probes_bisection_number"),
 )
 
 VERSION_TABLE = "alembic_version"  # Alembic's: the revision a database's schema is at
