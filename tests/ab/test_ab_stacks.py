@@ -1,14 +1,17 @@
-"""The two stacks of an A/B session (hwregress.ab.stacks): --ab-env and --ab-python refused with the value, the flag
-and the fix; what differs between two fingerprints, in lines."""
+"""The two stacks of an A/B session (hwregress.ab.stacks): --ab-env, --ab-python and --ab-python-a refused with the
+value, the flag and the fix; what differs between two fingerprints, in lines; a worker's imports from its stack's
+path before the working folder's (hwregress.ab.worker_environment)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
 
 from hwregress.ab.stacks import Stack, fingerprint_difference, parse_ab_env, stacks_for
+from hwregress.ab.worker_environment import WORKER_BOOT, WORKING_FOLDER_LAST
 
 
 def test_ab_env_values_become_settings_in_order_empty_values_and_equals_signs_kept():
@@ -125,3 +128,21 @@ def test_a_stacks_package_fingerprint_is_read_by_its_own_interpreter_with_its_se
     failing.chmod(0o755)
     broken = package_fingerprint(Stack("B", str(failing)), ["torch"], [])
     assert broken == {"error": f"B ({failing}) could not report its packages (exit 3): no interpreter here"}
+
+
+def test_a_worker_imports_its_stacks_modules_before_the_working_folders(tmp_path):
+    for folder, where in (("checkout", "cwd"), ("stack", "stack")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "shadow_mod.py").write_text(f"WHERE = {where!r}\n")
+    probe = "import shadow_mod; print(shadow_mod.WHERE)"
+
+    def imported(boot: str, pythonpath: str | None) -> str:
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        env.update({"PYTHONPATH": pythonpath} if pythonpath else {})
+        return subprocess.run([sys.executable, "-c", boot + probe], cwd=tmp_path / "checkout", env=env,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert imported("", str(tmp_path / "stack")) == "cwd"  # why: `python -c` puts the working folder first
+    assert imported(WORKING_FOLDER_LAST, str(tmp_path / "stack")) == "stack"
+    assert imported(WORKING_FOLDER_LAST, None) == "cwd"  # still a last resort
+    assert WORKER_BOOT.startswith(WORKING_FOLDER_LAST)

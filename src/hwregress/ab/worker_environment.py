@@ -33,7 +33,11 @@ WORKER_MODULE = "hwregress.ab.worker"
 # traversed again and again as they are created otherwise, an eighth of a worker's imports (2.0 s -> 1.75 s of user
 # CPU on the idle 2-core VM, medians of 5); the worker's main() freezes them out of the collector's sight and turns it
 # on. Run as __main__ with sys altered, as -m does (the worker's dataclasses look their module up in sys.modules)
-WORKER_BOOT = ("import gc, runpy; gc.disable(); "
+# `python -c` puts the working folder ('') first on sys.path, before the stack's own PYTHONPATH: a session run in a
+# checkout (bisect-step under git bisect run) would have both stacks import the checkout's modules, whatever each
+# stack's path says. The working folder goes last instead: the stack's path first, the folder still a last resort.
+WORKING_FOLDER_LAST = "import sys; sys.path.append(sys.path.pop(0)) if sys.path[:1] == [''] else None; "
+WORKER_BOOT = (WORKING_FOLDER_LAST + "import gc, runpy; gc.disable(); "
                f"runpy.run_module({WORKER_MODULE!r}, run_name='__main__', alter_sys=True)")
 
 

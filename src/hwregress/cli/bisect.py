@@ -124,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
             probes = StackProbes(ladder.python_of, settings, devices)
             found = bisect_in_rounds(len(ladder.labels), _printing(probes, ladder, record), max(1, len(devices)))
         except KeyboardInterrupt:
-            print("interrupted: the running A/B session is ended and the worktrees removed; the probes that ended "
-                  "are kept in the store", flush=True)
+            kept = f"; the store keeps the probes that ended (bisection {record.bisection_id})" if record.url else ""
+            print(f"interrupted: the running A/B session is ended and the worktrees removed{kept}", flush=True)
             return INTERRUPTED
         for line in summary(found, ladder.labels):
             print(line)

@@ -3,7 +3,9 @@
 It runs in the checkout ``git bisect`` prepared (or ``--repo``): one probe, an A/B session of the selection with the
 checkout's stack (stack B, built by ``--setup`` with the checkout as ``{worktree}``, or this interpreter with the
 checkout on PYTHONPATH) against the stack of REV (stack A, checked out in a worktree of a temporary folder, removed
-at the end), judged as a bisection's probe is (docs/bisect.md). Exit status, as ``git bisect run`` reads it:
+at the end), judged as a bisection's probe is (docs/bisect.md); its report and log go to ``<work-dir>/step-<sha>``
+(give an absolute ``--work-dir``: ``git bisect run`` runs the step in the checkout). Exit status, as ``git bisect
+run`` reads it:
 
 - 0: the same as REV, or faster (good);
 - 1: slower than REV beyond the threshold (bad);
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
             repo = repository_root(Path(args.repo), "--repo")
             pair = step_pair(repo, args.against, args.setup, settings.work_dir, cleanup)
             print(f"bisect-step: {pair.labels[1]} against {pair.labels[0]}", flush=True)
+            step_settings = replace(settings, work_dir=settings.work_dir / f"step-{pair.ids[1][:12]}")
             try:
-                outcome: ProbeOutcome | None = StackProbes(pair.python_of, settings)(1, 0)
+                outcome: ProbeOutcome | None = StackProbes(pair.python_of, step_settings)(1, 0)
                 side, why = side_of(outcome.verdict, "good"), ""
             except CandidateSkipped as skipped:
                 outcome, side, why = None, Side.SKIP, str(skipped)
