@@ -105,3 +105,15 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def postgres_database(postgres_url: str) -> str:
     """The URL of a new, empty database on that server, for one test."""
     return fresh_database(postgres_url, f"t_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.needs_extra)])
+def store_on_each_engine(request, tmp_path):
+    """An open fleet store: a new SQLite file, then (with the fleet extra) a new database on the PostgreSQL server."""
+    from hwregress.store.database import open_store
+
+    url = (f"sqlite:///{tmp_path / 'hwregress.sqlite'}" if request.param == "sqlite"
+           else request.getfixturevalue("postgres_database"))
+    opened = open_store(url)
+    yield opened
+    opened.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,12 @@ def test_the_command_line_names_a_bad_rev_a_missing_good_and_a_folder_that_is_no
     assert "is not a git checkout" in capsys.readouterr().err
     assert main(["bisect", "--stacks", f"{sys.executable},{sys.executable}x", "--good", "a"]) == 2
     assert "--good: is for a bisection over commits" in capsys.readouterr().err
+    work = ["--work-dir", str(tmp_path / "work"), "--store", "none"]
+    assert main(["bisect", "--repo", str(repo), "--good", "main~5", "--setup", " ", *work]) == 2
+    assert "--setup: is empty" in capsys.readouterr().err
+    assert main(["bisect", "--repo", str(repo), "--good", "main~5", "--setup", "no-such-builder {python}", *work]) == 2
+    assert re.search(r"(?s)--good: 'main~5' \(.*\) cannot be built: its setup failed \(exit 127\).*no-such-builder",
+                     capsys.readouterr().err)
 
 
 def test_worktrees_leave_the_users_checkout_alone_and_are_gone_at_the_end(ladder, private_tmp):

@@ -38,13 +38,9 @@ SETTINGS = {"pytest_args": ["-m", "cpu"], "threshold": 0.05, "looks": [20, 40, 8
 OUTCOME_KEYS = ("verdict", "ratio", "ratio_low", "ratio_high", "pairs", "seconds", "details")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.needs_extra)])
-def store(request, tmp_path):
-    url = (f"sqlite:///{tmp_path / 'hwregress.sqlite'}" if request.param == "sqlite"
-           else request.getfixturevalue("postgres_database"))
-    opened = open_store(url)
-    yield opened
-    opened.close()
+@pytest.fixture
+def store(store_on_each_engine):
+    return store_on_each_engine
 
 
 def searched_document(work_dir: Path, culprit: int = 5, broken: int = 3) -> dict[str, Any]:

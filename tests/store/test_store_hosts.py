@@ -71,13 +71,9 @@ def filed(store: Store) -> dict[str, list[str]]:
     return found
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.needs_extra)])
-def store(request, tmp_path):
-    url = (f"sqlite:///{tmp_path / 'hwregress.sqlite'}" if request.param == "sqlite"
-           else request.getfixturevalue("postgres_database"))
-    opened = open_store(url)
-    yield opened
-    opened.close()
+@pytest.fixture
+def store(store_on_each_engine):
+    return store_on_each_engine
 
 
 def test_history_rows_that_name_the_machine_import_under_its_machine_id():

@@ -1,9 +1,9 @@
 """Workloads for the A/B worker self-tests (tests/ab/test_ab_workers.py), imported by a worker as a ``--workloads``
 module: a tiny model, one whose forward prints to stdout (the worker's channel must stay clean), one whose forward
-runs out of memory, one whose build leaves a child process in the worker's process group that ignores SIGTERM, and
-one whose forward sleeps for the seconds :data:`SLEEP_ENV` gives (a stack made slower by a setting of its own, for
-tests/ab/test_ab_session.py and tests/ab/test_ab_plugin.py), raises at a given call, or exits the worker at a given
-call."""
+runs out of memory, one whose build leaves a child process in the worker's process group that ignores SIGTERM, one
+whose build records which stack built it first, and one whose forward sleeps for the seconds :data:`SLEEP_ENV` gives
+(a stack made slower by a setting of its own, for tests/ab/test_ab_session.py and tests/ab/test_ab_plugin.py),
+raises at a given call, or exits the worker at a given call."""
 
 import os
 import subprocess
@@ -16,6 +16,8 @@ from torch import nn
 
 from hwregress import workloads
 
+ORDER_ENV = "HWREGRESS_AB_TEST_ORDER_FILE"  # ab_ordered's: the file its builds append their stack's label to
+STACK_ENV = "HWREGRESS_AB_TEST_STACK"
 CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('child up', flush=True); " \
         "time.sleep(600)"
 
@@ -112,6 +114,14 @@ def _exclusive() -> nn.Module:
     return model
 
 
+def _ordered() -> nn.Module:
+    """A tiny model whose build appends its stack's label (:data:`STACK_ENV`, A where unset) to the file
+    :data:`ORDER_ENV` names: the order the two stacks' models were built in."""
+    with open(os.environ[ORDER_ENV], "a") as order:
+        order.write(os.environ.get(STACK_ENV, "A") + "\n")
+    return _tiny()
+
+
 def _with_child() -> nn.Module:
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=sys.stderr)
     print(f"ab_with_child: started child {child.pid}", file=sys.stderr, flush=True)
@@ -120,5 +130,5 @@ def _with_child() -> nn.Module:
 
 for _name, _build in (("ab_tiny", _tiny), ("ab_noisy", _Noisy), ("ab_oom", _OutOfMemory),
                       ("ab_with_child", _with_child), ("ab_sleepy", _Sleepy),
-                      ("ab_exclusive", _exclusive)):
+                      ("ab_exclusive", _exclusive), ("ab_ordered", _ordered)):
     workloads.register(workloads.Workload(_name, _build, input_shape=(3, 4, 4), num_classes=10), replace=True)

@@ -261,7 +261,7 @@ class _Run:
         with self.start_pair() as workers:
             greeted = _greet(workers)
             self.fingerprints = self.fingerprints or greeted
-            device = DeviceShare(self.case, workers, prepared_both(self.case, workers))
+            device = DeviceShare(self.case, workers, prepared_both(self.case, workers, b_first=process % 2 == 1))
             if self.steps is None:
                 self.steps = calibrated_steps(device, self.plan.window_s)
             pairs = [_run_pair(index, order, device, self.steps, process) for index, order in planned]
@@ -282,10 +282,11 @@ def judge_pairs(pairs: list[Pair], plan: PairPlan, look: int) -> tuple[PairedCom
     return paired_compare(units, plan.threshold, plan.alpha_at(look), plan.max_threshold), units, dropped
 
 
-def prepared_both(case: Case, workers: tuple[StackWorker, StackWorker]) -> str:
-    """Prepare ``case`` in both workers: ``"both"`` when both models fit on the device at once; ``"reload"`` when B's
-    build ran out of memory beside A's (A's is then released and B's built alone: only one is on the device at a
-    time, rebuilt before each window of its stack).
+def prepared_both(case: Case, workers: tuple[StackWorker, StackWorker], b_first: bool = False) -> str:
+    """Prepare ``case`` in both workers, B's first where ``b_first`` (the process pairs alternate, so that neither
+    stack is always the one built and warmed up first): ``"both"`` when both models fit on the device at once;
+    ``"reload"`` when a build ran out of memory beside the other's (A's is then released and B's built alone: only one
+    is on the device at a time, rebuilt before each window of its stack).
 
     Raises:
         WorkerFailed: a build failed otherwise, or B's ran out of memory even alone (``kind`` ``oom``).
@@ -294,7 +295,8 @@ def prepared_both(case: Case, workers: tuple[StackWorker, StackWorker]) -> str:
     a, b = workers
     # one at a time: two warmups at once would time each other's cuDNN autotuning on a GPU, and on the 2-core VM two
     # builds side by side took twice as long as one after the other (each process's OpenMP threads wait on the other's)
-    failures = [failure for failure in (_prepared(a, case), _prepared(b, case)) if failure is not None]
+    failures = [failure for failure in (_prepared(worker, case) for worker in ((b, a) if b_first else (a, b)))
+                if failure is not None]
     if not failures:
         return "both"
     if any(failure.kind != "oom" for failure in failures):

@@ -86,7 +86,14 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
 
 
 def probe_settings(args: argparse.Namespace) -> ProbeSettings:
-    """The probes' settings from the options of :func:`add_probe_options`."""
+    """The probes' settings from the options of :func:`add_probe_options`.
+
+    Raises:
+        CliError: an empty --setup, or --looks that are not increasing even pair counts.
+    """
+    if args.setup is not None and not args.setup.strip():
+        raise CliError("--setup", "is empty", "give the shell command that builds a commit's stack, or leave --setup "
+                       "out (this interpreter with the worktree on PYTHONPATH)")
     pytest_args = tuple(args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args)
     return ProbeSettings(pytest_args, args.threshold, _looks(args.looks), Path(args.work_dir).absolute(),
                          args.probe_timeout)
