@@ -6,8 +6,11 @@ JSON."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from hwregress.bisect.ladders import stacks_ladder
 from hwregress.bisect.search import CULPRIT, CandidateSkipped, ProbeOutcome, bisect
 from hwregress.bisect.stacks import ProbeSettings, StackProbes, ab_command, outcome_of
 from hwregress.cli import main
-from hwregress.cli.bisect import bisection_json, summary
+from hwregress.cli.bisect import bisection_json, sigterm_as_interrupt, summary
 
 
 def _record(test: str, verdict: str, ratio: float | None, pairs: int = 20) -> dict:
@@ -72,8 +75,6 @@ def test_an_interpreter_that_cannot_run_the_session_is_skipped_with_its_output(t
         probes(1, 0)  # the reference runs the session
     with pytest.raises(CandidateSkipped, match=r"(?s)judged no test: 1 failed \(first: .*resnet18.*no pytest here"):
         probes(0, 1)  # the candidate's workers cannot start
-    with pytest.raises(CandidateSkipped, match=r"(?s)wrote no results.json \(exit 4\).*no-such-file"):
-        StackProbes(stacks.__getitem__, ProbeSettings(("no-such-file.py",), 0.05, (20,), tmp_path / "w2"))(0, 1)
 
 
 def test_the_summary_and_json_name_the_culprit_the_last_good_and_every_probe(tmp_path):
@@ -118,3 +119,11 @@ def test_the_command_is_reachable_as_python_m_hwregress_bisect():
                           check=False)
     assert done.returncode == 0 and "--stacks" in done.stdout and "exit status" in done.stdout.lower()
     assert Path(sys.executable).exists()
+
+
+def test_sigterm_is_a_ctrl_c_while_a_bisection_runs_and_only_then():
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at once
+    assert signal.getsignal(signal.SIGTERM) == previous
