@@ -105,28 +105,34 @@ def _build_endpoints(ladder: Ladder, *endpoints: tuple[int, str, str]) -> None:
                                    "give an endpoint that builds, or fix --setup") from None
 
 
-def step_pair(repo: Path, against: str, setup: str | None, log_folder: Path, cleanup: contextlib.ExitStack) -> Ladder:
-    """The two stacks of a ``bisect-step``: the commit ``against`` names (index 0, checked out in a worktree of a
-    temporary folder) and the user's checkout as it is (index 1: the commit ``git bisect`` checked out, built there,
-    ``{worktree}`` being the checkout itself).
+def step_pair(repo: Path, against: str, setup: str | None, log_folder: Path, cleanup: contextlib.ExitStack,
+              bad: str | None = None) -> Ladder:
+    """The stacks of a ``bisect-step``: the commit ``against`` names (index 0, checked out in a worktree of a
+    temporary folder), the user's checkout as it is (index 1: the commit ``git bisect`` checked out, built there,
+    ``{worktree}`` being the checkout itself) and, where ``bad`` is given, that commit (index 2, for the second
+    opinion).
 
     Raises:
-        BisectUsageError: ``against`` names no commit or cannot be built, or the checkout has uncommitted changes.
+        BisectUsageError: ``against`` or ``bad`` names no commit or cannot be built, or the checkout has uncommitted
+            changes.
     """
-    against_sha = resolve(repo, against, "--against")
+    endpoints = [Commit(sha, git(repo, "log", "-1", "--format=%s", sha))
+                 for sha in (resolve(repo, rev, option) for rev, option in ((against, "--against"), (bad, "--bad"))
+                             if rev is not None)]
     require_clean(repo)
     head = Commit(git(repo, "rev-parse", "HEAD"), git(repo, "log", "-1", "--format=%s", "HEAD"))
-    reference = Commit(against_sha, git(repo, "log", "-1", "--format=%s", against_sha))
     worktrees = cleanup.enter_context(Worktrees(repo))
     stacks = CommitStacks(worktrees.folder / "stacks", log_folder, setup)
     checkout = CommitStacks(worktrees.folder / "checkout", log_folder, setup)
+    commits = [endpoints[0], head, *endpoints[1:]]
 
     def python_of(index: int) -> str:
-        if index == 0:
-            return _commit_python(reference, worktrees, stacks)
-        return checkout.python_of(head.sha, repo)
+        if index == 1:
+            return checkout.python_of(head.sha, repo)
+        return _commit_python(commits[index], worktrees, stacks)
 
-    ladder = Ladder("commits", [reference.label, f"{head.label} (the checkout)"], [reference.sha, head.sha],
-                    python_of)
-    _build_endpoints(ladder, (0, "--against", against))  # the checkout that does not build is skipped: exit 125
+    labels = [c.label if i != 1 else f"{c.label} (the checkout)" for i, c in enumerate(commits)]
+    ladder = Ladder("commits", labels, [c.sha for c in commits], python_of)
+    # the checkout that does not build is skipped (exit 125); an endpoint that does not is a usage error
+    _build_endpoints(ladder, (0, "--against", against), *([(2, "--bad", str(bad))] if bad is not None else []))
     return ladder

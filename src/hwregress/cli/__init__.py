@@ -27,7 +27,7 @@
                                 3 undecided)
     python -m hwregress bisect --repo PATH --good REV [--bad REV] [--setup CMD] | --env-steps FILE  [...as above]
                                 (the same over a repository's commits, or over environment settings)
-    python -m hwregress bisect-step --against REV [--setup CMD] [-- PYTEST ARGS]
+    python -m hwregress bisect-step --against REV [--bad REV] [--setup CMD] [-- PYTEST ARGS]
                                 (one step of git bisect run: exit 0 good, 1 bad, 125 skip, 128 usage error)
 
 Every error is one line ``hwregress: <file>: <what> (<fix>)`` on stderr and exit status 2. ``baselines diff``

@@ -9,7 +9,9 @@ run`` reads it:
 
 - 0: the same as REV, or faster (good);
 - 1: slower than REV beyond the threshold (bad);
-- 125: undecided within the probe's budget of pairs, or the checkout does not build or its tests fail (skip);
+- 125: undecided within the probe's budget of pairs, or the checkout does not build or its tests fail (skip).
+  With ``--bad BAD``, a checkout REV leaves undecided is asked against BAD, as a bisection's second opinion: faster
+  than BAD is good (0), the same or slower is bad (1), still undecided is a skip (125);
 - 128: a usage error (a REV that names no commit, uncommitted changes, a REV that does not build), and 130 when
   interrupted: both above 127, so ``git bisect run`` stops instead of marking the commit bad.
 
@@ -30,7 +32,7 @@ from hwregress.bisect.ladders import step_pair
 from hwregress.bisect.search import CandidateSkipped, ProbeOutcome
 from hwregress.bisect.sides import Side, side_of
 from hwregress.bisect.stacks import StackProbes
-from hwregress.cli.bisect import INTERRUPTED, add_probe_options, probe_settings, sigterm_as_interrupt
+from hwregress.cli.bisect import INTERRUPTED, add_probe_options, probe_document, probe_settings, sigterm_as_interrupt
 from hwregress.cli.common import command_inputs, output_path, write_output
 
 GOOD, BAD, SKIP = 0, 1, 125
@@ -43,6 +45,8 @@ def add_commands(commands: Any) -> None:
     parser = commands.add_parser("bisect-step", help="one step of git bisect run: the checkout against a good REV",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", required=True, help="the known good commit to compare the checkout with")
+    parser.add_argument("--bad", default=None, help="a known bad commit: a checkout the good one leaves undecided is "
+                        "asked against it, as bisect's second opinion (default: none, undecided is a skip)")
     parser.add_argument("--repo", default=".", help="the checkout git bisect prepared (default: the current folder)")
     add_probe_options(parser)
     parser.set_defaults(handler=run, usage_status=USAGE_ERROR)
@@ -54,34 +58,48 @@ def run(args: argparse.Namespace) -> int:
     with sigterm_as_interrupt(), contextlib.ExitStack() as cleanup:
         try:
             repo = repository_root(Path(args.repo), "--repo")
-            pair = step_pair(repo, args.against, args.setup, settings.work_dir, cleanup)
+            pair = step_pair(repo, args.against, args.setup, settings.work_dir, cleanup, args.bad)
             print(f"bisect-step: {pair.labels[1]} against {pair.labels[0]}", flush=True)
             step_settings = replace(settings, work_dir=settings.work_dir / f"step-{pair.ids[1][:12]}")
-            try:
-                outcome: ProbeOutcome | None = StackProbes(pair.python_of, step_settings)(1, 0)
-                side, why = side_of(outcome.verdict, "good"), ""
-            except CandidateSkipped as skipped:
-                outcome, side, why = None, Side.SKIP, str(skipped)
+            side, probes = _probed(StackProbes(pair.python_of, step_settings), pair.labels)
         except KeyboardInterrupt:
             print("interrupted: the running A/B session is ended and the worktree removed", flush=True)
             return INTERRUPTED
     status = STEP_EXIT.get(side, SKIP)
-    print(_line(side, outcome, why, status), flush=True)
+    print(f"{side} (exit {status})", flush=True)
     if json_path is not None:
-        document = {"checkout": pair.ids[1], "against": pair.ids[0], "side": str(side), "exit_code": status,
-                    "skipped": why or None, **({} if outcome is None else {
-                        "verdict": outcome.verdict, "ratio": outcome.ratio, "ratio_low": outcome.ratio_low,
-                        "ratio_high": outcome.ratio_high, "pairs": outcome.pairs, "seconds": outcome.seconds,
-                        "details": outcome.details})}
+        document = {"checkout": pair.ids[1], "against": pair.ids[0], "bad": pair.ids[2] if len(pair.ids) > 2 else None,
+                    "side": str(side), "exit_code": status,
+                    "probes": [probe_document(pair.ids[1], pair.ids[reference], probe_side, outcome, why)
+                               for reference, probe_side, outcome, why in probes]}
         write_output(json_path, json.dumps(document, indent=2) + "\n")
     return status
 
 
-def _line(side: Side, outcome: ProbeOutcome | None, why: str, status: int) -> str:
-    if outcome is None:
-        return f"skip (exit {status}): {why.splitlines()[0] if why else ''}"
+def _probed(probes: StackProbes, labels: list[str]) -> tuple[Side, list[tuple[int, Side, ProbeOutcome | None,
+                                                                            str | None]]]:
+    """The checkout (1) against the good commit (0); undecided there, against the bad one (2) where given. Returns the
+    checkout's side and each probe run: (reference, side, outcome, why skipped)."""
+    done: list[tuple[int, Side, ProbeOutcome | None, str | None]] = []
+    for reference, against in ((0, "good"), (2, "bad")):
+        if reference >= len(labels):
+            break
+        try:
+            outcome = probes(1, reference)
+        except CandidateSkipped as skipped:
+            done.append((reference, Side.SKIP, None, str(skipped)))
+            print(f"  against {labels[reference]}: skip: {str(skipped).splitlines()[0]}", flush=True)
+            return Side.SKIP, done
+        side = side_of(outcome.verdict, against)
+        done.append((reference, side, outcome, None))
+        print(f"  against {labels[reference]}: {_line(outcome)} ({side})", flush=True)
+        if side != Side.UNDECIDED:
+            return side, done
+    return Side.UNDECIDED, done
+
+
+def _line(outcome: ProbeOutcome) -> str:
     ratio = "–" if outcome.ratio is None else f"{outcome.ratio:.3f}"
     if outcome.ratio_low is not None and outcome.ratio_high is not None:
         ratio += f" [{outcome.ratio_low:.3f}, {outcome.ratio_high:.3f}]"
-    return (f"{side} (exit {status}): {outcome.verdict}, B/A {ratio}, {outcome.pairs} pairs, "
-            f"{outcome.seconds:.0f} s")
+    return f"{outcome.verdict}, B/A {ratio}, {outcome.pairs} pairs, {outcome.seconds:.0f} s"

@@ -18,7 +18,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from hwregress.report import charts, legend
+from hwregress.report import legend
 from hwregress.report.axes import nice_axis
 from hwregress.report.palette import marker_svg
 
@@ -126,7 +126,8 @@ def ladder_chart(labels: Sequence[str], sides: Sequence[str], probes: Sequence[P
                  threshold: float | None) -> Markup:
     """The line of candidates (x, in order) and each probe against the good endpoint (y: B/A, its interval a
     vertical line), over the band ``[1 - threshold, 1 + threshold]``; below the plot a strip of each candidate's side
-    (:data:`SIDE_STYLE`), the culprit's boundary marked between the last good and the first bad."""
+    (:data:`SIDE_STYLE`), numbered as the candidates table numbers them, the culprit's boundary marked between the
+    last good and the first bad."""
     count = len(labels)
     width = min(MAX_WIDTH, max(MIN_WIDTH, LEFT + RIGHT_MARGIN + STEP_PX * count))
     plot_w = width - LEFT - RIGHT_MARGIN
@@ -204,18 +205,10 @@ def _side_strip(labels: Sequence[str], sides: Sequence[str], x: Any, top: float,
         parts.append(f'<rect x="{x(at) - cell / 2 + 1:.1f}" y="{top:.1f}" width="{max(cell - 2, 1):.1f}" '
                      f'height="{STRIP_H}" fill="{color}" class="side side-{side}"><title>{escape(label)}: {side}'
                      f'</title></rect>')
-        if cell >= 14 and (count <= 24 or at in (0, count - 1)):
+        if cell >= 2 * LABEL_CHAR_PX * len(str(at)) or at in (0, count - 1):  # the candidates table's numbers
             parts.append(f'<text x="{x(at):.1f}" y="{top + STRIP_H + 11:.1f}" class="tick" text-anchor="middle">'
-                         f'{escape(charts.fit_text(_short(label), cell + 4, LABEL_CHAR_PX))}</text>')
+                         f'<title>{escape(label)}</title>{at}</text>')
     return parts
-
-
-def _short(label: str) -> str:
-    """A candidate's tick: the short sha of a commit, a step's number, a stack's file name."""
-    head = label.split(" ", 1)[0]
-    if label.startswith("step "):
-        return label.split(" ", 2)[1]
-    return head.rsplit("/", 2)[-2] if head.endswith("/bin/python") else head.rsplit("/", 1)[-1][:12]
 
 
 def _bounds(probe: ProbeRow) -> str:
