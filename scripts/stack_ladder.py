@@ -10,27 +10,22 @@ Usage: python scripts/stack_ladder.py DIR --count 16 --culprit 11 --setting ONED
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
+from hwregress.bisect.wrappers import write_wrapper
+
 
 def write_ladder(folder: Path, count: int, culprit: int, settings: list[str], python: str) -> list[Path]:
-    """The wrappers ``folder/py00`` .. ``py<count - 1>``; from ``culprit`` on each exports ``settings`` (KEY=VALUE),
-    before it each unsets their keys."""
-    folder.mkdir(parents=True, exist_ok=True)
-    stacks = []
-    keys = [setting.split("=", 1)[0] for setting in settings]
-    for index in range(count):
-        if index >= culprit:
-            exports = "".join(f"export {shlex.quote(setting)}\n" for setting in settings)
-        else:
-            exports = "".join(f"unset {shlex.quote(key)}\n" for key in keys)
-        wrapper = folder / f"py{index:02d}"
-        wrapper.write_text(f"#!/bin/sh\n{exports}exec {shlex.quote(python)} \"$@\"\n")
-        wrapper.chmod(0o755)
-        stacks.append(wrapper)
-    return stacks
+    """The wrappers ``folder/py00`` .. ``py<count - 1>`` (:func:`hwregress.bisect.wrappers.write_wrapper`); from
+    ``culprit`` on each exports ``settings`` (KEY=VALUE), before it each unsets their keys.
+
+    Raises:
+        ValueError: a key that is not an environment variable name.
+    """
+    sets = dict(setting.split("=", 1) for setting in settings)
+    return [write_wrapper(folder / f"py{index:02d}", python, sets if index >= culprit else {}, unsets=list(sets))
+            for index in range(count)]
 
 
 def main() -> None:
@@ -43,8 +38,11 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 < args.culprit < args.count or not all("=" in setting for setting in args.setting):
         parser.error("give 0 < --culprit < --count and each --setting as KEY=VALUE")
-    print(",".join(str(path) for path in write_ladder(args.folder, args.count, args.culprit, args.setting,
-                                                      args.python)))
+    try:
+        stacks = write_ladder(args.folder, args.count, args.culprit, args.setting, args.python)
+    except ValueError as error:
+        parser.error(f"--setting: {error}")
+    print(",".join(str(path) for path in stacks))
 
 
 if __name__ == "__main__":

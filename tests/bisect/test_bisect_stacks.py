@@ -86,9 +86,9 @@ def test_the_summary_and_json_name_the_culprit_the_last_good_and_every_probe(tmp
 
     found = bisect(4, run)
     assert found.status == CULPRIT
-    assert summary(found, stacks)[0] == "culprit: py-c (the first bad; the last good: py-b)"
-    assert summary(found, stacks)[-1] == f"{len(found.probes)} probes, {30 * len(found.probes)} s"
     document = bisection_json(found, stacks_ladder(stacks), ProbeSettings(("-m", "cpu"), 0.05, (20, 40), tmp_path))
+    assert summary(document)[0] == "culprit: py-c (the first bad; the last good: py-b)"
+    assert summary(document)[-1] == f"{len(found.probes)} probes, {30 * len(found.probes)} s"
     assert document["culprit"] == "py-c" and document["exit_code"] == 0 and document["last_good"] == "py-b"
     assert document["kind"] == "stacks" and document["candidates"] == stacks == document["labels"]
     assert document["probes"][0] == {"candidate": "py-d", "reference": "py-a", "side": "bad", "skipped": None,

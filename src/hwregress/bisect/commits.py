@@ -133,11 +133,10 @@ class Worktrees:
     def close(self) -> None:
         """Remove every worktree and the folder; idempotent."""
         for folder in self._added.values():
-            subprocess.run(["git", "-C", str(self.repo), "worktree", "remove", "--force", str(folder)],
-                           capture_output=True, check=False)
+            _remove_worktree(self.repo, folder)
         self._added.clear()
         shutil.rmtree(self.folder, ignore_errors=True)
-        subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True, check=False)
+        _prune(self.repo)
 
     def __enter__(self) -> Worktrees:
         return self
@@ -154,9 +153,18 @@ def prune_abandoned(repo: Path) -> None:
             continue
         folder = Path(line.removeprefix("worktree "))
         if folder.parent.name.startswith(WORKTREES_PREFIX) and not _owner_alive(folder.parent):
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(folder)],
-                           capture_output=True, check=False)
+            _remove_worktree(repo, folder)
             shutil.rmtree(folder.parent, ignore_errors=True)
+    _prune(repo)
+
+
+def _remove_worktree(repo: Path, folder: Path) -> None:
+    """``git worktree remove --force``; a failure is left to the prune that follows (the folder may be gone)."""
+    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(folder)], capture_output=True,
+                   check=False)
+
+
+def _prune(repo: Path) -> None:
     subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True, check=False)
 
 

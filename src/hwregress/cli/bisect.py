@@ -25,18 +25,21 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hwregress.bisect.budget import DEFAULT_LOOKS, DEFAULT_THRESHOLD
 from hwregress.bisect.commits import repository_root
 from hwregress.bisect.ladders import Ladder, commits_ladder, env_steps_ladder, stacks_ladder
-from hwregress.bisect.search import CULPRIT, Bisection, CandidateSkipped, Probe, ProbeOutcome, bisect_in_rounds
+from hwregress.bisect.search import Bisection, CandidateSkipped, Probe, ProbeOutcome, bisect_in_rounds
 from hwregress.bisect.sides import Side, side_of
 from hwregress.bisect.stacks import ProbeSettings, StackProbes
 from hwregress.bisect.store_record import StoreRecord
 from hwregress.cli.common import CliError, command_inputs, fraction, output_path, write_output
 from hwregress.report.bisect_view import render_bisection
+from hwregress.store.metrics import finite_number
+from hwregress.store.printable import one_line
 from hwregress.store.store_errors import NoStoreUrl
 
 INTERRUPTED = 130  # the shell's status of a command ended by SIGINT
@@ -134,10 +137,10 @@ def run(args: argparse.Namespace) -> int:
             kept = f"; the store keeps the probes that ended (bisection {record.bisection_id})" if record.url else ""
             print(f"interrupted: the running A/B session is ended and the worktrees removed{kept}", flush=True)
             return INTERRUPTED
-        for line in summary(found, ladder.labels):
-            print(line)
         document = bisection_json(found, ladder, settings)
         document["id"] = record.bisection_id
+        for line in summary(document):
+            print(line)
         write_record(document, settings.work_dir, json_path)
         record.finish(document)
     return found.exit_code
@@ -218,8 +221,7 @@ def _printing(probes: StackProbes, ladder: Ladder, record: StoreRecord) -> Any:
                 print(f"{prefix}skipped: {_first_and_last_line(str(outcome))}", flush=True)
                 side, skipped, ran = Side.SKIP, str(outcome) or "skipped", None
             else:
-                print(f"{prefix}{outcome.verdict}, B/A {_ratio(outcome.ratio, outcome.ratio_low, outcome.ratio_high)}, "
-                      f"{outcome.pairs} pairs, {outcome.seconds:.0f} s", flush=True)
+                print(f"{prefix}{outcome_line(outcome)}", flush=True)
                 side, skipped, ran = side_of(outcome.verdict, "good" if reference == 0 else "bad"), None, outcome
             record.probe(number, probe_document(ladder.ids[candidate], ladder.ids[reference], side, ran, skipped))
         return outcomes
@@ -255,31 +257,55 @@ def _looks(text: str) -> tuple[int, ...]:
     return looks
 
 
-def _ratio(ratio: float | None, low: float | None, high: float | None) -> str:
-    if ratio is None:
-        return "–"
-    bounds = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
-    return f"{ratio:.3f}{bounds}"
+def outcome_line(outcome: ProbeOutcome) -> str:
+    """``regression, B/A 0.876 [0.817, 0.941], 20 pairs, 41 s``: a probe's outcome as the output prints it."""
+    ratio = "–" if outcome.ratio is None else f"{outcome.ratio:.3f}"
+    if outcome.ratio is not None and outcome.ratio_low is not None and outcome.ratio_high is not None:
+        ratio += f" [{outcome.ratio_low:.3f}, {outcome.ratio_high:.3f}]"
+    return f"{outcome.verdict}, B/A {ratio}, {outcome.pairs} pairs, {outcome.seconds:.0f} s"
 
 
-def summary(found: Bisection, stacks: list[str]) -> list[str]:
-    """The bisection's end as lines: the culprit and the last good stack, or why there is none, the skipped stacks
-    and the probes' time."""
-    lines = []
-    if found.status == CULPRIT and found.culprit is not None:
-        lines.append(f"culprit: {stacks[found.culprit]} (the first bad; the last good: {stacks[found.last_good]})")
-    elif found.first_bad is not None:
-        lines.append(f"{found.status}: the first bad is after {stacks[found.last_good]} and at or before "
-                     f"{stacks[found.first_bad]}")
+def summary(document: Mapping[str, Any]) -> list[str]:
+    """A bisection's JSON document (:func:`bisection_json`, or one the store read back) as the lines the command ends
+    with: the culprit and the last good candidate, or the status and where the change is, the skipped candidates, and
+    the probes' count and time (with the rounds, the devices' time and the wall time where probes ran at once)."""
+    labels = candidate_labels(document)
+
+    def label(candidate: Any) -> str:
+        return one_line(labels.get(candidate, candidate))
+
+    status, culprit, first_bad = one_line(document.get("status")), document.get("culprit"), document.get("first_bad")
+    if culprit is not None:
+        lines = [f"culprit: {label(culprit)} (the first bad; the last good: {label(document.get('last_good'))})"]
+    elif first_bad is not None:
+        lines = [f"{status}: the first bad is after {label(document.get('last_good'))} and at or before "
+                 f"{label(first_bad)}"]
     else:
-        lines.append(found.status)
-    lines += [f"skipped {stacks[index]}: {why.splitlines()[0] if why else ''}" for index, why in found.skipped.items()]
-    if len(found.rounds) < len(found.probes):
-        lines.append(f"{len(found.probes)} probes in {len(found.rounds)} rounds, {found.seconds:.0f} s of devices' "
-                     f"time, {found.wall_seconds:.0f} s of wall time")
-    else:
-        lines.append(f"{len(found.probes)} probes, {found.seconds:.0f} s")
-    return lines
+        lines = [status]
+    skipped = document.get("skipped") if isinstance(document.get("skipped"), Mapping) else {}
+    lines += [f"skipped {label(candidate)}: {one_line(str(why or '').partition(chr(10))[0])}"
+              for candidate, why in skipped.items()]
+    seconds, wall = finite_number(document.get("seconds")), finite_number(document.get("wall_seconds"))
+    rounds = document.get("rounds") if isinstance(document.get("rounds"), list) else []
+    count = len(document["probes"]) if isinstance(document.get("probes"), list) else 0
+    if rounds and len(rounds) < count and seconds is not None and wall is not None:
+        return [*lines, f"{probes_text(document)} in {len(rounds)} rounds, {seconds:.0f} s of devices' time, "
+                        f"{wall:.0f} s of wall time"]
+    return [*lines, probes_text(document) + ("" if seconds is None else f", {seconds:.0f} s")]
+
+
+def probes_text(document: Mapping[str, Any]) -> str:
+    """``5 probes`` (``1 probe``): the probes of a bisection's document."""
+    count = len(document["probes"]) if isinstance(document.get("probes"), list) else 0
+    return f"{count} probe{'' if count == 1 else 's'}"
+
+
+def candidate_labels(document: Mapping[str, Any]) -> dict[Any, Any]:
+    """Candidate id -> label, where the document's (or a store row's) two lists agree; else none."""
+    ids, labels = document.get("candidates"), document.get("labels")
+    if not isinstance(ids, list) or not isinstance(labels, list) or len(ids) != len(labels):
+        return {}
+    return {candidate: label for candidate, label in zip(ids, labels, strict=True) if isinstance(candidate, str)}
 
 
 def bisection_json(found: Bisection, ladder: Ladder, settings: ProbeSettings) -> dict[str, Any]:

@@ -32,7 +32,14 @@ from hwregress.bisect.ladders import step_pair
 from hwregress.bisect.search import CandidateSkipped, ProbeOutcome
 from hwregress.bisect.sides import Side, side_of
 from hwregress.bisect.stacks import StackProbes
-from hwregress.cli.bisect import INTERRUPTED, add_probe_options, probe_document, probe_settings, sigterm_as_interrupt
+from hwregress.cli.bisect import (
+    INTERRUPTED,
+    add_probe_options,
+    outcome_line,
+    probe_document,
+    probe_settings,
+    sigterm_as_interrupt,
+)
 from hwregress.cli.common import command_inputs, output_path, write_output
 
 GOOD, BAD, SKIP = 0, 1, 125
@@ -92,14 +99,7 @@ def _probed(probes: StackProbes, labels: list[str]) -> tuple[Side, list[tuple[in
             return Side.SKIP, done
         side = side_of(outcome.verdict, against)
         done.append((reference, side, outcome, None))
-        print(f"  against {labels[reference]}: {_line(outcome)} ({side})", flush=True)
+        print(f"  against {labels[reference]}: {outcome_line(outcome)} ({side})", flush=True)
         if side != Side.UNDECIDED:
             return side, done
     return Side.UNDECIDED, done
-
-
-def _line(outcome: ProbeOutcome) -> str:
-    ratio = "–" if outcome.ratio is None else f"{outcome.ratio:.3f}"
-    if outcome.ratio_low is not None and outcome.ratio_high is not None:
-        ratio += f" [{outcome.ratio_low:.3f}, {outcome.ratio_high:.3f}]"
-    return f"{outcome.verdict}, B/A {ratio}, {outcome.pairs} pairs, {outcome.seconds:.0f} s"

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from hwregress.cli.bisect import candidate_labels, probes_text, summary
 from hwregress.cli.common import CliError, command_inputs, output_path, write_output
 from hwregress.cli.store_source import cli_store_url, reading_store
+from hwregress.store.metrics import finite_number
 from hwregress.store.printable import one_line
 from hwregress.store.times import utc
 
@@ -75,12 +76,12 @@ def _show(url: str, args: argparse.Namespace) -> int:
             raise CliError(store.url, f"bisection {args.id!r}: {error}",
                            "its stored document is malformed: read it with --json, or re-run the bisection") from None
         write_output(page, html)
-        print(f"{page}: bisection page ({one_line(document.get('status'))}, {_probes(document)})")
+        print(f"{page}: bisection page ({one_line(document.get('status'))}, {probes_text(document)})")
     if json_path is not None:
         write_output(json_path, json.dumps(document, indent=2) + "\n")
-        print(f"{json_path}: bisection document ({one_line(document.get('status'))}, {_probes(document)})")
+        print(f"{json_path}: bisection document ({one_line(document.get('status'))}, {probes_text(document)})")
     if page is None and json_path is None:
-        for line in document_summary(document):
+        for line in summary(document):
             print(line)
     return 0
 
@@ -89,52 +90,11 @@ def bisection_line(row: Mapping[str, Any]) -> str:
     """One bisection of :meth:`hwregress.store.fleet_store.Store.bisections` as a line: id (its first
     :data:`ID_SHOWN` characters), start (UTC), kind, status, culprit's label ("–": none), probes and seconds."""
     ran = f"{row['probes']} probe{'' if row['probes'] == 1 else 's'}"
-    if _number(row.get("seconds")) is not None:
+    if finite_number(row.get("seconds")) is not None:
         ran += f", {row['seconds']:.0f} s"
-    culprit = _labels(row).get(row["culprit"], row["culprit"]) if row["culprit"] is not None else "–"
+    culprit = candidate_labels(row).get(row["culprit"], row["culprit"]) if row["culprit"] is not None else "–"
     return "  ".join([one_line(row["id"][:ID_SHOWN]), utc(row["started_at"]).strftime("%Y-%m-%d %H:%M:%SZ"),
                       one_line(row["kind"]), one_line(row["status"]), one_line(culprit), ran])
-
-
-def document_summary(document: Mapping[str, Any]) -> list[str]:
-    """A bisection's JSON document as the lines ``python -m hwregress bisect`` ends with: the culprit and the last
-    good candidate, or the status and where the change is, the skipped candidates and the probes' count and time."""
-    labels = _labels(document)
-
-    def label(candidate: Any) -> str:
-        return one_line(labels.get(candidate, candidate))
-
-    status, culprit, first_bad = one_line(document.get("status")), document.get("culprit"), document.get("first_bad")
-    if culprit is not None:
-        lines = [f"culprit: {label(culprit)} (the first bad; the last good: {label(document.get('last_good'))})"]
-    elif first_bad is not None:
-        lines = [f"{status}: the first bad is after {label(document.get('last_good'))} and at or before "
-                 f"{label(first_bad)}"]
-    else:
-        lines = [status]
-    skipped = document.get("skipped") if isinstance(document.get("skipped"), Mapping) else {}
-    lines += [f"skipped {label(candidate)}: {one_line(str(why or '').partition(chr(10))[0])}"
-              for candidate, why in skipped.items()]
-    seconds = _number(document.get("seconds"))
-    return [*lines, _probes(document) + ("" if seconds is None else f", {seconds:.0f} s")]
-
-
-def _probes(document: Mapping[str, Any]) -> str:
-    count = len(document["probes"]) if isinstance(document.get("probes"), list) else 0
-    return f"{count} probe{'' if count == 1 else 's'}"
-
-
-def _labels(document: Mapping[str, Any]) -> dict[Any, Any]:
-    """Candidate id -> label, where the document's (or row's) two lists agree; else none."""
-    ids, labels = document.get("candidates"), document.get("labels")
-    if not isinstance(ids, list) or not isinstance(labels, list) or len(ids) != len(labels):
-        return {}
-    return {candidate: label for candidate, label in zip(ids, labels, strict=True) if isinstance(candidate, str)}
-
-
-def _number(value: Any) -> float | None:
-    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if finite else None
 
 
 def _count(text: str) -> int:

@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 from hwregress.report import legend
 from hwregress.report.axes import nice_axis
 from hwregress.report.palette import marker_svg
+from hwregress.report.record_values import number
 
 SIDE_STYLE = {"good": ("#009E73", "circle"), "bad": ("#D55E00", "triangle-down"),
               "undecided": ("#E69F00", "diamond"), "skip": ("#777777", "square"), "untested": ("#dddddd", "circle")}
@@ -223,6 +224,6 @@ def _label_of(candidate: Any, index: Mapping[str, int], labels: list[str]) -> st
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    """:func:`hwregress.report.record_values.number` as a float: a finite real number, else None."""
+    found = number(value)
+    return None if found is None else float(found)
