@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from support.judging import conclude_onto
 from support.store_results import push_as_other_hosts, results_document
@@ -292,6 +292,7 @@ def test_a_fleet_too_small_for_a_memory_ceiling_gives_none():
 
 @given(base=st.floats(1e8, 1e11), jitters=st.lists(st.floats(1.0, 1.05), min_size=3, max_size=12),
        wild=st.sampled_from([None, 0.1, 10.0]), exact=st.booleans())
+@example(base=112704919.0, jitters=[1.0, 1.05, 1.05], wild=None, exact=False)  # one host exactly at the 5% floor
 def test_a_doubled_peak_is_never_under_a_fleets_ceiling(base, jitters, wild, exact):
     from hwregress.judge.fleet import fleet_memory_ceiling
 

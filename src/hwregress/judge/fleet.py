@@ -33,6 +33,7 @@ from hwregress.store.verdicts import Verdict
 # Iglewicz & Hoaglin, "How to Detect and Handle Outliers" (ASQC, 1993): a modified z-score (0.6745 (x - median) /
 # MAD, i.e. (x - median) / normal-scaled MAD) beyond 3.5 marks an outlier.
 ROBUST_K = 3.5
+LIMIT_ROUNDING = 1e-9  # relative: a value this close to the limit is at it, not beyond (rounding)
 # SuperBench's default variance rule (-0.05, its data-diagnosis docs) and hwregress's accelerator threshold
 # (Tolerances.throughput): hosts within 5% of the fleet's median are never dropped, however tight the others are, so
 # that a fleet of near-identical hosts (MAD near 0) does not shed healthy hosts 1% apart.
@@ -139,7 +140,9 @@ def fleet_baseline(host_medians: Mapping[str, float], test_id: str = "",
         values = [v for v, _ in kept]  # sorted
         median = median_of(values)
         limit = max(ROBUST_K * normal_mad(values, median), FLOOR * median)
-        within = [(v, h) for v, h in kept if abs(v - median) <= limit]
+        # "beyond the limit" by more than rounding: a host exactly at the 5% floor stays (1 / (1.05 x) against 1 / x
+        # is 5% of the median, and the subtraction lands a few ulps above it)
+        within = [(v, h) for v, h in kept if abs(v - median) <= limit * (1 + LIMIT_ROUNDING)]
         if len(within) == len(kept):
             break
         kept = within
