@@ -167,12 +167,13 @@ def test_a_worker_killed_mid_test_is_worker_died_naming_it_and_no_worker_is_left
     ({"looks": (10, 10)}, "look 10 of (10, 10) does not come after 10"),
     ({"looks": (20, 10)}, "look 10 of (20, 10) does not come after 20"),
     ({"threshold": 1.0}, "threshold 1.0"),
+    ({"seed": -1}, "seed -1: the pairs' order is seeded with abs(seed)"),
     ({"alpha": 0.5}, "alpha 0.5"),
     ({"max_threshold": 0.0}, "max_threshold 0.0"),
     ({"pairs_per_process": 3}, "pairs_per_process 3 is not an even count"),
     ({"pairs_per_process": 4, "looks": (4, 6)}, "look 6 of (4, 6) is not a multiple of pairs_per_process 4"),
 ], ids=["no-steps", "float-steps", "no-looks", "odd-look", "zero-look", "repeated-look", "decreasing-looks",
-        "threshold", "alpha", "max-threshold", "odd-per-process", "look-not-a-multiple"])
+        "threshold", "negative-seed", "alpha", "max-threshold", "odd-per-process", "look-not-a-multiple"])
 def test_a_bad_plan_is_refused_naming_the_value(fields, named):
     with pytest.raises(ValueError, match="A/B plan") as raised:
         PairPlan(**{"steps": 2, "seed": 0, "threshold": 0.05, **fields})

@@ -29,10 +29,14 @@ def balanced_order(pairs: int, seed: int) -> list[str]:
     more under the same seed, so a session that runs on past its plan keeps the pairs it ran.
 
     Raises:
-        ValueError: ``pairs`` is negative.
+        ValueError: ``pairs`` is negative, or ``seed`` is negative (``random.Random`` seeds with ``abs(seed)``, so
+            ``-s`` would silently give the order of ``s``).
     """
     if pairs < 0:
         raise ValueError(f"pairs {pairs}: an A/B session runs 0 or more pairs of windows; give a count >= 0")
+    if seed < 0:
+        raise ValueError(f"A/B order seed {seed}: random.Random seeds with abs(seed), so {seed} would give the order "
+                         f"of {-seed}; give a seed >= 0 (--ab-seed takes 0 to 2^63 - 1)")
     draw = random.Random(seed)
     order: list[str] = []
     for _ in range((pairs + 1) // 2):

@@ -80,6 +80,9 @@ class PairPlan:
             raise ValueError(f"A/B plan window_s {self.window_s!r}: a window lasts a positive time; give e.g. 0.1")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"A/B plan seed {self.seed!r} is not an int; give e.g. 0")
+        if self.seed < 0:
+            raise ValueError(f"A/B plan seed {self.seed}: the pairs' order is seeded with abs(seed), so a negative "
+                             "seed repeats a positive one's order; give a seed >= 0")
         if not 0 <= self.threshold < 1:
             raise ValueError(f"A/B plan threshold {self.threshold!r} is not a fraction in [0, 1); give e.g. 0.05")
         if not 0 < self.alpha < 0.5:
