@@ -1,7 +1,8 @@
 """Bisections in the fleet store, probe by probe (hwregress.store.bisection_store), on a real SQLite file and a real
 PostgreSQL: a bisection started, probed and finished reads back as its document (NaN and infinity as None); one
 killed after two probes reads back with those two, status "running", and its page renders; every write is
-idempotent; an unknown id is None and an ambiguous prefix names the ids; arbitrary figures and texts round-trip by
+idempotent; bisections written by several processes at once into one new store each read back whole; an unknown id
+is None and an ambiguous prefix names the ids; arbitrary figures and texts round-trip by
 the rules of hwregress.store.bisection_rows (hypothesis, SQLite); ``store bisections`` and ``store bisection``."""
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import copy
 import datetime as dt
 import json
 import math
+import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -338,3 +341,44 @@ def test_store_bisection_of_a_bad_id_is_one_line_naming_it(tmp_path, capsys, giv
     assert status == 2 and out == "" and err.count("\n") == 1
     assert err.startswith(f"hwregress: {url}: {said}") and "store bisections lists" in err
     assert not page.exists()
+
+
+def check_bisections_written_at_once(url: str, folder: Path, writers: int) -> None:
+    """``writers`` processes start at once on a store not yet created, each keeping a bisection probe by probe (its
+    own culprit): every one reads back whole, as its document, and none was told its store failed."""
+    from support.project import SUPPORT_DIR
+
+    documents = [searched_document(folder / f"work-{index}", culprit=index % 6 + 1, broken=7)
+                 for index in range(writers)]
+    paths = []
+    for index, document in enumerate(documents):
+        paths.append(folder / f"bisection-{index}.json")
+        paths[-1].write_text(json.dumps(document))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    processes = [subprocess.Popen([sys.executable, str(SUPPORT_DIR / "bisection_writer.py"), url, str(path)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                 for path in paths]
+    ids = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        assert out.splitlines()[0].startswith("said store: bisection ") and out.splitlines()[-1].startswith("id "), out
+        ids.append(out.splitlines()[-1].removeprefix("id "))
+    store = open_store(url)
+    try:
+        assert sorted(row["id"] for row in store.bisections()) == sorted(ids)
+        for bisection_id, document in zip(ids, documents, strict=True):
+            assert store.bisection(bisection_id) == finite(json.loads(json.dumps(document)))
+        assert {row["id"]: row["probes"] for row in store.bisections()} == {
+            bisection_id: len(document["probes"]) for bisection_id, document in zip(ids, documents, strict=True)}
+    finally:
+        store.close()
+
+
+def test_four_bisections_written_at_once_into_one_sqlite_store(tmp_path):
+    check_bisections_written_at_once(f"sqlite:///{tmp_path / 'hwregress.sqlite'}", tmp_path, 4)
+
+
+@pytest.mark.needs_extra
+def test_eight_bisections_written_at_once_into_one_postgresql_store(postgres_database, tmp_path):
+    check_bisections_written_at_once(postgres_database, tmp_path, 8)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.read_only import read_only_view
+from support.store_migrations import migrate, revision
 from support.store_results import results_document
 
 from hwregress.cli import main
@@ -91,3 +92,28 @@ def test_every_reader_reads_a_store_on_a_read_only_mount(read_only_folder, tmp_p
     # a writer on a read-only store is still one line saying so
     status, _, err = run(capsys, "store", "push", str(tmp_path / "results-27.json"), "--store", url)
     assert status == 2 and err.count("\n") == 1 and "s.sqlite or its folder is read-only" in err, err
+
+
+def test_a_read_only_store_of_an_older_revision_is_read_as_it_is(read_only_folder, tmp_path, capsys):
+    """A store at revision 0001 (before the bisection tables) on a read-only mount: nothing can migrate it, so the
+    readers read it as it is; its sessions read as they were and it has no bisections (before, every reader failed:
+    "the file is read-only")."""
+    writable, read_only = read_only_folder
+    original, url = f"sqlite:///{writable / 's.sqlite'}", f"sqlite:///{read_only / 's.sqlite'}"
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(results_document(NAME)))
+    assert run(capsys, "store", "push", str(results), "--store", original)[0] == 0
+    migrate(original, "0001")
+    before = (read_only / "s.sqlite").read_bytes()
+
+    status, out, err = run(capsys, "history", "--format", "json", "--store", url)
+    assert status == 0 and err == "" and NAME in out, err
+    status, out, err = run(capsys, "store", "bisections", "--store", url)
+    assert (status, out, err) == (0, f"no bisection in {url}\n", "")
+    status, out, err = run(capsys, "store", "bisection", "0123", "--store", url)
+    assert status == 2 and "no bisection '0123' in the store" in err, err
+    assert (read_only / "s.sqlite").read_bytes() == before and revision(original) == "0001"
+
+    migrate(original, "base")  # no revision (an empty store): nothing to read as it is, and nothing may migrate it
+    status, _, err = run(capsys, "history", "--store", url)
+    assert status == 2 and err.count("\n") == 1 and "read-only" in err, err

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy
-from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from support.store_migrations import migrate, revision
 from support.store_results import results_document
 
-from hwregress.store.database import MIGRATIONS, open_store
+from hwregress.store.database import known_revisions, open_store
 from hwregress.store.tables import metadata
 
 HEAD = "0002"
@@ -30,14 +29,6 @@ def differences(url: str) -> list:
         engine.dispose()
 
 
-def revision(url: str) -> str | None:
-    engine = sqlalchemy.create_engine(url)
-    with engine.connect() as connection:
-        found = MigrationContext.configure(connection).get_current_revision()
-    engine.dispose()
-    return found
-
-
 def check_upgrade_from_nothing(url: str) -> None:
     assert revision(url) is None
     open_store(url).close()
@@ -53,18 +44,6 @@ def tables(url: str) -> list[str]:
     found = sorted(sqlalchemy.inspect(engine).get_table_names())
     engine.dispose()
     return found
-
-
-def migrate(url: str, to: str) -> None:
-    """Migrate the database at ``url`` to revision ``to`` (up or down), as Alembic's command line would."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        current = MigrationContext.configure(connection).get_current_revision()
-        (command.downgrade if current is not None and to < current else command.upgrade)(config, to)
-    engine.dispose()
 
 
 def check_first_schema_upgraded_and_downgraded(url: str) -> None:
@@ -107,3 +86,20 @@ def test_a_sqlite_store_of_the_first_schema_is_migrated_on_open_and_the_migratio
 @pytest.mark.needs_extra
 def test_a_postgresql_store_of_the_first_schema_is_migrated_on_open_and_the_migration_goes_back(postgres_database):
     check_first_schema_upgraded_and_downgraded(postgres_database)
+
+
+def test_every_older_revision_differs_from_the_declared_tables_only_by_whole_tables(tmp_path):
+    """A read-only store is read as it is at an older revision (database.readable_as_it_is), which holds while each
+    migration only adds tables: a migration that alters a column of an older table fails this."""
+    url = f"sqlite:///{tmp_path / 'hwregress.sqlite'}"
+    open_store(url).close()
+    older = list(known_revisions()[1:])
+    assert known_revisions()[0] == HEAD and older == ["0001"]
+    for to in older:
+        migrate(url, to)
+        found = differences(url)
+        added = {difference[1].name for difference in found if difference[0] == "add_table"}
+        others = [difference for difference in found
+                  if difference[0] != "add_table" and not (difference[0] == "add_index"
+                                                           and difference[1].table.name in added)]
+        assert added and others == [], (to, found)

@@ -15,7 +15,7 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, func, insert, inspect, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -83,7 +83,8 @@ def finish_bisection(engine: Engine, url: str, bisection_id: str, document: Mapp
 
 def list_bisections(engine: Engine, url: str, limit: int | None = None) -> list[dict[str, Any]]:
     """The bisections, newest start first (the ``limit`` newest where given), as ``bisections`` rows without
-    ``document`` (times aware UTC), each with ``probes``: how many probe rows it has.
+    ``document`` (times aware UTC), each with ``probes``: how many probe rows it has; none in a store read as it is
+    at a revision before the bisection tables.
 
     Raises:
         ValueError: a negative ``limit``.
@@ -95,7 +96,11 @@ def list_bisections(engine: Engine, url: str, limit: int | None = None) -> list[
              .where(bisection_probes.c.bisection_id == bisections.c.id).scalar_subquery())
     query = (select(*(column for column in bisections.c if column.name != "document"), count.label("probes"))
              .order_by(bisections.c.started_at.desc(), bisections.c.id.desc()).limit(limit))
-    return [_aware(row) for row in _read(engine, url, lambda connection: connection.execute(query).mappings().all())]
+
+    def read(connection: Connection) -> Sequence[Mapping[str, Any]]:
+        return connection.execute(query).mappings().all() if _has_bisections(connection) else []
+
+    return [_aware(row) for row in _read(engine, url, read)]
 
 
 def find_bisection(engine: Engine, url: str, id_or_prefix: str) -> dict[str, Any] | None:
@@ -103,6 +108,7 @@ def find_bisection(engine: Engine, url: str, id_or_prefix: str) -> dict[str, Any
     (case-sensitive); None when there is none. A finished bisection's is the document it finished with; one that has
     not finished (killed, or still running) is rebuilt from its rows
     (:func:`hwregress.store.bisection_rows.running_document`: status ``running``, exit code None, its probes so far).
+    None in a store read as it is at a revision before the bisection tables.
 
     Raises:
         ValueError: an empty ``id_or_prefix``, or a prefix of several bisections' ids (naming them).
@@ -114,6 +120,8 @@ def find_bisection(engine: Engine, url: str, id_or_prefix: str) -> dict[str, Any
         return None  # no id is (bisection_rows.checked_id): not sent, as a text PostgreSQL could not take may be
 
     def read(connection: Connection) -> dict[str, Any] | None:
+        if not _has_bisections(connection):
+            return None
         found = connection.execute(select(bisections.c.id).where(or_(
             bisections.c.id == id_or_prefix,
             func.substr(bisections.c.id, 1, len(id_or_prefix)) == id_or_prefix))).scalars().all()
@@ -128,6 +136,12 @@ def find_bisection(engine: Engine, url: str, id_or_prefix: str) -> dict[str, Any
         return running_document(row, probes)
 
     return _read(engine, url, read)
+
+
+def _has_bisections(connection: Connection) -> bool:
+    """False for a store read as it is at revision 0001 (read-only: :func:`hwregress.store.database.open_store`),
+    which predates the bisection tables."""
+    return inspect(connection).has_table(bisections.name)
 
 
 def _only(found: Sequence[str], prefix: str) -> str | None:

@@ -26,7 +26,7 @@ from urllib.parse import unquote_plus
 from sqlalchemy import URL, Engine, create_engine, event, exc, inspect, make_url
 
 from hwregress.store.fleet_store import Store
-from hwregress.store.sqlite_file import BUSY_TIMEOUT_MS, check_sqlite_file, read_only_url, writable
+from hwregress.store.sqlite_file import BUSY_TIMEOUT_MS, check_sqlite_file, read_only_url, switch_to_wal, writable
 from hwregress.store.store_errors import FLEET_FIX, NoStoreUrl, NotHwregress, StoreUnavailable, unavailable
 from hwregress.store.tables import VERSION_TABLE, described_tables, owned_by_hwregress
 
@@ -122,7 +122,8 @@ def open_store(url: str, *, reading: bool = False) -> Store:
     """Open the store at ``url`` (a SQLAlchemy URL: ``sqlite:///path``, ``postgresql+psycopg://user:pw@host/db``),
     creating a SQLite file's folder, and migrate its schema to head. ``reading``: the caller only reads, so a SQLite
     file it cannot write (a read-only mount) is opened read-only (:func:`hwregress.store.sqlite_file.read_only_url`)
-    instead of failing.
+    instead of failing, and left at its revision where that is an older one this hwregress knows
+    (:func:`readable_as_it_is`): what a later migration added reads as empty.
 
     Raises:
         StoreUnavailable: a URL SQLAlchemy cannot read, a database driver not installed, a server that refuses or
@@ -160,7 +161,8 @@ def open_store(url: str, *, reading: bool = False) -> Store:
         raise StoreUnavailable(shown, f"its folder cannot be created ({error.strerror or error})",
                                "point --store or HWREGRESS_STORE at a writable place, or give --store=none") from None
     try:
-        upgrade(engine)
+        if read_only is None or not readable_as_it_is(engine):
+            upgrade(engine)
     except NotHwregress as error:
         engine.dispose()
         raise StoreUnavailable(shown, f"is a database of another application ({described_tables(error.tables)}), "
@@ -189,7 +191,7 @@ def _sqlite_connection(dbapi_connection: Any, _record: Any, wal: bool = True) ->
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     if wal:  # a read-only connection leaves the file's journal mode as it is (setting it is a write)
-        cursor.execute("PRAGMA journal_mode = WAL")
+        switch_to_wal(cursor)
     cursor.execute("PRAGMA foreign_keys = ON")
     cursor.close()
 
@@ -218,6 +220,30 @@ def head_revision() -> str | None:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+@functools.cache
+def known_revisions() -> tuple[str, ...]:
+    """The revisions of :mod:`hwregress.store.migrations`, newest first (read from its scripts once per process)."""
+    from alembic.script import ScriptDirectory
+
+    return tuple(script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions())
+
+
+def readable_as_it_is(engine: Engine) -> bool:
+    """Whether a store opened read-only can be read without migrating: its revision is the newest or an older one of
+    :mod:`hwregress.store.migrations` (every migration so far only adds tables, so the older tables read the same).
+    False for an empty file, another application's or a revision this hwregress does not know: :func:`upgrade` then
+    names what is wrong (it cannot write a read-only file).
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
+    """
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect().execution_options(hwregress_read_only=True) as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    return current is not None and current in known_revisions()
 
 
 def upgrade(engine: Engine) -> None:
