@@ -1,6 +1,7 @@
 """The fleet store's migrations create exactly the tables :mod:`hwregress.store.tables` declares, on an empty SQLite
 file and an empty PostgreSQL database (alembic's compare_metadata finds no difference); opening again migrates
-nothing; a store of the first schema opens migrated to the newest with its sessions, and each migration goes back."""
+nothing; a store of the first schema opens migrated to the newest with its sessions, and each migration goes back; a
+reader reads a store of the first schema at its revision and leaves it there (a writer migrates it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from support.store_migrations import migrate, revision
 from support.store_results import results_document
 
+from hwregress.cli import main
 from hwregress.store.database import known_revisions, open_store
 from hwregress.store.tables import metadata
 
@@ -103,3 +105,30 @@ def test_every_older_revision_differs_from_the_declared_tables_only_by_whole_tab
                   if difference[0] != "add_table" and not (difference[0] == "add_index"
                                                            and difference[1].table.name in added)]
         assert added and others == [], (to, found)
+
+
+def check_a_reader_leaves_an_older_revision_as_it_is(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    store = open_store(url)
+    store.push(results_document("vm-1-20261127T012215Z"))
+    store.close()
+    migrate(url, "0001")  # the store as the fleet's runners (an older hwregress) still write it
+    reader = open_store(url, reading=True)
+    try:
+        assert [s["name"] for s in reader.sessions()] == ["vm-1-20261127T012215Z"] and len(reader.figures()) == 6
+        assert reader.bisections() == [] and reader.bisection("0123") is None
+    finally:
+        reader.close()
+    assert main(["history", "--format", "json", "--store", url]) == 0
+    assert "vm-1-20261127T012215Z" in capsys.readouterr().out
+    assert revision(url) == "0001" and tables(url) == FIRST_TABLES  # read, not migrated: older writers still write
+    open_store(url).close()  # a writer of this hwregress migrates it
+    assert revision(url) == HEAD
+
+
+def test_a_reader_leaves_a_sqlite_store_of_an_older_revision_as_it_is(tmp_path, capsys):
+    check_a_reader_leaves_an_older_revision_as_it_is(f"sqlite:///{tmp_path / 'hwregress.sqlite'}", capsys)
+
+
+@pytest.mark.needs_extra
+def test_a_reader_leaves_a_postgresql_store_of_an_older_revision_as_it_is(postgres_database, capsys):
+    check_a_reader_leaves_an_older_revision_as_it_is(postgres_database, capsys)

@@ -139,7 +139,7 @@ def find_bisection(engine: Engine, url: str, id_or_prefix: str) -> dict[str, Any
 
 
 def _has_bisections(connection: Connection) -> bool:
-    """False for a store read as it is at revision 0001 (read-only: :func:`hwregress.store.database.open_store`),
+    """False for a store read as it is at revision 0001 (by a reader: :func:`hwregress.store.database.open_store`),
     which predates the bisection tables."""
     return inspect(connection).has_table(bisections.name)
 

@@ -9,8 +9,9 @@ SQLite (the default, ``<report-dir>/hwregress.sqlite``): every connection sets `
 wait for the writer), ``busy_timeout`` 30 s (writers queue instead of failing) and ``foreign_keys=ON``; a write
 transaction begins ``IMMEDIATE``, taking the file's write lock first, so that two writers never both read and then
 both fail to upgrade to writing. A reader (``open_store(url, reading=True)``) opens a file it cannot write read-only
-(a store on a read-only mount). PostgreSQL (``postgresql+psycopg://``, the ``fleet`` extra): concurrent first opens
-of an empty database migrate one at a time under an advisory lock.
+(a store on a read-only mount), and never migrates a store of an older revision (:func:`readable_as_it_is`).
+PostgreSQL (``postgresql+psycopg://``, the ``fleet`` extra): concurrent first opens of an empty database migrate one
+at a time under an advisory lock.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ def open_store(url: str, *, reading: bool = False) -> Store:
     """Open the store at ``url`` (a SQLAlchemy URL: ``sqlite:///path``, ``postgresql+psycopg://user:pw@host/db``),
     creating a SQLite file's folder, and migrate its schema to head. ``reading``: the caller only reads, so a SQLite
     file it cannot write (a read-only mount) is opened read-only (:func:`hwregress.store.sqlite_file.read_only_url`)
-    instead of failing, and left at its revision where that is an older one this hwregress knows
-    (:func:`readable_as_it_is`): what a later migration added reads as empty.
+    instead of failing, and a store of an older revision this hwregress knows is read at that revision, not migrated
+    (:func:`readable_as_it_is`): what a later migration added reads as empty. So a newer hwregress that only reads a
+    fleet's store never moves it past the revision of the runners that write it (they would refuse it).
 
     Raises:
         StoreUnavailable: a URL SQLAlchemy cannot read, a database driver not installed, a server that refuses or
@@ -161,7 +163,7 @@ def open_store(url: str, *, reading: bool = False) -> Store:
         raise StoreUnavailable(shown, f"its folder cannot be created ({error.strerror or error})",
                                "point --store or HWREGRESS_STORE at a writable place, or give --store=none") from None
     try:
-        if read_only is None or not readable_as_it_is(engine):
+        if not (reading and readable_as_it_is(engine)):
             upgrade(engine)
     except NotHwregress as error:
         engine.dispose()
@@ -231,10 +233,10 @@ def known_revisions() -> tuple[str, ...]:
 
 
 def readable_as_it_is(engine: Engine) -> bool:
-    """Whether a store opened read-only can be read without migrating: its revision is the newest or an older one of
+    """Whether a reader can read the store without migrating it: its revision is the newest or an older one of
     :mod:`hwregress.store.migrations` (every migration so far only adds tables, so the older tables read the same).
-    False for an empty file, another application's or a revision this hwregress does not know: :func:`upgrade` then
-    names what is wrong (it cannot write a read-only file).
+    False for an empty database, another application's or a revision this hwregress does not know: :func:`upgrade`
+    then creates the tables or names what is wrong.
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
