@@ -91,7 +91,7 @@ def test_a_postgresql_store_of_the_first_schema_is_migrated_on_open_and_the_migr
 
 
 def test_every_older_revision_differs_from_the_declared_tables_only_by_whole_tables(tmp_path):
-    """A read-only store is read as it is at an older revision (database.readable_as_it_is), which holds while each
+    """A reader reads a store of an older revision as it is (database.readable_as_it_is), which is right while each
     migration only adds tables: a migration that alters a column of an older table fails this."""
     url = f"sqlite:///{tmp_path / 'hwregress.sqlite'}"
     open_store(url).close()
