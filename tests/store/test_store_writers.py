@@ -138,15 +138,15 @@ def test_a_new_store_opens_while_another_connection_holds_its_rollback_mode_writ
     holder.execute("BEGIN IMMEDIATE")
     holder.execute("CREATE TABLE being_created (x)")  # rolled back: the file is left an empty database
     release = threading.Timer(0.5, holder.execute, ["ROLLBACK"])
+    started = time.monotonic()  # before the timer starts: the lock is let go 0.5 s after this at the earliest
     release.start()
-    started = time.monotonic()
     try:
         store = open_store(f"sqlite:///{database}")
+        opened = time.monotonic() - started
     finally:
         release.join()
         holder.close()
-    waited = time.monotonic() - started
-    assert store.sessions() == [] and waited >= 0.4, waited  # it waited for the lock, it did not go around it
+    assert store.sessions() == [] and opened >= 0.45, opened  # it waited for the lock, it did not go around it
     store.push(results_document("vm-1-20261127T012215Z", tests=1))
     assert [s["name"] for s in store.sessions()] == ["vm-1-20261127T012215Z"]
     store.close()
