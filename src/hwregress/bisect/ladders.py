@@ -116,11 +116,10 @@ def step_pair(repo: Path, against: str, setup: str | None, log_folder: Path, cle
         BisectUsageError: ``against`` or ``bad`` names no commit or cannot be built, or the checkout has uncommitted
             changes.
     """
-    endpoints = [Commit(sha, git(repo, "log", "-1", "--format=%s", sha))
-                 for sha in (resolve(repo, rev, option) for rev, option in ((against, "--against"), (bad, "--bad"))
-                             if rev is not None)]
+    endpoints = [_commit(repo, resolve(repo, rev, option))
+                 for rev, option in ((against, "--against"), (bad, "--bad")) if rev is not None]
     require_clean(repo)
-    head = Commit(git(repo, "rev-parse", "HEAD"), git(repo, "log", "-1", "--format=%s", "HEAD"))
+    head = _commit(repo, git(repo, "rev-parse", "HEAD"))
     worktrees = cleanup.enter_context(Worktrees(repo))
     stacks = CommitStacks(worktrees.folder / "stacks", log_folder, setup)
     checkout = CommitStacks(worktrees.folder / "checkout", log_folder, setup)
@@ -136,3 +135,8 @@ def step_pair(repo: Path, against: str, setup: str | None, log_folder: Path, cle
     # the checkout that does not build is skipped (exit 125); an endpoint that does not is a usage error
     _build_endpoints(ladder, (0, "--against", against), *([(2, "--bad", str(bad))] if bad is not None else []))
     return ladder
+
+
+def _commit(repo: Path, sha: str) -> Commit:
+    """The commit ``sha`` with its subject line."""
+    return Commit(sha, git(repo, "log", "-1", "--format=%s", sha))

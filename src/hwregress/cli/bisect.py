@@ -287,8 +287,7 @@ def summary(document: Mapping[str, Any]) -> list[str]:
               for candidate, why in skipped.items()]
     seconds, wall = finite_number(document.get("seconds")), finite_number(document.get("wall_seconds"))
     rounds = document.get("rounds") if isinstance(document.get("rounds"), list) else []
-    count = len(document["probes"]) if isinstance(document.get("probes"), list) else 0
-    if rounds and len(rounds) < count and seconds is not None and wall is not None:
+    if rounds and len(rounds) < _probe_count(document) and seconds is not None and wall is not None:
         return [*lines, f"{probes_text(document)} in {len(rounds)} rounds, {seconds:.0f} s of devices' time, "
                         f"{wall:.0f} s of wall time"]
     return [*lines, probes_text(document) + ("" if seconds is None else f", {seconds:.0f} s")]
@@ -296,8 +295,12 @@ def summary(document: Mapping[str, Any]) -> list[str]:
 
 def probes_text(document: Mapping[str, Any]) -> str:
     """``5 probes`` (``1 probe``): the probes of a bisection's document."""
-    count = len(document["probes"]) if isinstance(document.get("probes"), list) else 0
+    count = _probe_count(document)
     return f"{count} probe{'' if count == 1 else 's'}"
+
+
+def _probe_count(document: Mapping[str, Any]) -> int:
+    return len(document["probes"]) if isinstance(document.get("probes"), list) else 0
 
 
 def candidate_labels(document: Mapping[str, Any]) -> dict[Any, Any]:

@@ -241,11 +241,16 @@ def readable_as_it_is(engine: Engine) -> bool:
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
     """
+    current = _current_revision(engine)
+    return current is not None and current in known_revisions()
+
+
+def _current_revision(engine: Engine) -> str | None:
+    """The store's ``alembic_version``, read without writing; None for a database that has none."""
     from alembic.runtime.migration import MigrationContext
 
     with engine.connect().execution_options(hwregress_read_only=True) as connection:
-        current = MigrationContext.configure(connection).get_current_revision()
-    return current is not None and current in known_revisions()
+        return MigrationContext.configure(connection).get_current_revision()
 
 
 def upgrade(engine: Engine) -> None:
@@ -262,9 +267,8 @@ def upgrade(engine: Engine) -> None:
     from alembic import command
     from alembic.runtime.migration import MigrationContext
 
-    with engine.connect().execution_options(hwregress_read_only=True) as connection:
-        if MigrationContext.configure(connection).get_current_revision() == head_revision():
-            return
+    if _current_revision(engine) == head_revision():
+        return
     config = _config()
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":
