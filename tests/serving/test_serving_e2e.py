@@ -15,7 +15,7 @@ from support.gpt2_cache import REVISION as GPT2_REVISION
 from support.gpt2_cache import write_gpt2_cache
 from support.project import REPO, SUPPORT_DIR, HwProject
 
-from hwregress.plugin.families.serving import FAMILY, ServingLoad, parse_mode
+from hwregress.plugin.families.serving import FAMILY, PERCENTILE_METRICS, ServingLoad, parse_mode
 from hwregress.plugin.matrix import Selection
 from hwregress.serving.server import unavailable_reason
 from hwregress.serving.settings import ServingSettings
@@ -43,14 +43,20 @@ def test_a_recorded_serving_test_keeps_its_trace_and_windows_and_a_slower_server
     assert record["test_id"].endswith("[cpu-tiny_llama-rate8-fixed-bs8-fp32]") and record["unit"] == "tokens/s/user"
     assert served["engine"] == "transformers" and served["rate"] == 8.0 and served["requests"] == 8
     assert served["model_seed"] == 0 and served["model_source"] is None
-    assert len(served["windows"]) == 3 == len(record["samples"]) and served["warmup_s"] > 0
+    # 3 windows, extended one at a time up to 6 while their spread is over the recording's limit (a busy machine)
+    windows = len(served["windows"])
+    assert 3 <= windows <= 6 and windows == len(record["samples"]) and served["warmup_s"] > 0
     assert all(w["completed"] == 8 and w["failed"] == 0 for w in served["windows"])
     trace = json.loads(served["trace"])
     assert len(trace["requests"]) == 8 and len(served["trace_digest"]) == 64
-    assert served["ttft"]["count"] == 24 and served["ttft"]["p99_bound"] is None  # 24 requests state no p99
+    requests = 8 * windows
+    assert served["ttft"]["count"] == requests and served["ttft"]["p99_bound"] is None  # 24-48 requests: no p99
     assert served["ttft"]["p50_bound"] is not None
     declared = {figure["metric"]: figure["value"] for figure in record["declared"]}
-    assert set(declared) == {"tpot_p50_ms", "e2el_p50_ms", "goodput"}  # a p90 needs 44 requests, a p99 459
+    stated = {name for name, (latency, p) in PERCENTILE_METRICS.items() if served[latency][f"p{p}_bound"] is not None}
+    assert set(declared) == {*stated, "goodput"} and {"tpot_p50_ms", "e2el_p50_ms"} <= stated
+    assert not {"ttft_p99_ms", "tpot_p99_ms"} & stated  # a p99 needs 459 requests
+    assert requests >= 44 or not {"ttft_p90_ms", "tpot_p90_ms"} & stated  # a p90 44
     assert record["samples"] == pytest.approx([1000 / w["tpot"]["p50"] for w in served["windows"]])
     entries = json.loads(serving_project.baseline_files()[0].read_text())["entries"]
     assert set(entries["serving/tiny_llama/rate8-fixed/bs8/fp32"]["metrics"]) == set(declared)
