@@ -11,8 +11,6 @@ import copy
 import datetime as dt
 import json
 import math
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -346,6 +344,7 @@ def test_store_bisection_of_a_bad_id_is_one_line_naming_it(tmp_path, capsys, giv
 def check_bisections_written_at_once(url: str, folder: Path, writers: int) -> None:
     """``writers`` processes start at once on a store not yet created, each keeping a bisection probe by probe (its
     own culprit): every one reads back whole, as its document, and none was told its store failed."""
+    from support.processes import start_script
     from support.project import SUPPORT_DIR
 
     documents = [searched_document(folder / f"work-{index}", culprit=index % 6 + 1, broken=7)
@@ -354,10 +353,7 @@ def check_bisections_written_at_once(url: str, folder: Path, writers: int) -> No
     for index, document in enumerate(documents):
         paths.append(folder / f"bisection-{index}.json")
         paths[-1].write_text(json.dumps(document))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    processes = [subprocess.Popen([sys.executable, str(SUPPORT_DIR / "bisection_writer.py"), url, str(path)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                 for path in paths]
+    processes = [start_script(SUPPORT_DIR / "bisection_writer.py", url, str(path)) for path in paths]
     ids = []
     for process in processes:
         out, err = process.communicate(timeout=300)

@@ -7,16 +7,15 @@ connection holds its write lock in rollback mode (the moment another process cre
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from support.processes import start_script
 from support.project import SUPPORT_DIR
 from support.store_results import results_document
 
@@ -27,9 +26,7 @@ TESTS = 5  # per session: 10 figures (throughput and peak memory)
 
 
 def writer(url: str, *paths: Path, pause: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.Popen([sys.executable, str(WRITER), url, *map(str, paths), *(["--pause"] if pause else [])],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return start_script(WRITER, url, *map(str, paths), *(["--pause"] if pause else []))
 
 
 def session_file(folder: Path, name: str) -> Path:

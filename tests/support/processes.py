@@ -1,10 +1,23 @@
-"""Waiting for a process to be gone, as the self-tests of what a session leaves behind need."""
+"""Processes of the self-tests: a support script started in a process of its own, and waiting for a process to be
+gone, as the self-tests of what a session leaves behind need."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
+
+
+def start_script(script: Path, *args: str) -> subprocess.Popen:
+    """``python SCRIPT ARGS...`` in a process of its own, with this interpreter and its whole import path (the
+    project and tests/support), its stdout and stderr piped as text."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
 
 
 def gone(pid: int, within_s: float = 10.0) -> bool:
