@@ -133,7 +133,8 @@ def test_a_probe_undecided_at_its_budget_ends_the_bisection_undecided_exit_3(lad
 def test_ctrl_c_mid_probe_ends_the_session_and_its_workers_and_removes_the_worktrees(ladder, env, tmp_path):
     repo, _ = ladder
     bisection = subprocess.Popen(_bisect(repo, tmp_path, "--looks", "40"), cwd=REPO_ROOT, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 preexec_fn=_sigint_at_its_default)
     try:
         running = _wait_for_workers(bisection)
         bisection.send_signal(signal.SIGINT)  # SIGTERM takes the same path (sigterm_as_interrupt)
@@ -149,6 +150,13 @@ def test_ctrl_c_mid_probe_ends_the_session_and_its_workers_and_removes_the_workt
     assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
     assert git(repo, "status", "--porcelain") == ""
 
+
+
+def _sigint_at_its_default() -> None:
+    """In the bisection's process before it starts Python, which then raises KeyboardInterrupt on SIGINT. A shell
+    without job control starts a background command with SIGINT ignored, and Python keeps an ignored SIGINT: this
+    suite started as ``pytest ... &`` from a script would otherwise send Ctrl-C to a bisection deaf to it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 def test_a_bisection_killed_outright_leaves_no_process_and_its_worktrees_go_with_the_next(ladder, env, tmp_path):
     repo, _ = ladder
