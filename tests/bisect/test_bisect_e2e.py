@@ -151,12 +151,12 @@ def test_ctrl_c_mid_probe_ends_the_session_and_its_workers_and_removes_the_workt
     assert git(repo, "status", "--porcelain") == ""
 
 
-
 def _sigint_at_its_default() -> None:
     """In the bisection's process before it starts Python, which then raises KeyboardInterrupt on SIGINT. A shell
     without job control starts a background command with SIGINT ignored, and Python keeps an ignored SIGINT: this
     suite started as ``pytest ... &`` from a script would otherwise send Ctrl-C to a bisection deaf to it."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 def test_a_bisection_killed_outright_leaves_no_process_and_its_worktrees_go_with_the_next(ladder, env, tmp_path):
     repo, _ = ladder
