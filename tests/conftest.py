@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from support import nightly
 from support.postgres import FLEET_MISSING, fresh_database, postgres_server
 from support.project import HwProject
 from support.zygote import Zygote
@@ -28,7 +29,12 @@ SELFTEST_MARKERS = {
                    "the README installs, run by phase 2 of .ci/run",
     "slow": "self-test that takes more than a few seconds",
     "gpu": "self-test that needs a CUDA device",
+    nightly.MARKER: nightly.DESCRIPTION,
 }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    nightly.add_option(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,11 +51,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {description}")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # a hung subprocess or browser must fail its test, not eat CI's time (pytest-timeout)
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SELFTEST_TIMEOUT_S))
+    nightly.skip_unless_asked(config, items)
 
 
 @pytest.fixture(scope="session")
@@ -84,8 +91,6 @@ def character_device(tmp_path: Path) -> Path:
 def xdist_args(request: pytest.FixtureRequest) -> list[str]:
     """Run an end-to-end scenario without xdist and with two workers."""
     return [] if request.param == "serial" else ["-n", "2"]
-
-
 
 
 @pytest.fixture(scope="session")

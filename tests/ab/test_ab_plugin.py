@@ -86,6 +86,7 @@ def _processes_with(tag: str) -> list[int]:
     return found
 
 
+@pytest.mark.nightly
 def test_a_worker_dying_mid_window_fails_its_test_and_the_next_test_runs_on_a_fresh_pair(hw_project):
     tag = uuid.uuid4().hex
     # B's worker exits at its 6th forward call with a batch of 2: past the warmup (1) and the calibration (2), in a
@@ -129,6 +130,7 @@ def _failures_section(result) -> str:
     return text[text.index("= FAILURES =") : text.index("= hwregress =")]
 
 
+@pytest.mark.nightly
 def test_a_b_that_hangs_at_start_fails_the_devices_later_tests_at_once_naming_the_first_failure(hw_project,
                                                                                                   tmp_path):
     hanging = tmp_path / "python"  # an "interpreter" that never answers hello

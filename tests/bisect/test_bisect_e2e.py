@@ -130,6 +130,7 @@ def test_a_probe_undecided_at_its_budget_ends_the_bisection_undecided_exit_3(lad
     assert len(git(repo, "worktree", "list").splitlines()) == 1 and not _ours(tmp_path)
 
 
+@pytest.mark.nightly
 def test_ctrl_c_mid_probe_ends_the_session_and_its_workers_and_removes_the_worktrees(ladder, env, tmp_path):
     repo, _ = ladder
     bisection = subprocess.Popen(_bisect(repo, tmp_path, "--looks", "40"), cwd=REPO_ROOT, env=env,
@@ -158,6 +159,7 @@ def _sigint_at_its_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.nightly
 def test_a_bisection_killed_outright_leaves_no_process_and_its_worktrees_go_with_the_next(ladder, env, tmp_path):
     repo, _ = ladder
     bisection = subprocess.Popen(_bisect(repo, tmp_path, "--looks", "40"), cwd=REPO_ROOT, env=env,

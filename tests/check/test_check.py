@@ -524,6 +524,7 @@ def test_the_isolation_check_balances_which_side_runs_first(monkeypatch):
     assert pairs.count(("here", "fresh")) == pairs.count(("fresh", "here")) == isolation.PAIRS // 2
 
 
+@pytest.mark.nightly
 @pytest.mark.slow
 def test_the_cold_compile_check_passes_here_and_fails_caches_shared_between_compiles(monkeypatch):
     from hwregress.check import cold_compile

@@ -97,6 +97,7 @@ def test_the_cpu_ceilings_include_allreduce_and_a_colocated_pair_is_recorded(dis
     assert not _job_processes(dist_project)
 
 
+@pytest.mark.nightly
 def test_a_killed_rank_fails_the_test_by_name_and_leaves_no_process(dist_project):
     started = time.monotonic()
     result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", "--dist-timeout", "60", "--rounds", "20",
@@ -110,6 +111,7 @@ def test_a_killed_rank_fails_the_test_by_name_and_leaves_no_process(dist_project
     assert not _job_processes(dist_project)
 
 
+@pytest.mark.nightly
 def test_a_hung_rank_fails_the_test_within_the_timeout_and_leaves_no_process(dist_project):
     started = time.monotonic()
     result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", "--dist-timeout", "20", "--rounds", "20",
@@ -124,6 +126,7 @@ def test_a_hung_rank_fails_the_test_within_the_timeout_and_leaves_no_process(dis
     assert not _job_processes(dist_project)
 
 
+@pytest.mark.nightly
 def test_an_out_of_memory_rank_ends_the_test_as_oom(dist_project):
     result = dist_project.run("-m", "cpu and scaling", "--world-sizes", "2", *DIST,
                               env={"HWREGRESS_SELFTEST_OOM_RANK": "0"})
@@ -178,6 +181,7 @@ def _node_record(project: HwProject, node: int) -> dict:
     return record
 
 
+@pytest.mark.nightly
 def test_two_pytest_processes_on_localhost_are_two_nodes_of_one_job(dist_project):
     outputs = _two_nodes(dist_project)
     record = _node_record(dist_project, 0)
@@ -196,6 +200,7 @@ def test_two_pytest_processes_on_localhost_are_two_nodes_of_one_job(dist_project
     assert not _job_processes(dist_project)
 
 
+@pytest.mark.nightly
 def test_an_out_of_memory_on_either_node_ends_node_zeros_record_as_oom(dist_project):
     outputs = _two_nodes(dist_project, env={"HWREGRESS_SELFTEST_OOM_RANK": "1"})  # rank 1: whichever node has it
     record = _node_record(dist_project, 0)

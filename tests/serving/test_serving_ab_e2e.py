@@ -48,6 +48,7 @@ def _servers_of(project: HwProject) -> list[str]:
     return left
 
 
+@pytest.mark.nightly
 def test_a_stack_whose_server_is_slower_per_token_is_a_regression_with_both_stacks_windows(serving_project):
     slowdown = os.pathsep.join([str(SUPPORT_DIR / "serve_slowdown"), os.environ.get("PYTHONPATH", "")])
     result = serving_project.run(*SERVING_AB, "--ab-env", f"{SLEEP}=0.05", "--ab-env", f"PYTHONPATH={slowdown}",

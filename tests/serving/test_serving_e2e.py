@@ -31,6 +31,7 @@ def serving_project(hw_project: HwProject) -> HwProject:
     return hw_project
 
 
+@pytest.mark.nightly
 @pytest.mark.needs_extra
 @pytest.mark.slow
 @pytest.mark.timeout(600)

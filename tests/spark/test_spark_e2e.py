@@ -43,6 +43,7 @@ def _records(project: HwProject) -> dict[str, dict]:
     return {r["mode"]: r for r in project.results["records"] if r["family"] == "spark"}
 
 
+@pytest.mark.nightly
 @needs_spark
 def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spark_project):
     first = spark_project.run(*SPARK, "--update-baselines", fast=False)
@@ -79,6 +80,7 @@ def test_batch_and_stream_are_recorded_then_judged_and_a_slower_model_is_red(spa
     assert slower["stream"]["verdict"] == "regression" and "latency p50" in slower["stream"]["message"]
 
 
+@pytest.mark.nightly
 @needs_spark
 def test_an_out_of_memory_in_the_python_workers_is_oom_naming_the_batch_and_device(spark_project):
     # the tiny model raises torch.OutOfMemoryError ("CUDA out of memory") at any batch in Spark's Python workers (they
@@ -95,6 +97,7 @@ def test_an_out_of_memory_in_the_python_workers_is_oom_naming_the_batch_and_devi
     result.stdout.fnmatch_lines(["*out of memory at batch 32 on cpu in a Spark Python worker*"])
 
 
+@pytest.mark.nightly
 @needs_spark
 def test_a_standalone_master_and_worker_run_the_family_and_the_records_name_that_master(spark_project, tmp_path):
     from support.spark_cluster import StandaloneCluster
@@ -113,6 +116,7 @@ def test_a_standalone_master_and_worker_run_the_family_and_the_records_name_that
     assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.nightly
 @needs_spark
 def test_a_producer_and_query_stopped_mid_stream_and_restarted_lose_and_repeat_nothing(tmp_path):
     from hwregress.spark import stream

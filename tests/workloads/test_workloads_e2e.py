@@ -66,6 +66,7 @@ def test_a_compile_failure_is_a_failed_record_with_the_first_lines_and_the_sessi
     assert records["eager"]["verdict"] == "new"
 
 
+@pytest.mark.nightly
 def test_a_compiled_run_records_its_compile_time_apart_from_the_window(hw_project):
     hw_project.run("--compile", "inductor", "--modes", "infer", "--update-baselines").assert_outcomes(passed=1)
     (record,) = hw_project.results["records"]
