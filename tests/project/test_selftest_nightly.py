@@ -52,4 +52,3 @@ def test_without_the_option_a_nightly_test_is_skipped_naming_it(project):
 
 def test_with_the_option_every_test_runs(project):
     project.runpytest_inprocess("--nightly", "--strict-markers").assert_outcomes(passed=2)
-
