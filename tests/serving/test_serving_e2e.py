@@ -31,7 +31,6 @@ def serving_project(hw_project: HwProject) -> HwProject:
     return hw_project
 
 
-@pytest.mark.nightly
 @pytest.mark.needs_extra
 @pytest.mark.slow
 @pytest.mark.timeout(600)
